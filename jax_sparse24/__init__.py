@@ -1,0 +1,52 @@
+"""jax_sparse24: 2:4 sparse training of transformers in JAX.
+
+Every op is defined once in plain ``jax.numpy`` (the CPU path and the test oracle) and, when the
+CUDA extension is built, also lowered to XLA FFI kernels for Hopper GPUs.
+
+Public API:
+
+* masks and estimators: :func:`nm_mask`, :func:`mask24`, :func:`transposable_mask24`,
+  :func:`soft_threshold24`, :func:`soft_threshold_beta`, :func:`mvue24`, :func:`flip_rate`;
+* the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``);
+* compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
+* :mod:`jax_sparse24.nn` (Flax ``Sparse24Dense``) and :mod:`jax_sparse24.optim` (optax transforms).
+"""
+
+from jax_sparse24._src.ffi import cuda_kernels_available
+from jax_sparse24._src.linear import BACKENDS, sparse24_linear
+from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
+from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
+from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
+
+from jax_sparse24 import nn  # noqa: E402  (submodules users reach as jax_sparse24.nn / .optim)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS",
+    "MVUE_EPS",
+    "Sparse24Array",
+    "cuda_kernels_available",
+    "flip_rate",
+    "linear",
+    "mask24",
+    "matmul",
+    "mvue24",
+    "nm_mask",
+    "nn",
+    "optim",
+    "soft_threshold24",
+    "soft_threshold_beta",
+    "sparse24_linear",
+    "to_sparse",
+    "transposable_mask24",
+    "transposable_patterns",
+]
+
+
+def __getattr__(name):  # lazy: optim imports optax
+    if name == "optim":
+        import importlib
+
+        return importlib.import_module("jax_sparse24.optim")
+    raise AttributeError(f"module 'jax_sparse24' has no attribute {name!r}")

@@ -1,0 +1,94 @@
+"""Loading the optional CUDA extension and dispatching an op to its CUDA or reference lowering.
+
+The extension ``jax_sparse24._sparse24_ffi`` (built from ``xla_ffi/``) hands XLA FFI handlers to
+Python as capsules; they are registered for platform ``"CUDA"`` the first time they are needed.
+Every op has exactly one definition — the reference in ``reference.py`` — and, where a kernel
+exists, a CUDA lowering of the same math. :func:`per_platform` picks between them at lowering
+time with ``lax.platform_dependent``, so a jitted function lowers to the kernel on a GPU and to
+the reference on a CPU from the same trace.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable
+
+import jax
+from jax import lax
+
+__all__ = [
+    "extension",
+    "extension_error",
+    "cuda_kernels_available",
+    "per_platform",
+    "ffi_call",
+    "require_extension",
+]
+
+#: Set to ``reference`` to never use the CUDA kernels (debugging, A/B comparisons).
+BACKEND_ENV = "JAX_SPARSE24_BACKEND"
+
+
+@functools.lru_cache(maxsize=None)
+def _load():
+    try:
+        from jax_sparse24 import _sparse24_ffi  # type: ignore[attr-defined]
+    except ImportError as e:  # not built (no nvcc at install time) or not loadable
+        return None, f"the CUDA extension jax_sparse24._sparse24_ffi is not available ({e})"
+    for name, capsule in _sparse24_ffi.registrations().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    return _sparse24_ffi, None
+
+
+def extension():
+    """The loaded extension module with its FFI targets registered, or ``None``."""
+    return _load()[0]
+
+
+def extension_error() -> str | None:
+    """Why the extension is unavailable (``None`` when it loaded)."""
+    return _load()[1]
+
+
+def require_extension():
+    """The extension, or a ``RuntimeError`` saying why it is missing and how to build it."""
+    ext, err = _load()
+    if ext is None:
+        raise RuntimeError(
+            f"jax_sparse24: {err}. Reinstall on a machine with nvcc 13 and a CUDA-enabled jaxlib: "
+            "JAX_SPARSE24_CUDA=ON pip install -e '.[gpu]' (see README, 'GPU build')."
+        )
+    return ext
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_present() -> bool:
+    try:
+        return any(d.platform == "gpu" for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+def cuda_kernels_available() -> bool:
+    """True when the extension is built, a CUDA device is visible and kernels are not disabled."""
+    if os.environ.get(BACKEND_ENV, "").lower() == "reference":
+        return False
+    return _gpu_present() and extension() is not None
+
+
+def per_platform(reference_fn: Callable[..., Any], cuda_fn: Callable[..., Any] | None, *args):
+    """Apply ``reference_fn`` on CPU (and any non-CUDA platform) and ``cuda_fn`` on CUDA.
+
+    ``cuda_fn`` is ``None`` when no kernel handles these arguments (shape, dtype, or the extension
+    is missing); then the reference runs everywhere. Both functions must compute the same math.
+    """
+    if cuda_fn is None or not cuda_kernels_available():
+        return reference_fn(*args)
+    return lax.platform_dependent(*args, default=reference_fn, cuda=cuda_fn)
+
+
+def ffi_call(target: str, result_shape_dtypes, *args, vmap_method: str | None = "sequential", **attrs):
+    """``jax.ffi.ffi_call`` of one of our targets (registering the extension first)."""
+    require_extension()
+    return jax.ffi.ffi_call(target, result_shape_dtypes, vmap_method=vmap_method)(*args, **attrs)

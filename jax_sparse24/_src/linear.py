@@ -1,0 +1,144 @@
+"""``sparse24_linear``: the 2:4 sparse linear layer as a ``jax.custom_vjp`` op.
+
+Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙ M``:
+
+* forward ``y = x·W̃ + b``            (W̃ is 2:4 along ``in``)
+* input grad ``∇x = ∇y·W̃ᵀ``          (2:4 along ``out`` when ``M`` is transposable)
+* weight grad ``∇W = xᵀ·MVUE(∇y)``   (MVUE groups along the token axis) or ``xᵀ·∇y`` without a
+  key; dense and straight-through to the dense master weight ``W``.
+* bias grad ``Σ_tokens ∇y``.
+
+The GEMMs go through :mod:`jax_sparse24._src.gemm`, which picks the sparse CUDA kernel or a
+dense GEMM on the masked weight per backend and shape; on a CPU they are dense ``jnp.dot``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_sparse24._src import gemm
+from jax_sparse24._src import ops
+from jax_sparse24._src import validation as v
+
+__all__ = ["sparse24_linear", "BACKENDS"]
+
+BACKENDS = gemm.BACKENDS
+
+
+class _Config(NamedTuple):
+    backend: str
+    precision: object
+    transposable: bool
+
+
+def _flatten_tokens(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+def _pad_tokens(a, multiple: int):
+    t = a.shape[0]
+    pad = (-t) % multiple
+    if pad:
+        a = jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)], axis=0)
+    return a
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _linear(x, w, mask, bias, key, cfg: _Config):
+    y, _ = _linear_fwd(x, w, mask, bias, key, cfg)
+    return y
+
+
+def _linear_fwd(x, w, mask, bias, key, cfg: _Config):
+    x2 = _flatten_tokens(x)
+    y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
+    if bias is not None:
+        y2 = y2 + bias.astype(y2.dtype)
+    y = y2.reshape(x.shape[:-1] + (w.shape[1],))
+    return y, (x, w, mask, bias, key)
+
+
+def _linear_bwd(cfg: _Config, res, g):
+    x, w, mask, bias, key = res
+    x2 = _flatten_tokens(x)
+    g2 = g.reshape(-1, g.shape[-1])
+    dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
+                          precision=cfg.precision)
+    dx = dx2.reshape(x.shape).astype(x.dtype)
+    if key is not None:
+        # MVUE groups of 4 along the token axis; zero rows pad T to a multiple of 4 exactly
+        # (a zero gradient row stays zero and meets a zero input row).
+        gp = _pad_tokens(g2, 4)
+        xp = _pad_tokens(x2, 4)
+        gs = ops.mvue24(key, gp, axis=0)
+        dw = gemm.weight_grad(xp, gs, backend=cfg.backend, precision=cfg.precision)
+    else:
+        dw = gemm.weight_grad(x2, g2, backend=cfg.backend, precision=cfg.precision)
+    dw = dw.astype(w.dtype)
+    db = None if bias is None else jnp.sum(g2, axis=0).astype(bias.dtype)
+    return dx, dw, None, db, None
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
+                    transposable: bool | None = None):
+    """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
+
+    Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
+    groups along the token axis when ``key`` is given, else ``xᵀ·∇y`` — dense, passed straight
+    through to ``w``; ``∇bias = Σ ∇y``; no gradient for ``mask`` or ``key``.
+
+    Args:
+      x: input ``(..., in)``; all leading axes are tokens.
+      w: dense weight ``(in, out)`` (Flax layout), ``in % 4 == 0``.
+      mask: ``bool`` (or 0/1) mask of ``w``'s shape, 2:4 along ``in`` (checked when concrete).
+      bias: optional ``(out,)``.
+      key: optional PRNG key; enables the MVUE weight gradient.
+      backend: ``"auto"`` (sparse CUDA kernel where it beats dense for the shape, else dense on
+        the masked weight), ``"cutlass"`` (force the sparse kernel; error if unavailable),
+        ``"dense"`` (dense GEMM on the masked weight) or ``"reference"`` (plain ``jnp``).
+      precision: ``lax.Precision`` for the dense GEMMs.
+      transposable: whether ``mask`` is also 2:4 along ``out`` (lets ``∇x`` use the sparse
+        kernel). ``None``: checked when the mask is concrete, else assumed False.
+
+    Returns:
+      ``(..., out)`` array.
+
+    >>> import jax, jax.numpy as jnp, jax_sparse24 as s24
+    >>> w = jax.random.normal(jax.random.key(0), (8, 4))
+    >>> x = jax.random.normal(jax.random.key(1), (3, 8))
+    >>> m = s24.mask24(w, axis=0)
+    >>> y = s24.sparse24_linear(x, w, m)
+    >>> bool(jnp.allclose(y, x @ (w * m)))
+    True
+    """
+    op = "sparse24_linear"
+    v.check_float(x, "x", op)
+    v.check_float(w, "w", op)
+    v.check_rank(w, 2, op, "w")
+    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
+        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
+    v.check_divisible(w, 0, 4, op, what="w axis (in)")
+    v.check_same_shape(w, mask, op, ("w", "mask"))
+    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
+        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    v.check_nm_mask_concrete(mask, 2, 4, 0, op)
+    if transposable is None:
+        transposable = False
+        if v.is_concrete(mask) and np.shape(w)[1] % 4 == 0:
+            arr = np.asarray(mask) != 0
+            transposable = bool(arr.reshape(arr.shape[0], -1, 4).sum(-1).max(initial=0) <= 2)
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        mask = mask != 0
+    cfg = _Config(backend, precision, bool(transposable))
+    return _linear(jnp.asarray(x), jnp.asarray(w), mask, None if bias is None else jnp.asarray(bias), key, cfg)

@@ -1,0 +1,166 @@
+"""Public 2:4 ops: one definition (``reference.py``), two lowerings.
+
+Each op validates its arguments at trace time (through the reference's checks), then lowers to
+the CUDA kernel on a GPU when the extension is built and the kernel supports the arguments, and
+to the reference everywhere else — chosen by ``lax.platform_dependent`` inside
+:func:`ffi.per_platform`, never by ``if gpu:`` branches.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_sparse24._src import ffi
+from jax_sparse24._src import reference
+from jax_sparse24._src import validation as v
+
+__all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
+
+_KERNEL_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+def _kernel_dtype_ok(x) -> bool:
+    return jnp.result_type(x) in [jnp.dtype(d) for d in _KERNEL_DTYPES]
+
+
+def _cuda():
+    """The CUDA wrappers module, or None when kernels cannot be used in this process."""
+    if not ffi.cuda_kernels_available():
+        return None
+    from jax_sparse24._src import cuda_mask_ops
+
+    return cuda_mask_ops
+
+
+def nm_mask(x, n: int, m: int, axis: int = -1):
+    """Boolean mask keeping the ``n`` largest ``|x|`` of every ``m`` consecutive elements along ``axis``.
+
+    Ties go to the lower index. ``m`` may be up to 32; built on ``lax.top_k``. The 2:4 case runs
+    a CUDA kernel on GPUs.
+
+    Args:
+      x: floating-point array whose ``axis`` is divisible by ``m``.
+      n: elements kept per group (``1 <= n < m``).
+      m: group size (``2 <= m <= 32``).
+      axis: grouping axis — the contraction axis of the matmul ``x`` feeds.
+
+    Returns:
+      ``bool`` array of ``x``'s shape with exactly ``n`` True per group.
+
+    Raises:
+      ValueError: non-float dtype, ``n``/``m`` out of range, or ``x.shape[axis] % m != 0``.
+
+    >>> import jax.numpy as jnp, jax_sparse24 as s24
+    >>> s24.nm_mask(jnp.array([1., -4., 2., 3., 0., 0., 5., 1.]), 1, 4)
+    Array([False,  True, False, False, False, False,  True, False], dtype=bool)
+    """
+    if (n, m) == (2, 4):
+        return mask24(x, axis)
+    return reference.nm_mask(x, n, m, axis)
+
+
+def mask24(x, axis: int = -1):
+    """2:4 magnitude mask: keep the 2 largest ``|x|`` of every 4 consecutive elements along ``axis``.
+
+    Equal to ``nm_mask(x, 2, 4, axis)``.
+
+    >>> import jax.numpy as jnp, jax_sparse24 as s24
+    >>> s24.mask24(jnp.array([[1.0, -5.0, 3.0, 0.0]]))
+    Array([[False,  True,  True, False]], dtype=bool)
+    """
+    # Validates (trace time) and defines the op; the kernel must match it exactly.
+    ref = lambda x: reference.mask24(x, axis)  # noqa: E731
+    jax.eval_shape(ref, x)
+    cuda = _cuda()
+    kernel = None
+    if cuda is not None and _kernel_dtype_ok(x):
+        kernel = lambda x: cuda.mask24_cuda(x, axis)  # noqa: E731
+    return ffi.per_platform(ref, kernel, jnp.asarray(x))
+
+
+def transposable_mask24(x):
+    """Transposable 2:4 mask of a 2-D array: 2:4 along both axes, max kept ``Σ|x|`` per 4×4 block.
+
+    Each 4×4 block gets the exact optimum over the 90 patterns with two ones in every row and
+    column (first pattern in canonical order on ties, see
+    :func:`jax_sparse24.transposable_patterns`). Use it for weights that feed both ``x·W`` (2:4
+    along ``in``) and ``∇y·Wᵀ`` (2:4 along ``out``).
+
+    Args:
+      x: floating-point array of shape (R, C), R and C divisible by 4.
+
+    Returns:
+      ``bool`` mask of shape (R, C).
+
+    >>> import jax, jax_sparse24 as s24
+    >>> m = s24.transposable_mask24(jax.random.normal(jax.random.key(0), (8, 8)))
+    >>> int(m.sum(0).max()), int(m.sum(1).max())
+    (4, 4)
+    """
+    jax.eval_shape(reference.transposable_mask24, x)
+    cuda = _cuda()
+    kernel = cuda.transposable_mask24_cuda if (cuda is not None and _kernel_dtype_ok(x)) else None
+    return ffi.per_platform(reference.transposable_mask24, kernel, jnp.asarray(x))
+
+
+def soft_threshold24(x, axis: int = -1):
+    """S-STE soft threshold along groups of 4: ``(sign(x)·max(|x| − t, 0), mask)``.
+
+    ``t`` is the 2nd smallest ``|x|`` of each group, so exactly the two largest survive, shrunk
+    by ``t``. S-STE training scales the result by a β frozen at initialisation
+    (:func:`jax_sparse24.soft_threshold_beta`) and passes gradients straight through.
+
+    Returns:
+      ``(y, mask)`` with ``y`` in ``x``'s dtype and ``mask`` the 2:4 magnitude mask.
+
+    >>> import jax.numpy as jnp, jax_sparse24 as s24
+    >>> y, m = s24.soft_threshold24(jnp.array([0.1, -3.0, 2.0, 0.5]))
+    >>> y
+    Array([ 0. , -2.5,  1.5,  0. ], dtype=float32)
+    """
+    ref = lambda x: reference.soft_threshold24(x, axis)  # noqa: E731
+    jax.eval_shape(ref, x)
+    cuda = _cuda()
+    kernel = None
+    if cuda is not None and _kernel_dtype_ok(x):
+        kernel = lambda x: cuda.soft_threshold24_cuda(x, axis)  # noqa: E731
+    return ffi.per_platform(ref, kernel, jnp.asarray(x))
+
+
+def mvue24(key, x, axis: int = -1):
+    """Unbiased stochastic 2:4 estimate of ``x`` (MVUE), groups of 4 along ``axis``.
+
+    Keeps two elements per group, drawn without replacement with probability proportional to
+    ``|x| + ε``, and rescales them by their inclusion probability so ``E[mvue24(key, x)] = x``.
+    Reproducible for a given ``key``. The CUDA kernel draws from a counter-based generator keyed
+    by ``key``, so GPU and CPU samples differ but follow the same distribution.
+
+    Args:
+      key: JAX PRNG key.
+      x: floating-point array, ``x.shape[axis] % 4 == 0``.
+      axis: grouping axis (the token axis for the weight-gradient GEMM).
+
+    >>> import jax, jax.numpy as jnp, jax_sparse24 as s24
+    >>> y = s24.mvue24(jax.random.key(0), jnp.arange(8.0))
+    >>> int((y != 0).sum())
+    4
+    """
+    ref = lambda k, x: reference.mvue24(k, x, axis)  # noqa: E731
+    jax.eval_shape(ref, key, x)
+    cuda = _cuda()
+    kernel = None
+    if cuda is not None and _kernel_dtype_ok(x):
+        kernel = lambda k, x: cuda.mvue24_cuda(k, x, axis)  # noqa: E731
+    return ffi.per_platform(ref, kernel, key, jnp.asarray(x))
+
+
+def flip_rate(old_mask, new_mask):
+    """Fraction of entries that changed between two masks (float32 scalar in [0, 1]).
+
+    >>> import jax.numpy as jnp, jax_sparse24 as s24
+    >>> float(s24.flip_rate(jnp.array([True, False, True, False]), jnp.array([True, True, False, False])))
+    0.5
+    """
+    return reference.flip_rate(old_mask, new_mask)

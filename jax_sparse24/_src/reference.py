@@ -1,0 +1,236 @@
+"""Reference implementations of every 2:4 op in plain ``jax.numpy``.
+
+These functions are the single definition of each op (see DESIGN.md "The math"). They are the
+CPU path and the oracle the CUDA kernels are tested against; the public ops in ``ops.py`` lower
+to them on every platform without a kernel. Groups are always ``m`` consecutive elements along
+``axis`` (the contraction axis of the matmul the tensor feeds).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_sparse24._src import validation as v
+
+__all__ = [
+    "nm_mask",
+    "mask24",
+    "transposable_mask24",
+    "transposable_patterns",
+    "soft_threshold24",
+    "soft_threshold_beta",
+    "mvue24",
+    "mvue24_inclusion_probabilities",
+    "flip_rate",
+    "MVUE_EPS",
+]
+
+#: Added to |g| in MVUE so an all-zero group still has a valid distribution. The CUDA kernel uses
+#: the same constant. Any positive value keeps the estimator exactly unbiased.
+MVUE_EPS = 1e-20
+
+
+def _grouped(x, axis: int, m: int):
+    """Move ``axis`` last and split it into (..., L/m, m) groups."""
+    xm = jnp.moveaxis(x, axis, -1)
+    return xm.reshape(*xm.shape[:-1], xm.shape[-1] // m, m)
+
+
+def _ungrouped(g, axis: int, shape):
+    moved_shape = tuple(np.delete(np.array(shape), axis)) + (shape[axis],)
+    return jnp.moveaxis(g.reshape(moved_shape), -1, axis)
+
+
+def nm_mask(x, n: int, m: int, axis: int = -1):
+    """Boolean mask keeping the ``n`` largest ``|x|`` of every ``m`` consecutive elements along ``axis``.
+
+    Ties are broken toward the lower index (the order ``lax.top_k`` returns). ``m`` may be up to 32.
+
+    Args:
+      x: floating-point array.
+      n: elements kept per group, ``1 <= n < m``.
+      m: group size, ``2 <= m <= 32``; ``x.shape[axis]`` must be divisible by ``m``.
+      axis: the grouping axis (the contraction axis of the matmul ``x`` feeds).
+
+    Returns:
+      A ``bool`` array of ``x``'s shape with exactly ``n`` True per group.
+
+    >>> import jax.numpy as jnp
+    >>> nm_mask(jnp.array([0.1, -3.0, 2.0, 0.5, 4.0, 0.0, -1.0, 1.0]), 2, 4)
+    Array([False,  True,  True, False,  True, False,  True, False], dtype=bool)
+    """
+    op = "nm_mask"
+    v.check_float(x, "x", op)
+    v.check_nm(n, m, op)
+    axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
+    v.check_divisible(x, axis, m, op)
+    x = jnp.asarray(x)
+    if x.size == 0:
+        return jnp.zeros(x.shape, jnp.bool_)
+    g = _grouped(jnp.abs(x), axis, m)
+    _, idx = lax.top_k(g, n)  # (..., G, n)
+    keep = jnp.any(idx[..., :, None] == jnp.arange(m, dtype=idx.dtype), axis=-2)
+    return _ungrouped(keep, axis, x.shape)
+
+
+def mask24(x, axis: int = -1):
+    """2:4 magnitude mask: ``nm_mask(x, 2, 4, axis)``.
+
+    >>> import jax.numpy as jnp
+    >>> mask24(jnp.array([[1.0, -5.0, 3.0, 0.0]]))
+    Array([[False,  True,  True, False]], dtype=bool)
+    """
+    return nm_mask(x, 2, 4, axis)
+
+
+@functools.lru_cache(maxsize=None)
+def transposable_patterns() -> np.ndarray:
+    """The 90 4×4 0/1 patterns with exactly two ones in every row and every column.
+
+    Canonical order: increasing 16-bit integer ``p`` where bit ``4*r + c`` is block element
+    ``(r, c)``. Returned as a float32 array of shape (90, 16) (row-major flattened blocks). The
+    CUDA kernel uses the same order, so ties resolve to the same (first) pattern.
+    """
+    pats = []
+    for p in range(1 << 16):
+        bits = np.array([(p >> i) & 1 for i in range(16)], dtype=np.int64).reshape(4, 4)
+        if (bits.sum(0) == 2).all() and (bits.sum(1) == 2).all():
+            pats.append(bits.reshape(16))
+    out = np.array(pats, dtype=np.float32)
+    assert out.shape == (90, 16)
+    return out
+
+
+def transposable_mask24(x):
+    """Transposable 2:4 mask of a 2-D array: both the mask and its transpose are 2:4.
+
+    For every 4×4 block the pattern (out of the 90 with two ones in every row and column) with
+    the largest kept ``Σ|x|`` is chosen exactly, by scoring all 90 with one matmul
+    ``(blocks × 16) @ (16 × 90)`` and taking the first argmax.
+
+    Args:
+      x: floating-point array of shape (R, C) with R and C divisible by 4.
+
+    Returns:
+      ``bool`` mask of shape (R, C), 2:4 along axis 0 and along axis 1.
+    """
+    op = "transposable_mask24"
+    v.check_float(x, "x", op)
+    v.check_rank(x, 2, op)
+    v.check_divisible(x, 0, 4, op)
+    v.check_divisible(x, 1, 4, op)
+    x = jnp.asarray(x)
+    r, c = x.shape
+    if x.size == 0:
+        return jnp.zeros(x.shape, jnp.bool_)
+    blocks = jnp.abs(x).astype(jnp.float32).reshape(r // 4, 4, c // 4, 4).transpose(0, 2, 1, 3)
+    blocks = blocks.reshape(-1, 16)
+    pats = jnp.asarray(transposable_patterns())
+    scores = jnp.dot(blocks, pats.T, precision=lax.Precision.HIGHEST)  # (blocks, 90)
+    best = jnp.argmax(scores, axis=-1)
+    chosen = pats[best] > 0.5
+    return chosen.reshape(r // 4, c // 4, 4, 4).transpose(0, 2, 1, 3).reshape(r, c)
+
+
+def soft_threshold24(x, axis: int = -1):
+    """S-STE soft threshold: ``S(x) = sign(x) * max(|x| - t, 0)`` with t the 2nd smallest ``|x|`` per group of 4.
+
+    Returns:
+      ``(y, mask)``: ``y`` has ``x``'s dtype and is non-zero only where ``mask`` (the 2:4
+      magnitude mask of ``x``) is True; the math is done in float32.
+    """
+    op = "soft_threshold24"
+    v.check_float(x, "x", op)
+    axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
+    v.check_divisible(x, axis, 4, op)
+    x = jnp.asarray(x)
+    mask = mask24(x, axis)
+    if x.size == 0:
+        return x, mask
+    g = _grouped(jnp.abs(x).astype(jnp.float32), axis, 4)
+    t = jnp.sort(g, axis=-1)[..., 1:2]
+    t = _ungrouped(jnp.broadcast_to(t, g.shape), axis, x.shape)
+    xf = x.astype(jnp.float32)
+    y = jnp.where(mask, jnp.sign(xf) * (jnp.abs(xf) - t), 0.0).astype(x.dtype)
+    return y, mask
+
+
+def soft_threshold_beta(w, axis: int = -1):
+    """S-STE scale β = ⟨w, S(w)⟩ / ⟨S(w), S(w)⟩ (computed once at initialisation, then frozen)."""
+    s, _ = soft_threshold24(w, axis)
+    wf, sf = jnp.asarray(w, jnp.float32), s.astype(jnp.float32)
+    den = jnp.vdot(sf, sf)
+    return jnp.where(den > 0, jnp.vdot(wf, sf) / jnp.where(den > 0, den, 1.0), 1.0)
+
+
+def mvue24_inclusion_probabilities(a):
+    """Inclusion probability of each element of groups of 4 weights ``a > 0`` (last axis).
+
+    ``p_i = a_i/S + Σ_{j≠i} (a_j/S) · a_i/(S − a_j)``. Every factor is computed as a ratio ≤ 1
+    (``S − a_j`` as the sum of the other three), so nothing overflows for any positive ``a``.
+    """
+    s = jnp.sum(a, axis=-1, keepdims=True)
+    p_first = a / s  # (..., 4)
+    rest = s - a  # sum of the other three, >= a_i for i != j
+    # second[i] = Σ_{j≠i} (a_j/S) · a_i / rest_j
+    ratio = a[..., :, None] / rest[..., None, :]  # [i, j] = a_i / rest_j
+    eye = jnp.eye(4, dtype=bool)
+    second = jnp.sum(jnp.where(eye, 0.0, ratio * p_first[..., None, :]), axis=-1)
+    return p_first + second
+
+
+def mvue24(key, x, axis: int = -1):
+    """Unbiased 2:4 estimate of ``x`` (minimum-variance unbiased estimator, DESIGN.md "MVUE 2:4").
+
+    Per group of 4 along ``axis``: ``a_i = |x_i| + ε``; draw ``i`` with probability ``a_i/S``,
+    then ``j ≠ i`` with probability ``a_j/(S − a_i)``; output ``x_i / p_i`` at the two kept
+    positions and 0 elsewhere, so ``E[out] = x``. Reproducible for a given ``key``.
+
+    Args:
+      key: a JAX PRNG key (typed or raw uint32).
+      x: floating-point array; ``x.shape[axis]`` divisible by 4.
+      axis: the grouping axis.
+    """
+    op = "mvue24"
+    v.check_float(x, "x", op)
+    axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
+    v.check_divisible(x, axis, 4, op)
+    x = jnp.asarray(x)
+    if x.size == 0:
+        return x
+    g = _grouped(x.astype(jnp.float32), axis, 4)
+    a = jnp.abs(g) + MVUE_EPS
+    s = jnp.sum(a, axis=-1, keepdims=True)
+    u = jax.random.uniform(key, g.shape[:-1] + (2,), dtype=jnp.float32)
+    lane = jnp.arange(4)
+    # first draw: i = number of cumulative weights <= u1 * S (clamped to the last lane)
+    c1 = jnp.cumsum(a, axis=-1)
+    i = jnp.minimum(jnp.sum(c1 <= u[..., :1] * s, axis=-1), 3)
+    # second draw among the others, with weights a_j / (S - a_i)
+    a2 = jnp.where(lane == i[..., None], 0.0, a)
+    s2 = jnp.sum(a2, axis=-1, keepdims=True)
+    c2 = jnp.cumsum(a2, axis=-1)
+    j = jnp.sum(c2 <= u[..., 1:] * s2, axis=-1)
+    last_other = jnp.where(i == 3, 2, 3)
+    j = jnp.minimum(j, last_other)
+    j = jnp.where(j == i, last_other, j)  # unreachable except through rounding; keeps j != i
+    kept = (lane == i[..., None]) | (lane == j[..., None])
+    p = mvue24_inclusion_probabilities(a)
+    out = jnp.where(kept & (g != 0), g / jnp.where(kept, p, 1.0), 0.0)
+    return _ungrouped(out, axis, x.shape).astype(x.dtype)
+
+
+def flip_rate(old_mask, new_mask):
+    """Fraction of mask entries that differ between two masks of the same shape (float32 scalar)."""
+    op = "flip_rate"
+    v.check_same_shape(old_mask, new_mask, op, ("old_mask", "new_mask"))
+    old = jnp.asarray(old_mask) != 0
+    new = jnp.asarray(new_mask) != 0
+    if old.size == 0:
+        return jnp.float32(0.0)
+    return jnp.mean(old != new, dtype=jnp.float32)

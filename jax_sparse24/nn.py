@@ -1,0 +1,304 @@
+"""Flax linen layers for 2:4 sparse training.
+
+:class:`Sparse24Dense` is a drop-in for ``flax.linen.Dense``: same fields, same parameter tree
+(``kernel`` of shape (in, out), ``bias``). Sparsity state — masks, the S-STE scale β, the mask
+refresh period — lives in the non-parameter collection ``"sparsity"`` (:data:`SPARSITY`), never
+in ``params``, so optimizers and checkpoints of ``params`` are unchanged. A train step refreshes
+the masks from the current params with :func:`refresh_masks` (which returns the flip rate) and
+hands them to :func:`jax_sparse24.optim.masked_decay` through :func:`masks_for_params`.
+
+Typical use::
+
+    model = MLP(...)                      # uses Sparse24Dense(features, method="srste")
+    variables = model.init(key, x)        # {"params": ..., "sparsity": ...}
+    y = model.apply(variables, x, rngs={"mvue": step_key})
+    sparsity, flips = refresh_masks(variables["params"], variables["sparsity"], step=step)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from flax.linen.dtypes import promote_dtype
+from jax import lax
+
+from jax_sparse24._src import ops
+from jax_sparse24._src import reference
+from jax_sparse24._src.linear import BACKENDS, sparse24_linear
+
+__all__ = [
+    "Sparse24Dense",
+    "SPARSITY",
+    "METHODS",
+    "refresh_masks",
+    "masks_for_params",
+    "apply_masks",
+]
+
+#: Name of the Flax collection holding masks, β and refresh periods.
+SPARSITY = "sparsity"
+#: Training methods of :class:`Sparse24Dense`.
+METHODS = ("srste", "ste", "soft", "dense")
+#: Name of the RNG stream used for the MVUE weight gradient.
+MVUE_RNG = "mvue"
+
+_TMASK = "transposable_mask"  # 2:4 along in and out (SR-STE with transposable=True)
+_MASK = "mask"  # 2:4 along in
+_EVERY = "mask_every"
+_BETA = "beta"
+
+default_kernel_init = nn.initializers.lecun_normal()
+
+
+class Sparse24Dense(nn.Module):
+    """A 2:4 sparse ``Dense`` layer for training (drop-in for ``flax.linen.Dense``).
+
+    The weight used in the matmul is 2:4 along ``in`` (groups of 4 consecutive input features);
+    gradients reach the dense ``kernel`` straight through. ``method`` selects the recipe:
+
+    * ``"srste"`` — hard mask kept in ``sparsity/transposable_mask`` (or ``sparsity/mask`` with
+      ``transposable=False``), recomputed from the kernel by :func:`refresh_masks` every
+      ``mask_every`` optimizer steps; pair with :func:`jax_sparse24.optim.masked_decay`.
+      Transposable masks let ``∇x`` use the sparse kernel too (transposable SR-STE, ICML'24).
+    * ``"ste"`` — hard 2:4 magnitude mask recomputed from the kernel on every call.
+    * ``"soft"`` — S-STE: ``β·S(kernel)`` with the soft threshold ``S`` and β frozen at init.
+    * ``"dense"`` — plain dense layer (e.g. a dense fine-tune, or a baseline).
+
+    With ``mvue=True`` and an ``"mvue"`` RNG stream passed to ``apply`` the weight gradient is
+    ``xᵀ·MVUE(∇y)``; without the stream (evaluation) it is ``xᵀ·∇y``.
+
+    Attributes:
+      features: number of output features.
+      use_bias: whether to add a bias.
+      dtype: computation dtype (``None``: inferred from inputs and params).
+      param_dtype: dtype of ``kernel`` and ``bias``.
+      precision: ``lax.Precision`` of the matmuls.
+      kernel_init: initializer of the (in, out) kernel.
+      bias_init: initializer of the bias.
+      method: one of ``"srste"``, ``"ste"``, ``"soft"``, ``"dense"``.
+      mvue: use the MVUE weight gradient when an ``"mvue"`` RNG is given.
+      transposable: ``srste`` masks are transposable (2:4 along in and out).
+      mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
+      backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from flax import linen as nn
+    >>> x = jnp.ones((2, 16))
+    >>> v = Sparse24Dense(8).init(jax.random.key(0), x)
+    >>> jax.tree_util.tree_map(jnp.shape, v["params"])
+    {'bias': (8,), 'kernel': (16, 8)}
+    >>> jax.tree_util.tree_map(jnp.shape, v["sparsity"])
+    {'mask_every': (), 'transposable_mask': (16, 8)}
+    >>> jax.tree_util.tree_map(jnp.shape, nn.Dense(8).init(jax.random.key(0), x)["params"])
+    {'bias': (8,), 'kernel': (16, 8)}
+    """
+
+    features: int
+    use_bias: bool = True
+    dtype: Optional[Any] = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Callable = default_kernel_init
+    bias_init: Callable = nn.initializers.zeros_init()
+    method: str = "srste"
+    mvue: bool = True
+    transposable: bool = True
+    mask_every: int = 40
+    backend: str = "auto"
+
+    @nn.compact
+    def __call__(self, inputs, *, sparse: bool | jax.Array | None = None):
+        """Apply the layer.
+
+        Args:
+          inputs: ``(..., in)`` with ``in % 4 == 0``.
+          sparse: run sparse (True) or dense (False). A traced boolean (e.g. from
+            :func:`jax_sparse24.optim.is_sparse_phase` or a fine-tune schedule) selects at run
+            time with ``lax.cond``. ``None``: sparse unless ``method == "dense"``.
+        """
+        if self.method not in METHODS:
+            raise ValueError(f"Sparse24Dense: method must be one of {METHODS}, got {self.method!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"Sparse24Dense: backend must be one of {BACKENDS}, got {self.backend!r}")
+        in_features = jnp.shape(inputs)[-1]
+        if self.method != "dense" and in_features % 4:
+            raise ValueError(
+                f"Sparse24Dense {self.name or ''}: the input feature size must be divisible by 4 "
+                f"(2:4 groups along in), got inputs of shape {jnp.shape(inputs)}"
+            )
+        kernel = self.param("kernel", self.kernel_init, (in_features, self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+
+        # Sparsity state (created at init from the initial kernel).
+        state = {}
+        if self.method == "srste":
+            if self.transposable and self.features % 4:
+                raise ValueError(
+                    f"Sparse24Dense {self.name or ''}: transposable masks need features divisible "
+                    f"by 4, got features={self.features}; use transposable=False"
+                )
+            name = _TMASK if self.transposable else _MASK
+            self._require_sparsity(name)
+            state["mask"] = self.variable(
+                SPARSITY, name,
+                lambda: ops.transposable_mask24(kernel) if self.transposable else ops.mask24(kernel, axis=0),
+            ).value
+            self.variable(SPARSITY, _EVERY, lambda: jnp.asarray(self.mask_every, jnp.int32))
+        elif self.method == "soft":
+            self._require_sparsity(_BETA)
+            state["beta"] = self.variable(
+                SPARSITY, _BETA, lambda: reference.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
+            ).value
+
+        inputs, kernel_c, bias_c = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        key = None
+        if self.mvue and self.method != "dense" and self.has_rng(MVUE_RNG) and not self.is_initializing():
+            key = self.make_rng(MVUE_RNG)
+
+        def dense_fn(x, w, b):
+            y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision)
+            return y if b is None else y + jnp.reshape(b, (1,) * (y.ndim - 1) + (-1,))
+
+        def sparse_fn(x, w, b):
+            if self.method == "srste":
+                mask = state["mask"]
+                return sparse24_linear(x, w, mask, b, key=key, backend=self.backend, precision=self.precision,
+                                       transposable=self.transposable)
+            if self.method == "ste":
+                mask = lax.stop_gradient(ops.mask24(w, axis=0))
+                return sparse24_linear(x, w, mask, b, key=key, backend=self.backend, precision=self.precision,
+                                       transposable=False)
+            # soft: β·S(w), straight-through to w.
+            s, mask = ops.soft_threshold24(w, axis=0)
+            w_eff = (state["beta"] * s.astype(jnp.float32)).astype(w.dtype)
+            w_st = w + lax.stop_gradient(w_eff - w)
+            return sparse24_linear(x, w_st, lax.stop_gradient(mask), b, key=key, backend=self.backend,
+                                   precision=self.precision, transposable=False)
+
+        if self.method == "dense" or sparse is False:
+            return dense_fn(inputs, kernel_c, bias_c)
+        if sparse is None or sparse is True:
+            return sparse_fn(inputs, kernel_c, bias_c)
+        sparse = jnp.asarray(sparse)
+        if sparse.shape != () or sparse.dtype != jnp.bool_:
+            raise ValueError(f"Sparse24Dense: `sparse` must be a Python bool or a scalar bool array, got {sparse!r}")
+        return lax.cond(sparse, sparse_fn, dense_fn, inputs, kernel_c, bias_c)
+
+    def _require_sparsity(self, name: str) -> None:
+        if self.is_initializing() or self.has_variable(SPARSITY, name):
+            return
+        if self.is_mutable_collection(SPARSITY):
+            return
+        raise ValueError(
+            f"Sparse24Dense {self.name or ''} (method={self.method!r}) needs '{SPARSITY}/{name}': pass "
+            f"the '{SPARSITY}' collection from model.init(...) to apply, e.g. "
+            "model.apply({'params': params, 'sparsity': sparsity}, x)"
+        )
+
+
+def _path_key(path) -> tuple:
+    return tuple(getattr(k, "key", getattr(k, "name", k)) for k in path)
+
+
+def _layer_states(sparsity):
+    """Yield (layer_path, layer_dict) for every Sparse24Dense state in a sparsity tree."""
+    def walk(node, path):
+        if isinstance(node, dict) or hasattr(node, "items"):
+            keys = set(node.keys())
+            if keys & {_TMASK, _MASK}:
+                yield path, node
+                return
+            for k, child in node.items():
+                yield from walk(child, path + (k,))
+    yield from walk(sparsity, ())
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _set(tree, path, value):
+    if not path:
+        return value
+    out = dict(tree)
+    out[path[0]] = _set(tree[path[0]], path[1:], value)
+    return out
+
+
+def refresh_masks(params, sparsity, *, step=None):
+    """Recompute every ``srste`` mask from the current kernels; return ``(sparsity, flip_rate)``.
+
+    Call once per optimizer step (not per micro-batch) after the update. With ``step`` given a
+    layer refreshes only when ``step % mask_every == 0`` (its own period, chosen with ``lax.cond``
+    so this is ``jit``-friendly); with ``step=None`` every mask is refreshed.
+
+    Args:
+      params: the model's ``params`` (kernels in Flax (in, out) layout).
+      sparsity: the model's ``"sparsity"`` collection.
+      step: optimizer step (int or scalar array) or ``None``.
+
+    Returns:
+      The new sparsity collection and the flip rate: the fraction of mask entries (over all
+      refreshed layers) that changed; 0 when no layer refreshed.
+    """
+    new = sparsity
+    flips = jnp.zeros((), jnp.float32)
+    total = jnp.zeros((), jnp.float32)
+    for path, layer in _layer_states(sparsity):
+        kernel = _get(params, path)["kernel"]
+        name = _TMASK if _TMASK in layer else _MASK
+        old = layer[name]
+        fresh = ops.transposable_mask24(kernel) if name == _TMASK else ops.mask24(kernel, axis=0)
+        if step is None:
+            do = jnp.asarray(True)
+        else:
+            every = jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)
+            do = (jnp.asarray(step, jnp.int32) % every) == 0
+        mask = jnp.where(do, fresh, old)
+        flips = flips + jnp.where(do, jnp.sum(mask != old, dtype=jnp.float32), 0.0)
+        total = total + jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0)
+        layer_new = dict(layer)
+        layer_new[name] = mask
+        new = _set(new, path, layer_new)
+    rate = jnp.where(total > 0, flips / jnp.maximum(total, 1.0), 0.0)
+    return new, rate
+
+
+def masks_for_params(params, sparsity):
+    """A params-shaped tree with the ``srste`` mask at each such layer's ``kernel`` and ``None`` elsewhere.
+
+    This is what :func:`jax_sparse24.optim.masked_decay` takes as ``masks=``.
+    """
+    masks = {}
+    for path, layer in _layer_states(sparsity):
+        name = _TMASK if _TMASK in layer else _MASK
+        masks[path] = layer[name]
+
+    def pick(path, leaf):
+        p = _path_key(path)
+        if p and p[-1] == "kernel" and p[:-1] in masks:
+            return masks[p[:-1]]
+        return None
+
+    return jax.tree_util.tree_map_with_path(pick, params)
+
+
+def apply_masks(params, sparsity):
+    """Params with every ``srste`` kernel multiplied by its mask (the deployed sparse weights)."""
+    masks = {}
+    for path, layer in _layer_states(sparsity):
+        masks[path] = layer[_TMASK if _TMASK in layer else _MASK]
+
+    def apply(path, leaf):
+        p = _path_key(path)
+        if p and p[-1] == "kernel" and p[:-1] in masks:
+            return jnp.where(masks[p[:-1]], leaf, jnp.zeros((), leaf.dtype))
+        return leaf
+
+    return jax.tree_util.tree_map_with_path(apply, params)

@@ -1,0 +1,66 @@
+// Shared aliases and error helpers for the jax_sparse24 XLA FFI handlers.
+//
+// Every CUDA call and every kernel launch is checked; a failure becomes an ffi::Error whose
+// message names the call, so JAX raises it as a Python exception (never a crash).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_sparse24 {
+
+namespace ffi = xla::ffi;
+
+inline ffi::Error InvalidArgument(const std::string& msg) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_sparse24: " + msg);
+}
+
+inline ffi::Error Internal(const std::string& msg) {
+  return ffi::Error(ffi::ErrorCode::kInternal, "jax_sparse24: " + msg);
+}
+
+inline ffi::Error CudaFailure(cudaError_t err, const char* what) {
+  return Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" +
+                  cudaGetErrorString(err) + ")");
+}
+
+// Returns an ffi::Error from the enclosing handler if a CUDA runtime call fails.
+#define SP24_CUDA_CHECK(expr)                                        \
+  do {                                                               \
+    cudaError_t sp24_err_ = (expr);                                  \
+    if (sp24_err_ != cudaSuccess) return ::jax_sparse24::CudaFailure(sp24_err_, #expr); \
+  } while (0)
+
+// Call right after a <<<...>>> launch: reports launch-configuration errors with the kernel name.
+#define SP24_CHECK_LAUNCH(kernel_name)                                             \
+  do {                                                                             \
+    cudaError_t sp24_err_ = cudaGetLastError();                                   \
+    if (sp24_err_ != cudaSuccess)                                                  \
+      return ::jax_sparse24::CudaFailure(sp24_err_, "launch of " kernel_name);     \
+  } while (0)
+
+// Propagates an ffi::Error returned by a helper.
+#define SP24_RETURN_IF_ERROR(expr)                   \
+  do {                                               \
+    ::xla::ffi::Error sp24_status_ = (expr);         \
+    if (sp24_status_.failure()) return sp24_status_; \
+  } while (0)
+
+inline const char* DataTypeName(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::U8: return "uint8";
+    case ffi::DataType::U16: return "uint16";
+    case ffi::DataType::U32: return "uint32";
+    default: return "unsupported dtype";
+  }
+}
+
+}  // namespace jax_sparse24

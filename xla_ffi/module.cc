@@ -1,0 +1,83 @@
+// nanobind module `jax_sparse24._sparse24_ffi`: hands the XLA FFI handlers to Python as capsules
+// (registered by jax_sparse24/_src/ffi.py with jax.ffi.register_ffi_target(platform="CUDA")) and
+// exposes the host-side helpers Python needs at trace time (compressed sizes, configurations).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "spmm_cutlass.h"
+#include "xla/ffi/api/c_api.h"
+
+namespace nb = nanobind;
+
+// Handlers defined with XLA_FFI_DEFINE_HANDLER_SYMBOL in the .cu files.
+extern "C" {
+// mask_kernels.cu
+XLA_FFI_Error* Sparse24Mask24(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24TransposableMask24(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24SoftThreshold24(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Mvue24(XLA_FFI_CallFrame* call_frame);
+// spmm_cutlass.cu
+XLA_FFI_Error* Sparse24CutlassCompress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24CutlassSpmm(XLA_FFI_CallFrame* call_frame);
+}
+
+namespace {
+
+template <typename Fn>
+nb::capsule Capsule(Fn* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, Fn, XLA_FFI_CallFrame*>,
+                "an XLA FFI handler must take an XLA_FFI_CallFrame*");
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+
+NB_MODULE(_sparse24_ffi, m) {
+  m.doc() = "jax_sparse24 CUDA kernels as XLA FFI handlers (built for sm_90a).";
+
+  m.def("registrations", []() {
+    nb::dict d;
+    d["jax_sparse24_mask24"] = Capsule(Sparse24Mask24);
+    d["jax_sparse24_transposable_mask24"] = Capsule(Sparse24TransposableMask24);
+    d["jax_sparse24_soft_threshold24"] = Capsule(Sparse24SoftThreshold24);
+    d["jax_sparse24_mvue24"] = Capsule(Sparse24Mvue24);
+    d["jax_sparse24_cutlass_compress"] = Capsule(Sparse24CutlassCompress);
+    d["jax_sparse24_cutlass_spmm"] = Capsule(Sparse24CutlassSpmm);
+    return d;
+  });
+
+  m.def(
+      "cutlass_compressed_shapes",
+      [](int64_t m_rows, int64_t k_cols, int dtype) {
+        jax_sparse24::CompressedShapes s;
+        std::string error;
+        if (!jax_sparse24::CutlassCompressedShapes(m_rows, k_cols, dtype, &s, &error)) {
+          throw nb::value_error(error.c_str());
+        }
+        return std::make_tuple(std::make_tuple(s.values_rows, s.values_cols),
+                               std::make_tuple(s.meta_rows, s.meta_cols));
+      },
+      nb::arg("m"), nb::arg("k"), nb::arg("dtype"),
+      "Shapes (values, metadata) of the CUTLASS SM90 compressed form of an m x k (K-major) 2:4 "
+      "operand; dtype 0 = bfloat16, 1 = float16. Values have the operand's dtype, metadata is uint8.");
+
+  m.def("cutlass_configs", []() { return jax_sparse24::CutlassConfigNames(); },
+        "Names of the compiled CUTLASS sparse GEMM configurations, indexed by config id.");
+
+  m.def("cutlass_default_config",
+        [](int64_t m_rows, int64_t n_cols, int64_t k_cols) {
+          return jax_sparse24::CutlassDefaultConfig(m_rows, n_cols, k_cols);
+        },
+        nb::arg("m"), nb::arg("n"), nb::arg("k"),
+        "Config id the measured table picks for an (m, n, k) sparse GEMM.");
+
+  m.def("cutlass_alignment", []() { return jax_sparse24::CutlassAlignment(); },
+        "(m, n, k) divisibility the CUTLASS sparse GEMM requires.");
+}
