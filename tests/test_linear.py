@@ -1,0 +1,130 @@
+"""sparse24_linear: forward, the custom VJP (STE / MVUE weight gradient), check_grads, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jax_sparse24 as s24
+
+
+def _setup(t=12, i=16, o=8, seed=0, dtype=jnp.float32, transposable=True):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(t, i)), dtype)
+    w = jnp.asarray(rng.normal(size=(i, o)), dtype)
+    b = jnp.asarray(rng.normal(size=(o,)), dtype)
+    m = s24.transposable_mask24(w) if transposable else s24.mask24(w, axis=0)
+    return x, w, b, m
+
+
+def test_forward_matches_masked_dense():
+    x, w, b, m = _setup()
+    y = s24.sparse24_linear(x, w, m, b)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x @ (w * m) + b), rtol=1e-5, atol=1e-5)
+
+
+def test_leading_batch_dims():
+    x, w, b, m = _setup(t=12)
+    xb = x.reshape(3, 4, 16)
+    y = s24.sparse24_linear(xb, w, m, b)
+    assert y.shape == (3, 4, 8)
+    np.testing.assert_allclose(np.asarray(y.reshape(12, 8)), np.asarray(x @ (w * m) + b), rtol=1e-5, atol=1e-5)
+
+
+def test_vjp_is_ste_without_key():
+    x, w, b, m = _setup()
+    g = jnp.asarray(np.random.default_rng(9).normal(size=(12, 8)), jnp.float32)
+    _, vjp = jax.vjp(lambda x, w, b: s24.sparse24_linear(x, w, m, b), x, w, b)
+    dx, dw, db = vjp(g)
+    np.testing.assert_allclose(np.asarray(dx), np.asarray(g @ (w * m).T), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(dw), np.asarray(x.T @ g), rtol=1e-5, atol=1e-5)  # dense: straight-through
+    np.testing.assert_allclose(np.asarray(db), np.asarray(g.sum(0)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("t", [12, 10])  # 10: tokens padded to a multiple of 4 for MVUE
+def test_vjp_weight_grad_uses_mvue_along_tokens(t):
+    x, w, b, m = _setup(t=t)
+    g = jnp.asarray(np.random.default_rng(9).normal(size=(t, 8)), jnp.float32)
+    key = jax.random.key(5)
+    _, vjp = jax.vjp(lambda x, w: s24.sparse24_linear(x, w, m, b, key=key), x, w)
+    dx, dw = vjp(g)
+    pad = (-t) % 4
+    gp = jnp.concatenate([g, jnp.zeros((pad, 8))]) if pad else g
+    xp = jnp.concatenate([x, jnp.zeros((pad, 16))]) if pad else x
+    want = xp.T @ s24.mvue24(key, gp, axis=0)
+    np.testing.assert_allclose(np.asarray(dw), np.asarray(want), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(dx), np.asarray(g @ (w * m).T), rtol=1e-5, atol=1e-5)
+
+
+def test_mvue_weight_grad_is_unbiased():
+    x, w, b, m = _setup(t=8, i=8, o=4, seed=2)
+    g = jnp.asarray(np.random.default_rng(3).normal(size=(8, 4)), jnp.float32)
+
+    def dw(key):
+        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, m, key=key), w)
+        return vjp(g)[0]
+
+    est = jax.jit(jax.vmap(dw))(jax.random.split(jax.random.key(0), 4000)).mean(0)
+    exact = x.T @ g
+    assert float(jnp.abs(est - exact).max()) < 0.15 * float(jnp.abs(exact).max())
+
+
+def test_check_grads_reference_path():
+    x, w, b, m = _setup(t=4, i=8, o=4, seed=1)
+    x, w, b = (a.astype(jnp.float64) if jax.config.jax_enable_x64 else a for a in (x, w, b))
+    # x and bias: the exact gradient.
+    check_grads(lambda x, b: s24.sparse24_linear(x, w, m, b), (x, b), order=1, modes=["rev"], atol=1e-2, rtol=1e-2)
+    # w: the STE gradient is exact for the kept entries, so parameterise w by them.
+    idx = np.nonzero(np.asarray(m))
+
+    def f(kept):
+        wk = jnp.zeros_like(w).at[idx].set(kept)
+        return s24.sparse24_linear(x, wk, m, b)
+
+    check_grads(f, (w[idx],), order=1, modes=["rev"], atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("backend", ["auto", "dense", "reference"])
+def test_backends_agree_on_cpu(backend):
+    x, w, b, m = _setup()
+    y = s24.sparse24_linear(x, w, m, b, backend=backend)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x @ (w * m) + b), rtol=1e-5, atol=1e-5)
+
+
+def test_jit_vmap_grad():
+    x, w, b, m = _setup()
+    f = jax.jit(jax.grad(lambda w, x: s24.sparse24_linear(x, w, m, b).sum()))
+    np.testing.assert_allclose(np.asarray(f(w, x)), np.asarray(x.T @ jnp.ones((12, 8))), rtol=1e-5)
+    xs = jnp.stack([x, 2 * x])
+    ys = jax.vmap(lambda x: s24.sparse24_linear(x, w, m, b))(xs)
+    np.testing.assert_allclose(np.asarray(ys[1]), np.asarray(2 * x @ (w * m) + b), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16():
+    x, w, b, m = _setup(dtype=jnp.bfloat16)
+    y = s24.sparse24_linear(x, w, m, b)
+    assert y.dtype == jnp.bfloat16
+    ref = (x.astype(jnp.float32) @ (w * m).astype(jnp.float32) + b.astype(jnp.float32))
+    assert float(jnp.linalg.norm(y.astype(jnp.float32) - ref) / jnp.linalg.norm(ref)) < 1e-2
+    dw = jax.grad(lambda w: s24.sparse24_linear(x, w, m, b).astype(jnp.float32).sum())(w)
+    assert dw.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda x, w, m: s24.sparse24_linear(x, w, jnp.ones_like(m)), "not 2:4"),
+        (lambda x, w, m: s24.sparse24_linear(x[:, :8], w, m), "last axis must equal"),
+        (lambda x, w, m: s24.sparse24_linear(x, w[:, :6], m), "same shape"),
+        (lambda x, w, m: s24.sparse24_linear(x[:, :6], w[:6], m[:6]), r"divisible by 4.*\(6, 8\)"),
+        (lambda x, w, m: s24.sparse24_linear(x.astype(jnp.int32), w, m), "floating-point"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, jnp.ones(3)), "bias must have shape"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, backend="magic"), "backend must be"),
+        (lambda x, w, m: s24.sparse24_linear(x, w[None], m), "rank 2"),
+    ],
+)
+def test_bad_input(call, match):
+    x, w, b, m = _setup()
+    with pytest.raises(ValueError, match=match):
+        call(x, w, m)

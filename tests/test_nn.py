@@ -1,0 +1,190 @@
+"""Sparse24Dense: drop-in param tree, methods, sparsity collection, mask refresh, training."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+import jax_sparse24 as s24
+from jax_sparse24.nn import Sparse24Dense, apply_masks, masks_for_params, refresh_masks
+
+
+def _x(shape=(6, 16), seed=0):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+@pytest.mark.parametrize("method", ["srste", "ste", "soft", "dense"])
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_param_tree_identical_to_dense(method, use_bias):
+    x = _x()
+    ours = Sparse24Dense(8, use_bias=use_bias, method=method).init(jax.random.key(0), x)["params"]
+    theirs = nn.Dense(8, use_bias=use_bias).init(jax.random.key(0), x)["params"]
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs)
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # same init too
+
+
+def test_dense_method_equals_nn_dense():
+    x = _x()
+    v = nn.Dense(8).init(jax.random.key(0), x)
+    np.testing.assert_allclose(
+        np.asarray(Sparse24Dense(8, method="dense").apply(v, x)), np.asarray(nn.Dense(8).apply(v, x)), rtol=1e-6
+    )
+
+
+def test_srste_forward_uses_the_stored_transposable_mask():
+    x = _x()
+    layer = Sparse24Dense(8)
+    v = layer.init(jax.random.key(0), x)
+    m = v["sparsity"]["transposable_mask"]
+    k, b = v["params"]["kernel"], v["params"]["bias"]
+    np.testing.assert_array_equal(np.asarray(m), np.asarray(s24.transposable_mask24(k)))
+    np.testing.assert_allclose(np.asarray(layer.apply(v, x)), np.asarray(x @ (k * m) + b), rtol=1e-5, atol=1e-6)
+    # the stored mask, not a fresh one, is used
+    v2 = {"params": {"kernel": -k, "bias": b}, "sparsity": v["sparsity"]}
+    np.testing.assert_allclose(np.asarray(layer.apply(v2, x)), np.asarray(x @ (-k * m) + b), rtol=1e-5, atol=1e-6)
+
+
+def test_ste_recomputes_and_soft_uses_frozen_beta():
+    x = _x()
+    v = Sparse24Dense(8, method="ste").init(jax.random.key(0), x)
+    k, b = v["params"]["kernel"], v["params"]["bias"]
+    y = Sparse24Dense(8, method="ste").apply(v, x)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x @ (k * s24.mask24(k, axis=0)) + b), rtol=1e-5, atol=1e-6)
+    vs = Sparse24Dense(8, method="soft").init(jax.random.key(0), x)
+    beta = vs["sparsity"]["beta"]
+    np.testing.assert_allclose(float(beta), float(s24.soft_threshold_beta(k, axis=0)), rtol=1e-6)
+    s, _ = s24.soft_threshold24(k, axis=0)
+    ys = Sparse24Dense(8, method="soft").apply(vs, x)
+    np.testing.assert_allclose(np.asarray(ys), np.asarray(x @ (beta * s) + b), rtol=1e-5, atol=1e-5)
+    # straight-through: gradient wrt kernel is x^T g, not masked
+    g = jax.grad(lambda p: Sparse24Dense(8, method="soft").apply({**vs, "params": p}, x).sum())(vs["params"])
+    np.testing.assert_allclose(np.asarray(g["kernel"]), np.asarray(x.T @ jnp.ones((6, 8))), rtol=1e-5)
+
+
+def test_sparse_flag_static_and_traced():
+    x = _x()
+    layer = Sparse24Dense(8)
+    v = layer.init(jax.random.key(0), x)
+    k, b = v["params"]["kernel"], v["params"]["bias"]
+    dense = x @ k + b
+    sparse = layer.apply(v, x)
+    np.testing.assert_allclose(np.asarray(layer.apply(v, x, sparse=False)), np.asarray(dense), rtol=1e-5, atol=1e-6)
+    f = jax.jit(lambda v, s: layer.apply(v, x, sparse=s))
+    np.testing.assert_allclose(np.asarray(f(v, jnp.asarray(False))), np.asarray(dense), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(v, jnp.asarray(True))), np.asarray(sparse), rtol=1e-5, atol=1e-6)
+
+
+def test_mvue_rng_changes_weight_grad_only():
+    x = _x((8, 16))
+    layer = Sparse24Dense(8)
+    v = layer.init(jax.random.key(0), x)
+
+    def grads(rngs):
+        return jax.grad(lambda p, x: (layer.apply({**v, "params": p}, x, rngs=rngs) ** 2).sum(), argnums=(0, 1))(
+            v["params"], x)
+
+    (gp0, gx0), (gp1, gx1) = grads({}), grads({"mvue": jax.random.key(1)})
+    np.testing.assert_allclose(np.asarray(gx0), np.asarray(gx1), rtol=1e-5)
+    assert not np.allclose(np.asarray(gp0["kernel"]), np.asarray(gp1["kernel"]))
+    nz = (np.asarray(gp1["kernel"]) != 0).mean()
+    assert nz > 0.5  # xᵀ·MVUE(∇y) is dense
+
+
+def test_refresh_masks_and_flip_rate():
+    x = _x()
+    v = Sparse24Dense(8, mask_every=5).init(jax.random.key(0), x)
+    params = jax.tree_util.tree_map(lambda a: a + 0.3 * jnp.asarray(
+        np.random.default_rng(1).normal(size=a.shape), a.dtype), v["params"])
+    new, rate = refresh_masks(params, v["sparsity"], step=3)  # 3 % 5 != 0: no refresh
+    assert float(rate) == 0.0
+    np.testing.assert_array_equal(np.asarray(new["transposable_mask"]), np.asarray(v["sparsity"]["transposable_mask"]))
+    new, rate = jax.jit(refresh_masks)(params, v["sparsity"], step=10)
+    fresh = s24.transposable_mask24(params["kernel"])
+    np.testing.assert_array_equal(np.asarray(new["transposable_mask"]), np.asarray(fresh))
+    want = float(s24.flip_rate(v["sparsity"]["transposable_mask"], fresh))
+    assert float(rate) == pytest.approx(want) and want > 0
+
+
+def test_masks_for_params_and_apply_masks_in_a_model():
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(Sparse24Dense(16, name="up")(x))
+            x = Sparse24Dense(8, transposable=False, name="down")(x)
+            return nn.Dense(4, name="head")(x)
+
+    x = _x()
+    v = MLP().init(jax.random.key(0), x)
+    masks = masks_for_params(v["params"], v["sparsity"])
+    assert masks["up"]["kernel"].shape == (16, 16) and masks["down"]["kernel"].shape == (16, 8)
+    assert masks["head"]["kernel"] is None and masks["up"]["bias"] is None
+    pruned = apply_masks(v["params"], v["sparsity"])
+    np.testing.assert_array_equal(np.asarray(pruned["down"]["kernel"] != 0), np.asarray(v["sparsity"]["down"]["mask"]))
+    np.testing.assert_array_equal(np.asarray(pruned["head"]["kernel"]), np.asarray(v["params"]["head"]["kernel"]))
+    new, rate = refresh_masks(v["params"], v["sparsity"])
+    assert float(rate) == 0.0  # unchanged params: same masks
+
+
+class _TinyMLP(nn.Module):
+    method: str
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.gelu(Sparse24Dense(64, method=self.method, mask_every=10)(x))
+        return Sparse24Dense(4, method=self.method, transposable=False, mask_every=10)(x)
+
+
+@pytest.mark.parametrize("method", ["srste", "ste", "soft", "dense"])
+def test_tiny_mlp_training_loss_falls(method):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(256, 16)), jnp.float32)
+    w_true = jnp.asarray(rng.normal(size=(16, 4)), jnp.float32)
+    y = jnp.tanh(x @ w_true)
+    model = _TinyMLP(method)
+    v = model.init(jax.random.key(0), x)
+    params, sparsity = v["params"], v.get("sparsity", {})
+    tx = optax.adam(3e-3)
+    opt = tx.init(params)
+
+    @jax.jit
+    def step(params, sparsity, opt, i):
+        def loss_fn(p):
+            pred = model.apply({"params": p, "sparsity": sparsity}, x, rngs={"mvue": jax.random.fold_in(jax.random.key(1), i)})
+            return jnp.mean((pred - y) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(params)
+        upd, opt = tx.update(g, opt, params)
+        params = optax.apply_updates(params, upd)
+        sparsity, _ = refresh_masks(params, sparsity, step=i + 1)
+        return params, sparsity, opt, loss
+
+    losses = []
+    for i in range(150):
+        params, sparsity, opt, loss = step(params, sparsity, opt, i)
+        losses.append(float(loss))
+    assert np.isfinite(losses).all()
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5]), (losses[:5], losses[-10:])
+
+
+@pytest.mark.parametrize(
+    "make,x,match",
+    [
+        (lambda: Sparse24Dense(8), jnp.ones((2, 6)), "divisible by 4"),
+        (lambda: Sparse24Dense(6), jnp.ones((2, 8)), "features divisible by 4"),
+        (lambda: Sparse24Dense(8, method="magic"), jnp.ones((2, 8)), "method must be one of"),
+        (lambda: Sparse24Dense(8, backend="magic"), jnp.ones((2, 8)), "backend must be one of"),
+    ],
+)
+def test_bad_config(make, x, match):
+    with pytest.raises(ValueError, match=match):
+        make().init(jax.random.key(0), x)
+
+
+def test_missing_sparsity_collection_is_a_clear_error():
+    x = _x()
+    v = Sparse24Dense(8).init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="needs 'sparsity/transposable_mask'"):
+        Sparse24Dense(8).apply({"params": v["params"]}, x)
