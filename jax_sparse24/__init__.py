@@ -18,7 +18,7 @@ from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_thres
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 
-from jax_sparse24 import nn  # noqa: E402  (submodules users reach as jax_sparse24.nn / .optim)
+from jax_sparse24 import nn, optim  # noqa: E402  (submodules: jax_sparse24.nn, jax_sparse24.optim)
 
 __version__ = "0.1.0"
 
@@ -43,10 +43,3 @@ __all__ = [
     "transposable_patterns",
 ]
 
-
-def __getattr__(name):  # lazy: optim imports optax
-    if name == "optim":
-        import importlib
-
-        return importlib.import_module("jax_sparse24.optim")
-    raise AttributeError(f"module 'jax_sparse24' has no attribute {name!r}")

@@ -4,19 +4,36 @@
 ``input_grad``   ∇x = ∇y · (W ⊙ M)ᵀ        (T, O) · (O, I)
 ``weight_grad``  ∇W = xᵀ · G               (I, T) · (T, O), G = ∇y or MVUE(∇y)
 
-Backends: ``reference`` (plain ``jnp``), ``dense`` (dense GEMM on the masked weight — the same
-math as the sparse kernel), ``cutlass`` (the SM90 sparse tensor-core kernel; error where it
-cannot run) and ``auto`` (the sparse kernel where the measured table says it beats dense for the
-shape, else ``dense``; on a CPU always the dense GEMM).
+Backends:
+
+* ``reference`` — plain ``jnp.dot`` on the masked weight, every platform;
+* ``dense``     — the same dense GEMM on the masked weight (the math of the sparse kernel);
+* ``cutlass``   — the SM90 sparse tensor-core GEMM on a GPU (the reference on a CPU); raises if the
+  extension is missing or the shape/dtype is unsupported;
+* ``auto``      — ``cutlass`` where the measured table (:data:`SPARSE_WINS`) says the sparse kernel,
+  compression included, beats XLA's dense GEMM for the shape, else ``dense``.
+
+Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
+``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
+``∇x (T, I) = ∇y · W̃ᵀ`` is D(I×T) = W̃(I×O) · ∇yᵀ (needs W̃ 2:4 along O: a transposable mask).
 """
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 
-__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "masked_weight"]
+from jax_sparse24._src import ffi
+
+__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "masked_weight", "choose", "SPARSE_WINS"]
 
 BACKENDS = ("auto", "cutlass", "dense", "reference")
+
+#: Measured (M, N, K) → speedup of the sparse GEMM *including* the per-call weight compression
+#: over the faster of XLA's dense GEMMs, on an H100 (benchmarks/results/spmm.json). ``auto`` uses
+#: the sparse kernel for a shape when the nearest measured shape (log-distance) shows > 1.0.
+SPARSE_WINS: dict[tuple[int, int, int], float] = {}
 
 
 def masked_weight(w, mask):
@@ -27,14 +44,80 @@ def _dot(a, b, precision):
     return jnp.dot(a, b, precision=precision)
 
 
+def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
+    if ffi.extension() is None:
+        return False
+    from jax_sparse24._src import cuda_spmm_ops
+
+    return cuda_spmm_ops.cutlass_supports(m, n, k, dtype)
+
+
+def _table_says_sparse(m: int, n: int, k: int) -> bool:
+    if not SPARSE_WINS:
+        return False
+    key = min(SPARSE_WINS, key=lambda s: sum(abs(math.log(a / b)) for a, b in zip(s, (m, n, k))))
+    return SPARSE_WINS[key] > 1.0
+
+
+def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
+    """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"`` or ``"dense"``/``"reference"``."""
+    if backend in ("dense", "reference"):
+        return backend
+    ok = _cutlass_ok(m, n, k, dtype)
+    if backend == "cutlass":
+        if not ok:
+            reason = ffi.extension_error() or (
+                f"the CUTLASS sparse GEMM does not support m={m}, n={n}, k={k}, dtype={jnp.dtype(dtype)} "
+                "(bfloat16/float16 only; alignment in jax_sparse24._src.cuda_spmm_ops.cutlass_alignment())")
+            raise RuntimeError(f"backend='cutlass': {reason}")
+        return "cutlass"
+    # auto
+    if ok and ffi.cuda_kernels_available() and _table_says_sparse(m, n, k):
+        return "cutlass"
+    return "dense"
+
+
 def forward(x2, w, mask, *, backend: str, precision=None):
-    return _dot(x2, masked_weight(w, mask).astype(jnp.result_type(x2, w)), precision)
+    dtype = jnp.result_type(x2, w)
+    wm = masked_weight(w, mask).astype(dtype)
+    x2 = x2.astype(dtype)
+    t, i = x2.shape
+    o = w.shape[1]
+    dense = lambda x2, wm: _dot(x2, wm, precision)  # noqa: E731
+    if choose(backend, o, t, i, dtype) != "cutlass":
+        return dense(x2, wm)
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    def sparse(x2, wm):
+        values, meta = cs.cutlass_compress(wm.T)  # W̃ᵀ (O, I), 2:4 along I
+        return cs.cutlass_spmm(values, meta, x2, m=o, k=i)  # (T, O)
+
+    return ffi.per_platform(dense, sparse, x2, wm)
 
 
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
-    del transposable
-    return _dot(g2, masked_weight(w, mask).T, precision)
+    dtype = jnp.result_type(g2, w)
+    wm = masked_weight(w, mask).astype(dtype)
+    g2 = g2.astype(dtype)
+    t, o = g2.shape
+    i = w.shape[0]
+    dense = lambda g2, wm: _dot(g2, wm.T, precision)  # noqa: E731
+    if not transposable:
+        if backend == "cutlass":
+            pass  # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
+        return dense(g2, wm)
+    if choose(backend, i, t, o, dtype) != "cutlass":
+        return dense(g2, wm)
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    def sparse(g2, wm):
+        values, meta = cs.cutlass_compress(wm)  # W̃ (I, O), 2:4 along O
+        return cs.cutlass_spmm(values, meta, g2, m=i, k=o)  # (T, I)
+
+    return ffi.per_platform(dense, sparse, g2, wm)
 
 
 def weight_grad(x2, g2, *, backend: str, precision=None):
-    return _dot(x2.T, g2, precision)
+    # Dense GEMM (xᵀ·G): the sparse weight-gradient GEMM needs a fused MVUE+compress kernel.
+    dtype = jnp.result_type(x2, g2)
+    return _dot(x2.astype(dtype).T, g2.astype(dtype), precision)
