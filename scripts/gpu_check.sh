@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Build the CUDA extension offline, run the GPU tests, compute-sanitizer and the benchmarks on a
+# Hopper machine; logs and JSON go to $OUT (default ./gpu_out).
+#
+#   bash scripts/gpu_check.sh [all|build|test|bench|sanitize ...]   (default: all)
+#
+# Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT" "$OUT/logs"
+export PYTHONUNBUFFERED=1
+STEPS=${*:-all}
+PY=${PYTHON:-python3}
+want() { [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* ]]; }
+status=0
+note() { echo "== $*" | tee -a "$OUT/logs/summary.txt"; }
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1;
+  $PY -c "import jax, jaxlib, flax, optax, nanobind, scikit_build_core as s; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__, 'nanobind', nanobind.__version__, 'skbuild', s.__version__)"; } 2>&1 | tee "$OUT/logs/env.txt"
+
+if want build; then
+  t0=$(date +%s)
+  JAX_SPARSE24_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    $PY -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/logs/build.log" 2>&1
+  rc=$?; note "build rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -60 "$OUT/logs/build.log"; status=1; }
+  $PY -c "import jax_sparse24._src.ffi as f; print('extension:', f.extension() is not None, f.extension_error() or '', 'kernels available:', f.cuda_kernels_available())" 2>&1 | tee -a "$OUT/logs/summary.txt"
+fi
+
+if want test; then
+  t0=$(date +%s)
+  $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
+  rc=$?; note "gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_tests.log")"; [ $rc -eq 0 ] || status=1
+  grep -E "^(FAILED|ERROR)" "$OUT/logs/gpu_tests.log" | head -30
+fi
+
+if want sanitize; then
+  t0=$(date +%s)
+  # memcheck on a small end-to-end run of every kernel (XLA's own allocator is left alone).
+  XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 7 \
+    $PY scripts/sanitize_smoke.py > "$OUT/logs/memcheck.log" 2>&1
+  rc=$?; note "memcheck rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck.log" | tail -1)"; [ $rc -eq 0 ] || status=1
+fi
+
+if want bench; then
+  for b in bench_mask_kernels bench_spmm; do
+    if [ -f benchmarks/$b.py ]; then
+      t0=$(date +%s)
+      $PY benchmarks/$b.py --out "$OUT" > "$OUT/logs/$b.log" 2>&1
+      rc=$?; note "$b rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -30 "$OUT/logs/$b.log"; status=1; }
+    fi
+  done
+fi
+
+echo; cat "$OUT/logs/summary.txt"
+tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$OUT/logs"
+exit $status
