@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from jax import lax
 
-from jax_sparse24._src import reference
+from jax_sparse24._src import ops
 
 __all__ = [
     "AdamWStepState",
@@ -131,9 +131,9 @@ def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bo
         if not sel:
             out.append(None)
         elif transposable:
-            out.append(reference.transposable_mask24(w))
+            out.append(ops.transposable_mask24(w))
         else:
-            out.append(reference.mask24(w, axis=0))
+            out.append(ops.mask24(w, axis=0))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 

@@ -188,3 +188,42 @@ def test_missing_sparsity_collection_is_a_clear_error():
     v = Sparse24Dense(8).init(jax.random.key(0), x)
     with pytest.raises(ValueError, match="needs 'sparsity/transposable_mask'"):
         Sparse24Dense(8).apply({"params": v["params"]}, x)
+
+
+def test_srste_recipe_with_masked_decay_shrinks_pruned_weights():
+    """The full SR-STE step: MVUE grads, masked decay with the layer's masks, refresh every 10 steps."""
+    from jax_sparse24 import optim
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(128, 16)), jnp.float32)
+    y = jnp.tanh(x @ jnp.asarray(rng.normal(size=(16, 4)), jnp.float32))
+    model = _TinyMLP("srste")
+    v = model.init(jax.random.key(0), x)
+    params, sparsity = v["params"], v["sparsity"]
+    tx = optax.chain(optim.masked_decay(0.2), optax.sgd(0.05))
+    opt = tx.init(params)
+
+    @jax.jit
+    def step(params, sparsity, opt, i):
+        loss, g = jax.value_and_grad(lambda p: jnp.mean(
+            (model.apply({"params": p, "sparsity": sparsity}, x, rngs={"mvue": jax.random.key(i)}) - y) ** 2))(params)
+        upd, opt = tx.update(g, opt, params, masks=masks_for_params(params, sparsity))
+        params = optax.apply_updates(params, upd)
+        sparsity, rate = refresh_masks(params, sparsity, step=i + 1)
+        return params, sparsity, opt, loss, rate
+
+    def pruned_norm(params, sparsity):
+        m = masks_for_params(params, sparsity)
+        k, mk = params["Sparse24Dense_0"]["kernel"], m["Sparse24Dense_0"]["kernel"]
+        return float(jnp.linalg.norm(jnp.where(mk, 0.0, k)))
+
+    before = pruned_norm(params, sparsity)
+    rates, losses = [], []
+    for i in range(60):
+        params, sparsity, opt, loss, rate = step(params, sparsity, opt, i)
+        rates.append(float(rate))
+        losses.append(float(loss))
+    assert pruned_norm(params, sparsity) < 0.8 * before
+    assert losses[-1] < losses[0]
+    assert all(r == 0.0 for j, r in enumerate(rates) if (j + 1) % 10)  # refresh only every 10 steps
+    assert 0.0 <= max(rates) < 0.5
