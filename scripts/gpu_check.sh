@@ -14,7 +14,9 @@ STEPS=${*:-all}
 PY=${PYTHON:-python3}
 want() { [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* ]]; }
 status=0
-note() { echo "== $*" | tee -a "$OUT/logs/summary.txt"; }
+note() { echo "== $*" | tee -a "$OUT/logs/summary.txt"; tar -C "$OUT" -czf "$OUT/logs.tgz" logs; }
+BENCHES=${BENCHES:-"bench_spmm bench_mask_kernels"}
+BENCH_ARGS=${BENCH_ARGS:-}
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -34,27 +36,27 @@ fi
 
 if want test; then
   t0=$(date +%s)
-  $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
+  timeout ${TEST_TIMEOUT:-240} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
   rc=$?; note "gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_tests.log")"; [ $rc -eq 0 ] || status=1
   grep -E "^(FAILED|ERROR)" "$OUT/logs/gpu_tests.log" | head -30
+fi
+
+if want bench; then
+  for b in $BENCHES; do
+    if [ -f benchmarks/$b.py ]; then
+      t0=$(date +%s)
+      timeout ${BENCH_TIMEOUT:-300} $PY benchmarks/$b.py --out "$OUT" $BENCH_ARGS > "$OUT/logs/$b.log" 2>&1
+      rc=$?; note "$b rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -30 "$OUT/logs/$b.log"; status=1; }
+    fi
+  done
 fi
 
 if want sanitize; then
   t0=$(date +%s)
   # memcheck on a small end-to-end run of every kernel (XLA's own allocator is left alone).
-  XLA_PYTHON_CLIENT_PREALLOCATE=false compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 7 \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-180} compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 7 \
     $PY scripts/sanitize_smoke.py > "$OUT/logs/memcheck.log" 2>&1
   rc=$?; note "memcheck rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck.log" | tail -1)"; [ $rc -eq 0 ] || status=1
-fi
-
-if want bench; then
-  for b in bench_mask_kernels bench_spmm; do
-    if [ -f benchmarks/$b.py ]; then
-      t0=$(date +%s)
-      $PY benchmarks/$b.py --out "$OUT" > "$OUT/logs/$b.log" 2>&1
-      rc=$?; note "$b rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -30 "$OUT/logs/$b.log"; status=1; }
-    fi
-  done
 fi
 
 echo; cat "$OUT/logs/summary.txt"

@@ -9,7 +9,17 @@
 #include <cstdint>
 #include <string>
 
+// CUTLASS's cute/atom/mma_traits_sm100.hpp turns -Wmissing-field-initializers into an error for
+// the rest of the translation unit, and newer jaxlib FFI headers (0.11) leave a struct member
+// to its default initializer: compile the FFI headers with that warning off whatever came first.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
 #include "xla/ffi/api/ffi.h"
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace jax_sparse24 {
 

@@ -121,3 +121,15 @@ def weight_grad(x2, g2, *, backend: str, precision=None):
     # Dense GEMM (xᵀ·G): the sparse weight-gradient GEMM needs a fused MVUE+compress kernel.
     dtype = jnp.result_type(x2, g2)
     return _dot(x2.astype(dtype).T, g2.astype(dtype), precision)
+
+
+# --- Sharding (issue 6) -----------------------------------------------------------------------
+# Each GEMM above runs as one custom-partitioned op (rules: _src/sharding.py, gemm_rule): under
+# jit + NamedSharding it is called on the local shards (local shapes, so the backend choice and any
+# compression are per shard) with a psum over a sharded contraction axis, instead of having its
+# operands all-gathered. Keep these lines last: they wrap the final definitions.
+from jax_sparse24._src import sharding as _sharding  # noqa: E402
+
+forward = _sharding.partitioned_gemm("forward")(forward)
+input_grad = _sharding.partitioned_gemm("input_grad")(input_grad)
+weight_grad = _sharding.partitioned_gemm("weight_grad")(weight_grad)

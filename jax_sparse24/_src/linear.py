@@ -23,6 +23,7 @@ import numpy as np
 
 from jax_sparse24._src import gemm
 from jax_sparse24._src import ops
+from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
 __all__ = ["sparse24_linear", "BACKENDS"]
@@ -141,4 +142,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     if mask.dtype != jnp.bool_:
         mask = mask != 0
     cfg = _Config(backend, precision, bool(transposable))
-    return _linear(jnp.asarray(x), jnp.asarray(w), mask, None if bias is None else jnp.asarray(bias), key, cfg)
+    x, w = jnp.asarray(x), jnp.asarray(w)
+    bias = None if bias is None else jnp.asarray(bias)
+    # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
+    # are cast to the union first, so the custom_vjp's cotangents match their primals.
+    x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
+    return _linear(x, w, mask, bias, key, cfg)

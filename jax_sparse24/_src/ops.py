@@ -14,6 +14,7 @@ import numpy as np
 
 from jax_sparse24._src import ffi
 from jax_sparse24._src import reference
+from jax_sparse24._src import sharding  # issue 6: ops are custom-partitioned (sharding.per_platform)
 from jax_sparse24._src import validation as v
 
 __all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
@@ -72,12 +73,12 @@ def mask24(x, axis: int = -1):
     """
     # Validates (trace time) and defines the op; the kernel must match it exactly.
     ref = lambda x: reference.mask24(x, axis)  # noqa: E731
-    jax.eval_shape(ref, x)
+    sharding.eval_shape(ref, x)
     cuda = _cuda()
     kernel = None
     if cuda is not None and _kernel_dtype_ok(x):
         kernel = lambda x: cuda.mask24_cuda(x, axis)  # noqa: E731
-    return ffi.per_platform(ref, kernel, jnp.asarray(x))
+    return sharding.per_platform(sharding.grouped_rule("mask24", np.ndim(x), axis), ref, kernel, jnp.asarray(x))
 
 
 def transposable_mask24(x):
@@ -99,10 +100,10 @@ def transposable_mask24(x):
     >>> int(m.sum(0).max()), int(m.sum(1).max())
     (4, 4)
     """
-    jax.eval_shape(reference.transposable_mask24, x)
+    sharding.eval_shape(reference.transposable_mask24, x)
     cuda = _cuda()
     kernel = cuda.transposable_mask24_cuda if (cuda is not None and _kernel_dtype_ok(x)) else None
-    return ffi.per_platform(reference.transposable_mask24, kernel, jnp.asarray(x))
+    return sharding.per_platform(sharding.transposable_rule(), reference.transposable_mask24, kernel, jnp.asarray(x))
 
 
 def soft_threshold24(x, axis: int = -1):
@@ -121,12 +122,13 @@ def soft_threshold24(x, axis: int = -1):
     Array([ 0. , -2.5,  1.5,  0. ], dtype=float32)
     """
     ref = lambda x: reference.soft_threshold24(x, axis)  # noqa: E731
-    jax.eval_shape(ref, x)
+    sharding.eval_shape(ref, x)
     cuda = _cuda()
     kernel = None
     if cuda is not None and _kernel_dtype_ok(x):
         kernel = lambda x: cuda.soft_threshold24_cuda(x, axis)  # noqa: E731
-    return ffi.per_platform(ref, kernel, jnp.asarray(x))
+    rule = sharding.grouped_rule("soft_threshold24", np.ndim(x), axis, n_results=2)
+    return sharding.per_platform(rule, ref, kernel, jnp.asarray(x))
 
 
 def mvue24(key, x, axis: int = -1):
@@ -148,12 +150,12 @@ def mvue24(key, x, axis: int = -1):
     4
     """
     ref = lambda k, x: reference.mvue24(k, x, axis)  # noqa: E731
-    jax.eval_shape(ref, key, x)
+    sharding.eval_shape(ref, key, x)
     cuda = _cuda()
     kernel = None
     if cuda is not None and _kernel_dtype_ok(x):
         kernel = lambda k, x: cuda.mvue24_cuda(k, x, axis)  # noqa: E731
-    return ffi.per_platform(ref, kernel, key, jnp.asarray(x))
+    return sharding.per_platform(sharding.mvue_rule(key, np.ndim(x), axis), ref, kernel, key, jnp.asarray(x))
 
 
 def flip_rate(old_mask, new_mask):

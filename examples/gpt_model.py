@@ -1,0 +1,181 @@
+"""A nanoGPT-style decoder in Flax linen with 2:4 sparse linear layers.
+
+Pre-LayerNorm blocks, causal multi-head self-attention, learned positional embeddings, an FFN
+of GELU (``4·d``) or SwiGLU (gate and up projection fused into one matmul, hidden ``8d/3``
+rounded to 64), and an optionally weight-tied head. The FFN linears — and with
+``sparse_attn=True`` the attention projections — are :class:`jax_sparse24.nn.Sparse24Dense`
+with ``method`` chosen by the recipe; everything else (embeddings, head, LayerNorms) is dense.
+
+The SwiGLU option is plain ``jnp`` (one fused ``d → 2h`` GEMM, then ``silu(a)·b``); it does not
+use a custom fused kernel.
+
+Parameter tree (per block ``h_<i>``)::
+
+    wte/embedding, wpe/embedding, ln_f/{scale,bias}, [lm_head/kernel]
+    h_<i>/ln_1, h_<i>/attn/{qkv,proj}/{kernel,bias}, h_<i>/ln_2, h_<i>/mlp/{fc,proj}/{kernel,bias}
+
+The ``"sparsity"`` collection mirrors the sparse layers' paths (masks / β).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jax_sparse24.nn import Sparse24Dense
+
+__all__ = ["GPTConfig", "GPT", "SIZES", "sparse_layer_paths"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    """Model hyper-parameters (hashable: usable as a static jit argument)."""
+
+    vocab_size: int = 256
+    block_size: int = 128  # max sequence length (learned positions)
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    ffn: str = "gelu"  # "gelu" | "swiglu"
+    tie_head: bool = True
+    use_bias: bool = True
+    # Sparsity: method of the sparse layers ("dense" = plain nn.Dense everywhere).
+    method: str = "dense"  # "dense" | "srste" | "ste" | "soft"
+    mvue: bool = False
+    transposable: bool = True
+    mask_every: int = 40
+    sparse_attn: bool = False
+    backend: str = "auto"
+    dtype: Any = jnp.float32  # compute dtype (params are float32)
+
+    @property
+    def ffn_hidden(self) -> int:
+        if self.ffn == "swiglu":
+            return int(64 * math.ceil(8 * self.n_embd / 3 / 64))
+        return 4 * self.n_embd
+
+
+#: Size presets: the transformer body of GPT-2 small / medium (vocabulary is 256 bytes here, so
+#: the parameter counts are those of GPT-2 minus most of the 50257-token embedding).
+SIZES = {
+    "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=128),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, block_size=1024),
+}
+
+
+def sparse_layer_paths(cfg: GPTConfig) -> list[tuple[str, ...]]:
+    """Module paths (in ``params``) of the layers that are ``Sparse24Dense`` for this config."""
+    if cfg.method == "dense":
+        return []
+    paths = []
+    for i in range(cfg.n_layer):
+        if cfg.sparse_attn:
+            paths += [(f"h_{i}", "attn", "qkv"), (f"h_{i}", "attn", "proj")]
+        paths += [(f"h_{i}", "mlp", "fc"), (f"h_{i}", "mlp", "proj")]
+    return paths
+
+
+def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float):
+    init = nn.initializers.normal(std)
+    if cfg.method == "dense" or not sparse_layer:
+        return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name)
+    return Sparse24Dense(
+        features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, method=cfg.method,
+        mvue=cfg.mvue, transposable=cfg.transposable, mask_every=cfg.mask_every,
+        backend=cfg.backend, name=name,
+    )
+
+
+def _call(layer, x, sparse):
+    if isinstance(layer, Sparse24Dense):
+        return layer(x, sparse=sparse)
+    return layer(x)
+
+
+class CausalSelfAttention(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x, sparse):
+        cfg = self.cfg
+        b, t, c = x.shape
+        hd = c // cfg.n_head
+        proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+        qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02), x, sparse)
+        q, k, v = jnp.split(qkv, 3, axis=-1)
+        q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
+        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        y = y.reshape(b, t, c)
+        return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std), y, sparse)
+
+
+class MLP(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x, sparse):
+        cfg = self.cfg
+        h = cfg.ffn_hidden
+        proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+        if cfg.ffn == "swiglu":
+            ab = _call(_linear(cfg, 2 * h, "fc", True, 0.02), x, sparse)
+            a, g = jnp.split(ab, 2, axis=-1)
+            y = nn.silu(a) * g
+        elif cfg.ffn == "gelu":
+            y = nn.gelu(_call(_linear(cfg, h, "fc", True, 0.02), x, sparse), approximate=True)
+        else:
+            raise ValueError(f"GPTConfig.ffn must be 'gelu' or 'swiglu', got {cfg.ffn!r}")
+        return _call(_linear(cfg, cfg.n_embd, "proj", True, proj_std), y, sparse)
+
+
+class Block(nn.Module):
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, x, sparse):
+        ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.cfg.dtype, name=name)  # noqa: E731
+        x = x + CausalSelfAttention(self.cfg, name="attn")(ln("ln_1")(x), sparse)
+        x = x + MLP(self.cfg, name="mlp")(ln("ln_2")(x), sparse)
+        return x
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer over byte tokens; returns float32 logits ``(B, T, vocab)``.
+
+    ``sparse`` is passed to every ``Sparse24Dense``: ``None`` (sparse unless the method is
+    ``"dense"``), a Python bool, or a traced scalar bool (dense fine-tune / STEP phase).
+
+    >>> cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, method="srste")
+    >>> v = GPT(cfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))
+    >>> sorted(v)
+    ['params', 'sparsity']
+    """
+
+    cfg: GPTConfig
+
+    @nn.compact
+    def __call__(self, idx, *, sparse: Optional[Any] = None):
+        cfg = self.cfg
+        b, t = idx.shape
+        if t > cfg.block_size:
+            raise ValueError(f"sequence length {t} exceeds block_size {cfg.block_size}")
+        wte = nn.Embed(cfg.vocab_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
+                       dtype=cfg.dtype, name="wte")
+        wpe = nn.Embed(cfg.block_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
+                       dtype=cfg.dtype, name="wpe")
+        x = wte(idx) + wpe(jnp.arange(t)[None])
+        for i in range(cfg.n_layer):
+            x = Block(cfg, name=f"h_{i}")(x, sparse)
+        x = nn.LayerNorm(epsilon=1e-5, dtype=cfg.dtype, name="ln_f")(x)
+        if cfg.tie_head:
+            logits = wte.attend(x)
+        else:
+            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype,
+                              kernel_init=nn.initializers.normal(0.02), name="lm_head")(x)
+        return logits.astype(jnp.float32)

@@ -1,0 +1,596 @@
+"""Sharding rules: how every 2:4 op and GEMM partitions under ``jit`` + ``NamedSharding`` and ``shard_map``.
+
+Why ``custom_partitioning`` (and not ``shard_map`` inside the op)
+------------------------------------------------------------------
+An XLA custom call is opaque to the SPMD partitioner: left alone, XLA all-gathers its operands
+and runs it redundantly on every device. Two ways to tell it otherwise:
+
+* ``shard_map`` inside the op needs the mesh and the operand shardings at *trace* time. Under
+  ``jit(..., in_shardings=...)`` with auto axes neither is known while tracing (shardings are
+  decided later by propagation), so the op would have to guess or force a layout.
+* ``jax.experimental.custom_partitioning`` is called back by the partitioner *after*
+  propagation with the shardings it chose, and lets the op pick the final operand/result
+  shardings and a per-shard lowering (with collectives). That is what we use.
+
+Every public op is ``ffi.per_platform(reference_fn, cuda_fn, *args)``; :func:`per_platform`
+here wraps *that* function — the thing that lowers to the reference on CPU and to the FFI custom
+call on CUDA — in one ``custom_partitioning``. The per-shard lowering calls the same
+per-platform function on the local shards, so a CPU test of the partitioning exercises exactly
+the code that wraps the custom call on a GPU.
+
+Both partitioners are supported from one :class:`Rule`: it gives each operand/result dimension a
+*factor* name (einsum-like) and is turned into a Shardy ``SdyShardingRule`` (Shardy is the
+default partitioner in jax 0.10/0.11, ``jax_use_shardy_partitioner``) and into GSPMD's
+``infer_sharding_from_operands`` callback. The ``partition`` callback is shared: it reads the
+shardings the partitioner proposes, assigns mesh axes to factors (weight operands first, so a
+weight is never moved to match an activation), checks the 2:4 constraint and returns the per-shard
+function:
+
+* a factor that is summed over (``contract``, the GEMM contraction axis) may be sharded; the
+  per-shard function then ends with a ``psum`` over those mesh axes (Megatron row-parallel);
+* a factor with ``multiple_of=4`` (the axis of 4-groups, and the kernel's alignment) must leave
+  every shard a multiple of 4: a 4-group is never split across devices. Otherwise the
+  ``partition`` callback raises ``ValueError`` naming the mesh axes and sizes (XLA reports it
+  while compiling, wrapped in a ``JaxRuntimeError`` whose text carries the ``ValueError``).
+  This check lives in the callback, not in the Shardy rule (a compound-factor encoding of the
+  4-groups could make Shardy quietly re-replicate a bad user sharding instead of reporting it);
+* a factor that cannot be split evenly (and has no 4-group constraint) is replicated;
+* PRNG-key operands are replicated; for MVUE the key is folded with the index of the shard of
+  the data operand (so shards draw independent samples; see :func:`mvue_rule`).
+
+Inside ``shard_map`` (all mesh axes manual) ``custom_partitioning`` lowers to the per-platform
+function on the local block directly — the explicit mode needs no rule; only the MVUE key fold
+is applied at trace time from the operand's varying manual axes, so ``shard_map`` and auto
+sharding draw the same samples. ``sparse24_linear`` casts its operands to the union of their
+varying axes (:func:`vary_to_union`) so its ``custom_vjp`` cotangents type-check in ``shard_map``.
+
+With ``Explicit`` mesh axes (sharding in types; ``jax.make_mesh``'s default in jax 0.10) the
+operand shardings *are* known at trace time, so there the same plan (axis assignment, 4-group
+check — a plain ``ValueError`` while tracing — psum, key fold) runs as a ``shard_map`` inside the
+op — the one place where "``shard_map`` inside the op" is the right tool.
+
+``custom_partitioning`` has no autodiff or batching rule of its own, so :func:`partitioned`
+adds a ``custom_jvp`` (tangents from the plain-``jnp`` reference, as before) and a
+``custom_vmap`` (the batch dimension becomes one more pass-through factor, so ops stay
+partitioned under ``vmap``). With a single device in the process the op is called directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_sparse24._src import ffi
+
+__all__ = [
+    "Rule",
+    "partitioned",
+    "per_platform",
+    "grouped_rule",
+    "transposable_rule",
+    "mvue_rule",
+    "gemm_rule",
+    "partitioned_gemm",
+    "vary_to_union",
+    "eval_shape",
+]
+
+GROUP = 4  # a 2:4 group: 4 consecutive elements along the contraction axis
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How one op partitions: a factor name per dimension of every (flat) operand and result.
+
+    Attributes:
+      name: op name used in error messages.
+      operands: per flat operand, one factor name per dimension (a typed PRNG key of shape ``S``
+        is labelled by ``S``'s dimensions only; its key-data dimensions are added internally).
+      results: per flat result, one factor name per dimension.
+      contract: factors summed over by the op (they appear in no result); sharding one makes the
+        per-shard op end with a ``psum`` over its mesh axes.
+      multiple_of: ``((factor, m), ...)``: each shard of ``factor`` must hold a multiple of ``m``
+        elements (4-groups, kernel alignment) — else ``ValueError``.
+      replicated: factors never sharded (PRNG key data).
+      priority: operand indices in the order in which their shardings decide a factor's mesh
+        axes (weights first); the remaining operands, then the results, follow.
+      fold_key: ``(key_operand, data_operand)``: fold the key with the index of the data
+        operand's shard, so different shards draw different random numbers.
+      tangent: optional ``(primals, primal_out, tangents) -> tangent_out`` used by the JVP instead
+        of differentiating the reference.
+    """
+
+    name: str
+    operands: tuple[tuple[str, ...], ...]
+    results: tuple[tuple[str, ...], ...]
+    contract: tuple[str, ...] = ()
+    multiple_of: tuple[tuple[str, int], ...] = ()
+    replicated: tuple[str, ...] = ()
+    priority: tuple[int, ...] = ()
+    fold_key: tuple[int, int] | None = None
+    tangent: Callable | None = dataclasses.field(default=None, compare=False)
+
+    def multiple(self, factor: str) -> int:
+        return dict(self.multiple_of).get(factor, 1)
+
+    def batched(self, flags: Sequence[bool]) -> "Rule":
+        """The rule of ``vmap`` of this op: batched operands and all results gain a leading factor."""
+        used = {f for dims in self.operands + self.results for f in dims}
+        k = 0
+        while f"vb{k}" in used:
+            k += 1
+        b = f"vb{k}"
+        ops = tuple((b,) + dims if flag else dims for dims, flag in zip(self.operands, flags))
+        return dataclasses.replace(self, operands=ops, results=tuple((b,) + d for d in self.results),
+                                   tangent=None)
+
+
+def grouped_rule(name: str, ndim: int, axis: int, n_results: int = 1) -> Rule:
+    """Elementwise over 4-groups along ``axis`` (mask24, soft_threshold24): any sharding whose
+    shard along ``axis`` is a multiple of 4."""
+    dims = tuple(f"d{k}" for k in range(ndim))
+    return Rule(name, (dims,), (dims,) * n_results, multiple_of=((dims[axis % ndim], GROUP),) if ndim else ())
+
+
+def transposable_rule(name: str = "transposable_mask24") -> Rule:
+    """4×4 blocks of a 2-D array: shards must be multiples of 4 along both axes."""
+    return Rule(name, (("r", "c"),), (("r", "c"),), multiple_of=(("r", GROUP), ("c", GROUP)))
+
+
+def _mvue_tangent(axis):
+    from jax_sparse24._src import reference
+
+    def tangent(primals, out, tangents):
+        # d/dx of x_i / p_i(|x| + eps) at the kept positions (those the primal kept non-zero): the
+        # derivative the reference has, taken from the primal's own sample so it matches the
+        # primal whichever key (folded per shard) or kernel drew it.
+        _, x = primals
+        _, dx = tangents
+        kept = out != 0
+
+        def f(x):
+            g = reference._grouped(x.astype(jnp.float32), axis % x.ndim, 4)
+            p = reference.mvue24_inclusion_probabilities(jnp.abs(g) + reference.MVUE_EPS)
+            return reference._ungrouped(g / p, axis % x.ndim, x.shape).astype(x.dtype)
+
+        _, t = jax.jvp(f, (x,), (dx,))
+        return jnp.where(kept, t, jnp.zeros((), t.dtype))
+
+    return tangent
+
+
+def mvue_rule(key, ndim: int, axis: int) -> Rule:
+    """MVUE: elementwise over 4-groups along ``axis``; the key is replicated and folded with the
+    index of the data shard (mesh axes in mesh order, row-major), so every block of ``x`` draws its
+    own sample — the same under auto sharding and in ``shard_map``. With ``x`` unsharded the key
+    is used as is (the single-device result)."""
+    kdims = () if _is_typed_key(key) else tuple(f"k{j}" for j in range(np.ndim(key)))
+    dims = tuple(f"d{k}" for k in range(ndim))
+    return Rule("mvue24", (kdims, dims), (dims,), multiple_of=((dims[axis % ndim], GROUP),),
+                replicated=kdims, fold_key=(0, 1), tangent=_mvue_tangent(axis))
+
+
+def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
+              align: int = GROUP) -> Rule:
+    """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
+
+    * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
+    * ``input_grad``  ``g (t,o), w (i,o), mask (i,o) -> dx (t,i)``, contraction ``o`` (2:4 when
+      ``transposable``);
+    * ``weight_grad`` ``x (t,i), g (t,o) -> dw (i,o)``, contraction ``t`` (2:4 when ``g`` is the
+      MVUE estimate and the kernel is sparse: ``sparse_tokens``).
+
+    ``w`` sharded on ``o`` gives ``y`` sharded on ``o`` (column parallel); ``w`` sharded on ``i``
+    gives per-shard partial sums and a ``psum`` (row parallel); tokens sharded stay sharded (data
+    parallel; ``weight_grad`` then ends with the data-parallel ``psum``). ``align`` is the
+    multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
+    """
+    if kind == "forward":
+        return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
+                    contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0))
+    if kind == "input_grad":
+        mult = (("i", align), ("o", align)) if transposable else (("i", align),)
+        return Rule("sparse24 input-gradient GEMM", (("t", "o"), ("i", "o"), ("i", "o")), (("t", "i"),),
+                    contract=("o",), multiple_of=mult, priority=(1, 2, 0))
+    if kind == "weight_grad":
+        return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
+                    contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
+    raise ValueError(f"gemm_rule: kind must be 'forward', 'input_grad' or 'weight_grad', got {kind!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _is_typed_key(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _spec_axes(spec, dim: int) -> tuple[str, ...]:
+    if spec is None or dim >= len(spec):
+        return ()
+    entry = spec[dim]
+    if entry is None:
+        return ()
+    if isinstance(entry, (tuple, list)):
+        return tuple(a for a in entry if a is not None)
+    if isinstance(entry, str):
+        return (entry,)
+    return ()  # UNCONSTRAINED and friends
+
+
+def _sharding_spec(sharding):
+    return getattr(sharding, "spec", None)
+
+
+def _entry(axes: tuple[str, ...]):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _describe(labels, shape) -> str:
+    return "(" + ", ".join(f"{l}={s}" for l, s in zip(labels, shape)) + ")"
+
+
+def _assign_axes(rule: Rule, mesh, operand_labels, operand_shapes, operand_specs, result_specs,
+                 *, strict: bool):
+    """Map each factor to a tuple of mesh axes, from the proposed operand and result shardings."""
+    sizes: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for k, (labels, shape) in enumerate(zip(operand_labels, operand_shapes)):
+        for d, (lab, size) in enumerate(zip(labels, shape)):
+            sizes.setdefault(lab, int(size))
+            where.setdefault(lab, f"dimension {d} of operand {k} {_describe(labels, shape)}")
+    mesh_shape = dict(mesh.shape)
+    n_ops = len(operand_labels)
+    order = list(rule.priority) + [k for k in range(n_ops) if k not in rule.priority]
+    candidates = [(operand_labels[k], operand_specs[k]) for k in order]
+    candidates += list(zip(rule.results, result_specs))
+    assign: dict[str, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for labels, spec in candidates:
+        for d, lab in enumerate(labels):
+            if lab in assign or lab in rule.replicated or lab not in sizes:
+                continue
+            axes = tuple(a for a in _spec_axes(spec, d) if a not in used and a in mesh_shape)
+            if not axes:
+                continue
+            n = math.prod(mesh_shape[a] for a in axes)
+            size, m = sizes[lab], rule.multiple(lab)
+            if size % (n * m):
+                if m > 1 and strict:
+                    per = f"{size // n}" if size % n == 0 else f"{size}/{n} (uneven)"
+                    raise ValueError(
+                        f"{rule.name}: {where[lab]} has size {size} and is sharded {n} ways over mesh "
+                        f"axes {axes} (sizes {tuple(mesh_shape[a] for a in axes)}), leaving {per} "
+                        f"elements per device; every shard must hold a multiple of {m} (2:4 groups of "
+                        f"{GROUP} consecutive elements are never split across devices, and the kernel "
+                        f"needs {m}-aligned shards). Shard this dimension over fewer devices, shard "
+                        f"another dimension, or make its size a multiple of {n * m}."
+                    )
+                if size % n or m > 1:
+                    continue  # cannot split evenly: keep this factor replicated
+            assign[lab] = axes
+            used.update(axes)
+    return assign
+
+
+def _specs_for(labels_list, assign):
+    return [P(*(_entry(assign.get(l, ())) for l in labels)) for labels in labels_list]
+
+
+def _block_index(axes: Sequence[str], sizes: Mapping[str, int]):
+    idx = jnp.zeros((), jnp.uint32)
+    for a in axes:
+        idx = idx * jnp.uint32(sizes[a]) + lax.axis_index(a).astype(jnp.uint32)
+    return idx
+
+
+def _fold(key, idx):
+    """Fold ``idx`` into a (typed or raw, possibly batched) key."""
+    fold = jax.random.fold_in
+    for _ in range(np.ndim(key) - (0 if _is_typed_key(key) else 1)):
+        fold = jax.vmap(fold, in_axes=(0, None))
+    return fold(key, idx)
+
+
+def _varying_axes(x) -> frozenset:
+    """Manual mesh axes ``x`` varies over inside ``shard_map`` (empty outside)."""
+    try:
+        aval = jax.typeof(x)
+    except Exception:  # pragma: no cover
+        return frozenset()
+    vma = getattr(aval, "vma", None)  # jax 0.6–0.9
+    if vma is None:  # jax 0.10+: ManualAxisType
+        mat = getattr(aval, "manual_axis_type", None)
+        vma = getattr(mat, "varying", None)
+    return frozenset(vma or ())
+
+
+def vary_to_union(*xs):
+    """Inside ``shard_map``: cast each array to vary over the union of the arrays' varying mesh axes.
+
+    A ``custom_vjp`` op (``sparse24_linear``) whose operands vary over different manual axes
+    (tokens over ``data``, the weight over ``model``) would return a weight cotangent varying over
+    ``data`` too, which JAX rejects. Casting the operands first (``pcast(..., to='varying')``, the
+    implicit broadcast JAX inserts for primitive ops) makes the cotangents match, and JAX's
+    transpose of the cast is the ``psum`` over ``data`` — the data-parallel gradient reduction.
+    ``None`` entries pass through; outside ``shard_map`` this is the identity.
+    """
+    axes = frozenset().union(*(_varying_axes(x) for x in xs if x is not None))
+    if not axes:
+        return xs
+    out = []
+    for x in xs:
+        missing = tuple(sorted(axes - _varying_axes(x))) if x is not None else ()
+        if missing:
+            if hasattr(lax, "pcast"):  # jax 0.10+
+                x = lax.pcast(x, missing, to="varying")
+            else:  # pragma: no cover - jax < 0.10
+                x = lax.pvary(x, missing)
+        out.append(x)
+    return tuple(out)
+
+
+def eval_shape(fn, *args):
+    """``jax.eval_shape`` on the arguments' shapes and dtypes only (trace-time validation).
+
+    Drops the sharding from the abstract values, so checks written in plain ``jnp`` (reshapes
+    into 4-groups) also run for operands whose type carries ``Explicit`` mesh axes.
+    """
+    def sds(a):
+        dtype = a.dtype if hasattr(a, "dtype") else jnp.result_type(a)
+        return jax.ShapeDtypeStruct(np.shape(a), dtype)
+
+    return jax.eval_shape(fn, *(sds(a) for a in args))
+
+
+def _explicit_mesh(args):
+    """The abstract mesh when an operand's type carries ``Explicit`` mesh axes (else ``None``)."""
+    for a in args:
+        try:
+            sh = getattr(jax.typeof(a), "sharding", None)
+        except Exception:  # pragma: no cover
+            continue
+        mesh = getattr(sh, "mesh", None)
+        if mesh is None or getattr(mesh, "empty", True):
+            continue
+        if getattr(mesh, "explicit_axes", ()) and not getattr(mesh, "manual_axes", ()):
+            return mesh
+    return None
+
+
+def _vmapped_mesh_axes() -> set:
+    """Explicit mesh axes taken by an enclosing ``vmap(..., spmd_axis_name=...)`` (private API)."""
+    try:
+        from jax._src import core as _core
+
+        return set(getattr(_core.get_axis_env(), "explicit_mesh_axis_names", ()) or ())
+    except Exception:  # pragma: no cover
+        return set()
+
+
+def _only_axes(spec, keep: set):
+    entries = []
+    for d in range(len(spec)):
+        axes = tuple(a for a in _spec_axes(spec, d) if a in keep)
+        entries.append(_entry(axes))
+    return P(*entries)
+
+
+def _single_device() -> bool:
+    try:
+        return jax.device_count() == 1
+    except RuntimeError:  # pragma: no cover
+        return True
+
+
+_DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
+
+
+# --------------------------------------------------------------------------------------------
+# The partitioned op
+# --------------------------------------------------------------------------------------------
+
+
+def _cp_call(rule: Rule, impl: Callable, *args):
+    """``impl(*args)`` as one ``custom_partitioning`` op following ``rule`` (arrays only)."""
+    args = list(args)
+    if len(args) != len(rule.operands):
+        raise TypeError(f"{rule.name}: rule has {len(rule.operands)} operands, got {len(args)} arguments")
+    if rule.fold_key is not None:  # shard_map (manual axes): fold with the block index now
+        kpos, dpos = rule.fold_key
+        vma = _varying_axes(args[dpos]) - _varying_axes(args[kpos])
+        if vma:
+            am = jax.sharding.get_abstract_mesh()
+            axes = [a for a in am.axis_names if a in vma]
+            args[kpos] = _fold(args[kpos], _block_index(axes, dict(am.shape)))
+
+    # Typed PRNG keys cross the custom call as raw key data (replicated trailing dims).
+    key_impls: dict[int, Any] = {}
+    labels = [tuple(l) for l in rule.operands]
+    for k, a in enumerate(args):
+        if _is_typed_key(a):
+            key_impls[k] = jax.random.key_impl(a)
+            args[k] = jax.random.key_data(a)
+            extra = tuple(f"kd{k}_{j}" for j in range(np.ndim(args[k]) - len(labels[k])))
+            labels[k] = labels[k] + extra
+    replicated = set(rule.replicated) | {l for k in key_impls for l in labels[k][len(rule.operands[k]):]}
+    rule_x = dataclasses.replace(rule, operands=tuple(labels), replicated=tuple(sorted(replicated)))
+    for k, a in enumerate(args):
+        if np.ndim(a) != len(labels[k]):
+            raise ValueError(f"{rule.name}: operand {k} has shape {np.shape(a)} but the rule labels "
+                             f"{len(labels[k])} dimensions {labels[k]}")
+
+    def rewrap(flat):
+        flat = list(flat)
+        for k, impl_name in key_impls.items():
+            flat[k] = jax.random.wrap_key_data(flat[k], impl=impl_name)
+        return flat
+
+    @jax.jit  # a closed call: captured constants stay inside (custom_partitioning takes no consts)
+    def body(*flat):
+        return impl(*rewrap(flat))
+
+    shapes = [tuple(np.shape(a)) for a in args]
+
+    def plan(mesh, arg_specs, res_specs):
+        """Final operand/result specs and the per-shard function for proposed shardings."""
+        assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, res_specs, strict=True)
+        in_specs = _specs_for(rule_x.operands, assign)
+        out_specs = _specs_for(rule_x.results, assign)
+        psum_axes = tuple(a for f in rule_x.contract for a in assign.get(f, ()))
+        fold_axes = ()
+        if rule_x.fold_key is not None:
+            dpos = rule_x.fold_key[1]
+            data_axes = {a for l in rule_x.operands[dpos] for a in assign.get(l, ())}
+            fold_axes = tuple(a for a in mesh.axis_names if a in data_axes)
+        mesh_sizes = dict(mesh.shape)
+
+        def lower_fn(*flat):
+            flat = rewrap(flat)
+            if fold_axes:
+                kpos = rule_x.fold_key[0]
+                flat[kpos] = _fold(flat[kpos], _block_index(fold_axes, mesh_sizes))
+            out = impl(*flat)
+            if psum_axes:
+                out = jax.tree_util.tree_map(lambda y: lax.psum(y, psum_axes), out)
+            return out
+
+        return in_specs, out_specs, lower_fn
+
+    # Explicit mesh axes (sharding in types, e.g. jax.make_mesh's default): the shardings are
+    # known now, so the same plan runs as a shard_map right here.
+    emesh = _explicit_mesh(args)
+    if emesh is not None:
+        explicit = set(emesh.explicit_axes) - _vmapped_mesh_axes()
+        arg_specs = [_only_axes(jax.typeof(a).sharding.spec, explicit) for a in args]
+        in_specs, out_specs, lower_fn = plan(emesh, arg_specs, [])
+        args = [jax.sharding.reshard(a, NamedSharding(emesh, s)) for a, s in zip(args, in_specs)]
+        multi = len(rule_x.results) > 1
+        smap = jax.shard_map(lower_fn, mesh=emesh, in_specs=tuple(in_specs),
+                             out_specs=tuple(out_specs) if multi else out_specs[0], axis_names=explicit)
+        return smap(*args)
+
+    def partition(mesh, arg_shapes, result_shape):
+        arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
+        res_list = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
+        res_specs = [_sharding_spec(r.sharding) for r in res_list]
+        in_specs, out_specs, lower_fn = plan(mesh, arg_specs, res_specs)
+        in_sh = tuple(NamedSharding(mesh, s) for s in in_specs)
+        out_sh = [NamedSharding(mesh, s) for s in out_specs]
+        out_sh = tuple(out_sh) if isinstance(result_shape, (tuple, list)) else out_sh[0]
+        return mesh, lower_fn, out_sh, in_sh
+
+    def infer(mesh, arg_shapes, result_shape):  # GSPMD only
+        arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
+        assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, [], strict=False)
+        out = [NamedSharding(mesh, s) for s in _specs_for(rule_x.results, assign)]
+        return tuple(out) if isinstance(result_shape, (tuple, list)) else out[0]
+
+    sdy_rule = SdyShardingRule(
+        tuple(ArrayMapping(*l) for l in rule_x.operands),
+        tuple(ArrayMapping(*l) for l in rule_x.results),
+        reduction_factors=tuple(rule_x.contract),
+        need_replication_factors=tuple(rule_x.replicated),
+    )
+    op = custom_partitioning(body)
+    kwargs = dict(infer_sharding_from_operands=infer, sharding_rule=sdy_rule)
+    kwargs = {k: v for k, v in kwargs.items() if k in _DEF_PARTITION_PARAMS}
+    op.def_partition(partition, **kwargs)
+    return op(*args)
+
+
+def _partitioned_vmappable(rule: Rule, impl: Callable) -> Callable:
+    @jax.custom_batching.custom_vmap
+    def f(*args):
+        return _cp_call(rule, impl, *args)
+
+    @f.def_vmap
+    def f_vmap(axis_size, in_batched, *args):
+        flags = [bool(b) for b in in_batched]
+        vimpl = jax.vmap(impl, in_axes=tuple(0 if b else None for b in flags))
+        out = _partitioned_vmappable(rule.batched(flags), vimpl)(*args)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return f
+
+
+def partitioned(rule: Rule, impl: Callable, *, reference_fn: Callable | None = None) -> Callable:
+    """``impl`` (a function of arrays) custom-partitioned by ``rule``; differentiable and vmappable.
+
+    Args:
+      rule: the op's :class:`Rule` (one label tuple per positional argument).
+      impl: the per-platform function (reference on CPU, FFI custom call on CUDA); it is called
+        on the local shards inside the partitioned op, exactly as it is called unsharded.
+      reference_fn: plain-``jnp`` definition of the same math, differentiated for the JVP
+        (default: ``impl``). ``rule.tangent`` overrides both.
+    """
+    if _single_device():
+        return impl
+    ref = reference_fn if reference_fn is not None else impl
+    core = _partitioned_vmappable(rule, impl)
+
+    @jax.custom_jvp
+    def f(*args):
+        return core(*args)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        out = f(*primals)
+        if rule.tangent is not None:
+            return out, rule.tangent(primals, out, tangents)
+        _, t_out = jax.jvp(ref, primals, tangents)
+        return out, t_out
+
+    return f
+
+
+def per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *args):
+    """:func:`ffi.per_platform` (reference on CPU, CUDA kernel on GPU), partitioned by ``rule``.
+
+    Drop-in for ``ffi.per_platform(reference_fn, cuda_fn, *args)`` in ``ops.py``: the partitioned
+    op wraps the per-platform function, so the same rule runs around the reference lowering on a
+    CPU and around the custom call on a GPU.
+    """
+    impl = functools.partial(ffi.per_platform, reference_fn, cuda_fn)
+    return partitioned(rule, impl, reference_fn=reference_fn)(*args)
+
+
+def partitioned_gemm(kind: str, **rule_kwargs) -> Callable[[Callable], Callable]:
+    """Decorator for the GEMMs in ``gemm.py``: ``fn(*arrays, **static)`` runs partitioned by
+    :func:`gemm_rule` (``kind``); ``transposable=`` in the call's keyword arguments is passed to
+    the rule. ``fn`` is called on the local shards (local shapes) inside the partitioned op."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapped(*arrays, **static):
+            kw = dict(rule_kwargs)
+            if kind == "input_grad" and "transposable" in static:
+                kw.setdefault("transposable", bool(static["transposable"]))
+            rule = gemm_rule(kind, **kw)
+            return partitioned(rule, lambda *a: fn(*a, **static))(*arrays)
+
+        wrapped.__wrapped_gemm__ = fn
+        return wrapped
+
+    return deco

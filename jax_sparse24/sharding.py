@@ -1,0 +1,251 @@
+"""Helpers to run 2:4 sparse training on several devices (data and Megatron tensor parallel).
+
+The 2:4 ops and :func:`jax_sparse24.sparse24_linear` partition by themselves under ``jit`` with
+``NamedSharding`` and inside ``shard_map`` (see ``jax_sparse24/_src/sharding.py`` for the rules).
+What a training script still has to say is *where the parameters and the batch live*; this module
+builds those shardings:
+
+* :func:`make_mesh` — a mesh from ``"data=2,model=4"`` (``-1`` takes the remaining devices), with
+  ``Auto`` axes (``jax.make_mesh`` defaults to ``Explicit`` axes in recent JAX).
+* :func:`param_shardings` — ``NamedSharding`` for every leaf of a tree (params, the
+  ``"sparsity"`` collection, optimizer state) from path-pattern rules; 2:4 masks follow their
+  kernels; shards that would split a 4-group raise ``ValueError`` here, before compiling.
+* :func:`megatron_mlp_rules` — the rules of a Megatron FFN: up-projection ``W1 (in, out)``
+  sharded on ``out`` (column parallel), down-projection ``W2`` on ``in`` (row parallel, psum).
+* :func:`shard_batch` — put a (per-process) batch on the mesh, sharded on its leading axis.
+
+>>> import jax, jax.numpy as jnp
+>>> from jax.sharding import PartitionSpec as P
+>>> mesh = make_mesh("data=1,model=1", devices=jax.devices()[:1])
+>>> params = {"mlp": {"fc1": {"kernel": jnp.zeros((8, 32)), "bias": jnp.zeros(32)},
+...                   "fc2": {"kernel": jnp.zeros((32, 8)), "bias": jnp.zeros(8)}}}
+>>> sh = param_shardings(params, mesh, megatron_mlp_rules("fc1", "fc2"))
+>>> [tuple(sh["mlp"][k][n].spec) for k, n in [("fc1", "kernel"), ("fc2", "kernel"), ("fc2", "bias")]]
+[(None, 'model'), ('model', None), ()]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_sparse24._src import sharding as _impl
+
+__all__ = [
+    "make_mesh",
+    "param_shardings",
+    "megatron_mlp_rules",
+    "shard_batch",
+    "path_str",
+    "MASK_NAMES",
+]
+
+#: Leaf names of 2:4 masks in the ``"sparsity"`` collection (see :mod:`jax_sparse24.nn`).
+MASK_NAMES = ("transposable_mask", "mask")
+#: Leaf names whose axis 0 is the contraction axis of a 2:4 GEMM (groups of 4 along ``in``).
+_GROUPED_IN = ("kernel",) + MASK_NAMES
+
+Rules = Sequence[tuple[str, P]]
+
+
+def make_mesh(spec: str | Mapping[str, int] = "data=-1", *, devices: Sequence[Any] | None = None) -> Mesh:
+    """A ``Mesh`` with ``Auto`` axes from ``"data=2,model=4"`` or ``{"data": 2, "model": 4}``.
+
+    One axis may be ``-1``: it takes all remaining devices. The product must equal the number of
+    devices used (``devices``, default ``jax.devices()``, all processes' devices on multi-host).
+
+    >>> make_mesh("data=-1").axis_names
+    ('data',)
+    """
+    if isinstance(spec, str):
+        items = []
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            if "=" not in part:
+                raise ValueError(f"make_mesh: expected 'name=size' items like 'data=2,model=4', got {spec!r}")
+            name, size = part.split("=", 1)
+            items.append((name.strip(), int(size)))
+    else:
+        items = [(str(k), int(v)) for k, v in spec.items()]
+    if not items:
+        raise ValueError("make_mesh: the mesh needs at least one axis, e.g. 'data=-1'")
+    devices = list(jax.devices() if devices is None else devices)
+    names = [n for n, _ in items]
+    sizes = [s for _, s in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"make_mesh: repeated axis name in {spec!r}")
+    if sizes.count(-1) > 1:
+        raise ValueError(f"make_mesh: at most one axis may be -1, got {spec!r}")
+    if -1 in sizes:
+        rest = math.prod(s for s in sizes if s != -1)
+        if rest <= 0 or len(devices) % rest:
+            raise ValueError(f"make_mesh: {len(devices)} devices cannot be split as {spec!r}")
+        sizes[sizes.index(-1)] = len(devices) // rest
+    if any(s <= 0 for s in sizes):
+        raise ValueError(f"make_mesh: axis sizes must be positive, got {spec!r}")
+    n = math.prod(sizes)
+    if n != len(devices):
+        raise ValueError(
+            f"make_mesh: mesh {dict(zip(names, sizes))} needs {n} devices, but {len(devices)} are "
+            "available; the axis sizes must multiply to the device count (use -1 for one axis)"
+        )
+    try:
+        from jax.experimental import mesh_utils
+
+        dev = mesh_utils.create_device_mesh(tuple(sizes), devices=devices)
+    except Exception:  # pragma: no cover - odd topologies
+        dev = np.asarray(devices, dtype=object).reshape(sizes)
+    axis_types = (jax.sharding.AxisType.Auto,) * len(names)
+    return Mesh(dev, tuple(names), axis_types=axis_types)
+
+
+def path_str(path) -> str:
+    """``'params/mlp/fc1/kernel'`` for a ``jax.tree_util`` key path."""
+    parts = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
+
+
+def megatron_mlp_rules(up: str, down: str, *, model_axis: str = "model") -> list[tuple[str, P]]:
+    """Rules for a Megatron-style FFN (for :func:`param_shardings`).
+
+    ``up`` and ``down`` are regular expressions matching the path of the up- and down-projection
+    layers (e.g. ``"mlp/fc1"``, ``r"Dense_0"``). The up kernel ``(in, out)`` and its bias and mask
+    are sharded on ``out`` (column parallel: its output stays sharded, no communication); the down
+    kernel and mask on ``in`` (row parallel: partial sums and one ``psum``); the down bias is
+    replicated. Add a data axis by sharding the batch (:func:`shard_batch`).
+    """
+    masks = "(" + "|".join(MASK_NAMES) + ")"
+    m = model_axis
+    return [
+        (rf"{up}/kernel$", P(None, m)),
+        (rf"{up}/bias$", P(m)),
+        (rf"{up}/{masks}$", P(None, m)),
+        (rf"{down}/kernel$", P(m, None)),
+        (rf"{down}/{masks}$", P(m, None)),
+        (rf"{down}/bias$", P()),
+    ]
+
+
+def _axes(entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str) -> None:
+    if len(spec) > len(shape):
+        raise ValueError(f"param_shardings: {path} has shape {tuple(shape)} but its rule gives {spec} "
+                         f"with {len(spec)} entries")
+    mesh_shape = dict(mesh.shape)
+    for d, entry in enumerate(spec):
+        axes = _axes(entry)
+        for a in axes:
+            if a not in mesh_shape:
+                raise ValueError(f"param_shardings: {path}: mesh axis {a!r} of {spec} is not in the mesh "
+                                 f"{dict(mesh_shape)}")
+        n = math.prod(mesh_shape[a] for a in axes)
+        if n == 1:
+            continue
+        size = shape[d]
+        grouped = leaf_name in _GROUPED_IN and len(shape) == 2 and (
+            d == 0 or (d == 1 and leaf_name == "transposable_mask"))
+        m = _impl.GROUP if grouped else 1
+        if size % (n * m):
+            per = f"{size // n}" if size % n == 0 else f"{size}/{n} (uneven)"
+            why = (f"every shard of a 2:4 axis must hold a multiple of {m} (groups of {m} consecutive "
+                   "elements along `in` are never split across devices)") if m > 1 else \
+                "the dimension must split evenly"
+            raise ValueError(
+                f"param_shardings: {path} has shape {tuple(shape)}; dimension {d} (size {size}) sharded "
+                f"{n} ways over mesh axes {axes} (sizes {tuple(mesh_shape[a] for a in axes)}) leaves "
+                f"{per} per device, but {why}."
+            )
+
+
+def param_shardings(tree, mesh: Mesh, rules: Rules = (), *, default: P = P(),
+                    masks_follow_kernels: bool = True, check: bool = True):
+    """A tree of ``NamedSharding`` (same structure as ``tree``) from path-pattern rules.
+
+    Each leaf's path is written ``a/b/c`` (dict keys, attribute names, sequence indices, e.g.
+    ``params/mlp/fc1/kernel`` or ``1/mu/mlp/fc1/kernel`` inside an optax state) and matched with
+    ``re.search`` against the rules in order; the first match gives its ``PartitionSpec``, no match
+    gives ``default`` (replicated). A 2:4 mask (``transposable_mask`` / ``mask``) that no rule
+    matches gets the spec of its kernel (same path with ``kernel``, ``sparsity`` read as ``params``).
+    Scalars are always replicated.
+
+    Args:
+      tree: arrays or ``jax.ShapeDtypeStruct`` (e.g. from ``jax.eval_shape(model.init, ...)``).
+      mesh: the device mesh.
+      rules: ``[(regex, PartitionSpec), ...]``, e.g. :func:`megatron_mlp_rules`.
+      default: spec of unmatched leaves.
+      masks_follow_kernels: give unmatched masks their kernel's spec.
+      check: raise ``ValueError`` when a shard would split a 2:4 group (axis ``in`` of a kernel or
+        mask, and ``out`` of a transposable mask) or a dimension does not split evenly.
+
+    Returns:
+      The tree of shardings (pass to ``jit``'s ``in_shardings``/``out_shardings`` or
+      ``jax.device_put``).
+    """
+    compiled = [(re.compile(pat), spec) for pat, spec in rules]
+
+    def lookup(p: str):
+        for rx, spec in compiled:
+            if rx.search(p):
+                return spec
+        return None
+
+    def one(path, leaf):
+        p = path_str(path)
+        shape = tuple(np.shape(leaf))
+        name = p.rsplit("/", 1)[-1]
+        spec = lookup(p)
+        if spec is None and masks_follow_kernels and name in MASK_NAMES:
+            kp = p[: -len(name)] + "kernel"
+            spec = lookup(re.sub(r"(^|/)sparsity/", r"\1params/", kp)) or lookup(kp)
+        if spec is None or len(shape) == 0:
+            spec = default if len(shape) >= len(default) else P()
+        if check:
+            _check_leaf(p, shape, spec, mesh, name)
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+def shard_batch(batch, mesh: Mesh, axis: str | Sequence[str] = "data"):
+    """Place a batch on ``mesh`` sharded along its leading (batch) axis over ``axis``.
+
+    Single process: ``batch`` is the global batch; it is split over ``axis`` (the leading
+    dimension must divide evenly). Multi-host (``jax.process_count() > 1``): ``batch`` is this
+    process's part of the global batch (e.g. from a per-process data loader) and the global array
+    is assembled with ``jax.make_array_from_process_local_data`` — no host sends its data to
+    another.
+    """
+    axes = (axis,) if isinstance(axis, str) else tuple(axis)
+    n = math.prod(dict(mesh.shape)[a] for a in axes)
+    entry = axes[0] if len(axes) == 1 else axes
+
+    def put(leaf):
+        leaf_shape = np.shape(leaf)
+        if not leaf_shape:
+            return jax.device_put(leaf, NamedSharding(mesh, P()))
+        sharding = NamedSharding(mesh, P(entry))
+        if jax.process_count() > 1:
+            return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+        if leaf_shape[0] % n:
+            raise ValueError(f"shard_batch: the leading dimension {leaf_shape[0]} of a batch leaf of shape "
+                             f"{leaf_shape} is not divisible by the {n} devices of mesh axes {axes}")
+        return jax.device_put(leaf, sharding)
+
+    return jax.tree_util.tree_map(put, batch)

@@ -1,0 +1,334 @@
+"""GPU tests of the CUTLASS SM90 2:4 sparse GEMM and compressor (jax_sparse24._src.cuda_spmm_ops).
+
+Run on the H100: ``pytest -m gpu tests/test_gpu_spmm.py -v``. Skipped when the extension is not
+built or no CUDA device is visible.
+
+The oracle is a float64 numpy product of the same (bf16/f16-exact) masked operands, so the only
+error of the kernel is its fp32 accumulation plus the final rounding to the output dtype: checks are
+elementwise (a skipped or stale tile cannot hide) plus the relative Frobenius error. Inputs are drawn
+from fresh seeds (printed on failure) and are never zero.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from jax_sparse24._src import ffi as _ffi
+
+pytestmark = pytest.mark.gpu
+
+if not _ffi.cuda_kernels_available():
+    pytest.skip(
+        f"needs a CUDA GPU and the built extension ({_ffi.extension_error() or 'no CUDA device'})",
+        allow_module_level=True,
+    )
+
+from jax_sparse24._src import cuda_spmm_ops as ops  # noqa: E402
+
+DTYPES = [jnp.bfloat16, jnp.float16]
+# (M, N, K): M = rows of the 2:4 operand (O), N = tokens (T), K = contraction (I).
+SHAPES = [
+    (256, 128, 128),     # one tile
+    (384, 512, 256),     # several tiles, 2 K tiles
+    (1024, 264, 512),    # N not a multiple of any tile
+    (768, 520, 3072),    # long K (24 K tiles), M = 768 like GPT-2 fc2 forward
+    (264, 136, 144),     # minimally aligned: M % 64, N % 128, K % 128 all nonzero
+    (8, 8, 16),          # smallest legal problem
+]
+# Output rounding (2^-8 bf16, 2^-11 f16) dominates; inputs are exact in both.
+# Hopper's legal 4-bit metadata values (index pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)).
+LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
+RTOL = {jnp.dtype(jnp.bfloat16): 1e-2, jnp.dtype(jnp.float16): 2e-3}
+
+
+def _rng():
+    seed = int(np.random.SeedSequence().entropy % (2**63))
+    return np.random.default_rng(seed), seed
+
+
+def _compiled(dtype) -> bool:
+    try:
+        ops.cutlass_compressed_shapes(64, 128, dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def _skip_uncompiled(dtype):
+    if not _compiled(dtype):
+        pytest.skip(f"{jnp.dtype(dtype)} kernels not compiled in this build")
+
+
+def mask24_np(w: np.ndarray) -> np.ndarray:
+    """Top-2-by-magnitude of every group of 4 consecutive elements along the last axis."""
+    m, k = w.shape
+    g = np.abs(w.reshape(m, k // 4, 4))
+    keep = np.argsort(-g, axis=-1, kind="stable")[..., :2]
+    mask = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(mask, keep, True, axis=-1)
+    return mask.reshape(m, k)
+
+
+def nonzero_normal(rng, shape, dtype) -> np.ndarray:
+    """Normal samples rounded to `dtype` (as float32), never zero."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x = np.where(np.abs(x) < 1e-2, np.float32(0.5), x)
+    return np.asarray(jnp.asarray(x, dtype).astype(jnp.float32))
+
+
+def sparse_operand(rng, m, k, dtype) -> np.ndarray:
+    w = nonzero_normal(rng, (m, k), dtype)
+    return w * mask24_np(w)
+
+
+def _poison(n, m, dtype):
+    # XLA owns the output buffer; fill and free a same-sized block first so the allocator is likely
+    # to hand the spmm NaN-filled memory (an unwritten element then fails the elementwise check).
+    p = jnp.full((n, m), jnp.nan, dtype)
+    p.block_until_ready()
+    del p
+
+
+def check_close(d, ref, dtype, what: str):
+    d = np.asarray(jnp.asarray(d).astype(jnp.float32), dtype=np.float64)
+    assert d.shape == ref.shape, f"{what}: shape {d.shape} != {ref.shape}"
+    assert np.isfinite(d).all(), f"{what}: non-finite output ({np.count_nonzero(~np.isfinite(d))} elements)"
+    scale = np.sqrt(np.mean(ref**2))
+    rtol = RTOL[jnp.dtype(dtype)]
+    err = np.abs(d - ref)
+    bad = err > rtol * np.abs(ref) + 1e-2 * scale
+    if bad.any():
+        rows, cols = np.nonzero(bad)
+        raise AssertionError(
+            f"{what}: {bad.sum()} of {bad.size} elements off (first at row {rows[0]}, col {cols[0]}: "
+            f"{d[rows[0], cols[0]]} vs {ref[rows[0], cols[0]]}); rows {np.unique(rows)[:8]}..., "
+            f"cols {np.unique(cols)[:8]}..."
+        )
+    rel = np.linalg.norm(d - ref) / np.linalg.norm(ref)
+    assert rel < 1e-2, f"{what}: relative Frobenius error {rel:.3g}"
+    return rel
+
+
+def _config_ids():
+    return list(range(len(ops.cutlass_configs())))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_spmm_matches_dense_every_config(shape, dtype):
+    _skip_uncompiled(dtype)
+    m, n, k = shape
+    rng, seed = _rng()
+    a = sparse_operand(rng, m, k, dtype)
+    b = nonzero_normal(rng, (n, k), dtype)
+    ref = b.astype(np.float64) @ a.astype(np.float64).T  # (n, m)
+    values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
+    for config in [-1] + _config_ids():
+        f = jax.jit(functools.partial(ops.cutlass_spmm, m=m, k=k, config=config))
+        _poison(n, m, dtype)
+        d = f(values, meta, jnp.asarray(b, dtype))
+        name = "default" if config == -1 else ops.cutlass_configs()[config]
+        check_close(d, ref, dtype, f"seed={seed} shape={shape} config={name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_no_stale_results(dtype):
+    """Same jitted function, new inputs: the second result must match the second inputs."""
+    _skip_uncompiled(dtype)
+    m, n, k = 384, 264, 256
+    rng, seed = _rng()
+
+    @jax.jit
+    def f(a, b):
+        values, meta = ops.cutlass_compress(a)
+        return ops.cutlass_spmm(values, meta, b, m=m, k=k)
+
+    for trial in range(2):
+        a = sparse_operand(rng, m, k, dtype)
+        b = nonzero_normal(rng, (n, k), dtype)
+        _poison(n, m, dtype)
+        d = f(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
+        ref = b.astype(np.float64) @ a.astype(np.float64).T
+        check_close(d, ref, dtype, f"seed={seed} trial={trial}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("mk", [(384, 256), (264, 144), (64, 128)], ids=lambda s: "x".join(map(str, s)))
+def test_round_trip_identity_is_exact(mk, dtype):
+    """compress + spmm with B = I gives A back bit for bit: proves the values/metadata layout.
+
+    The operand includes all-zero groups and single-nonzero groups at every position (the
+    compressor's corner cases and the metadata fix-up), and one all-zero row.
+    """
+    _skip_uncompiled(dtype)
+    m, k = mk
+    rng, seed = _rng()
+    a = sparse_operand(rng, m, k, dtype)
+    groups = a.reshape(m, k // 4, 4)
+    pick = rng.random((m, k // 4))
+    groups[pick < 0.1] = 0.0  # all-zero groups
+    for pos in range(4):  # single nonzero at position `pos`
+        sel = (pick >= 0.1 + 0.05 * pos) & (pick < 0.15 + 0.05 * pos)
+        keep = groups[sel][:, pos].copy()
+        groups[sel] = 0.0
+        groups[sel, pos] = np.where(keep == 0, 1.0, keep)
+    a = groups.reshape(m, k)
+    a[m // 2] = 0.0
+    eye = np.eye(k, dtype=np.float32)
+    values, meta = ops.cutlass_compress(jnp.asarray(a, dtype))
+    # Every metadata byte, padding included (M to 64 rows, K to 128), holds legal index pairs.
+    e = np.asarray(meta)
+    assert set(np.unique(np.concatenate([e & 0xF, e >> 4])).tolist()) <= LEGAL_NIBBLES, f"seed={seed}"
+    for config in _config_ids():
+        d = ops.cutlass_spmm(values, meta, jnp.asarray(eye, dtype), m=m, k=k, config=config)
+        got = np.asarray(d.astype(jnp.float32)).T
+        np.testing.assert_array_equal(
+            got, a, err_msg=f"seed={seed} config={ops.cutlass_configs()[config]}"
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_compress_shapes_and_determinism(dtype):
+    _skip_uncompiled(dtype)
+    m, k = 3072, 768
+    rng, _ = _rng()
+    a = jnp.asarray(sparse_operand(rng, m, k, dtype), dtype)
+    (vs, ms) = ops.cutlass_compressed_shapes(m, k, dtype)
+    assert vs == (3072, 384) and ms == (3072, 96)
+    v1, e1 = jax.jit(ops.cutlass_compress)(a)
+    v2, e2 = jax.jit(ops.cutlass_compress)(a)
+    assert v1.shape == vs and v1.dtype == jnp.dtype(dtype)
+    assert e1.shape == ms and e1.dtype == jnp.uint8
+    np.testing.assert_array_equal(np.asarray(v1.astype(jnp.float32)), np.asarray(v2.astype(jnp.float32)))
+    np.testing.assert_array_equal(np.asarray(e1), np.asarray(e2))
+    # Every metadata nibble is one of Hopper's six legal index pairs (the all-zero fix-up).
+    nib = np.concatenate([np.asarray(e1) & 0xF, np.asarray(e1) >> 4]).ravel()
+    assert set(np.unique(nib).tolist()) <= LEGAL_NIBBLES
+    # The values are the kept elements (in order) of each group.
+    kept = np.asarray(a.astype(jnp.float32)).reshape(m, k // 4, 4)
+    nz_count = (kept != 0).sum(-1)
+    full = nz_count == 2
+    expect = kept[full][kept[full] != 0].reshape(-1, 2)
+    got = np.asarray(v1.astype(jnp.float32)).reshape(m, k // 4, 2)[full]
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_default_config_is_a_compiled_config(dtype):
+    _skip_uncompiled(dtype)
+    m, n, k = 768, 256, 512
+    cfg = ops.cutlass_default_config(m, n, k)
+    assert 0 <= cfg < len(ops.cutlass_configs())
+    rng, _ = _rng()
+    a = jnp.asarray(sparse_operand(rng, m, k, dtype), dtype)
+    b = jnp.asarray(nonzero_normal(rng, (n, k), dtype), dtype)
+    values, meta = ops.cutlass_compress(a)
+    d_default = ops.cutlass_spmm(values, meta, b, m=m, k=k)
+    d_explicit = ops.cutlass_spmm(values, meta, b, m=m, k=k, config=cfg)
+    np.testing.assert_array_equal(np.asarray(d_default.astype(jnp.float32)), np.asarray(d_explicit.astype(jnp.float32)))
+
+
+def test_inside_fori_loop_and_vmap():
+    """Under jit in a loop (XLA may capture it in a command buffer) and under vmap (sequential)."""
+    dtype = jnp.bfloat16
+    m, n, k = 256, 128, 256
+    rng, seed = _rng()
+    a = sparse_operand(rng, m, k, dtype)
+    bs = [nonzero_normal(rng, (n, k), dtype) for _ in range(3)]
+    values, meta = ops.cutlass_compress(jnp.asarray(a, dtype))
+    b_stack = jnp.asarray(np.stack(bs), dtype)
+
+    @jax.jit
+    def loop(values, meta, b_stack):
+        def body(i, acc):
+            d = ops.cutlass_spmm(values, meta, b_stack[i % 3], m=m, k=k)
+            return acc + d.astype(jnp.float32)
+
+        return jax.lax.fori_loop(0, 6, body, jnp.zeros((n, m), jnp.float32))
+
+    ref = 2 * sum(b.astype(np.float64) @ a.astype(np.float64).T for b in bs)
+    got = np.asarray(loop(values, meta, b_stack), dtype=np.float64)
+    rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert np.isfinite(got).all() and rel < 1e-2, f"seed={seed} rel={rel}"
+
+    d_v = jax.vmap(lambda b: ops.cutlass_spmm(values, meta, b, m=m, k=k))(b_stack)
+    for i, b in enumerate(bs):
+        check_close(d_v[i], b.astype(np.float64) @ a.astype(np.float64).T, dtype, f"seed={seed} vmap[{i}]")
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors: clear ValueErrors at trace time, and the handlers' own checks behind them.
+
+
+def _operands(m=256, n=128, k=256, dtype=jnp.bfloat16):
+    rng, _ = _rng()
+    a = jnp.asarray(sparse_operand(rng, m, k, dtype), dtype)
+    b = jnp.asarray(nonzero_normal(rng, (n, k), dtype), dtype)
+    values, meta = ops.cutlass_compress(a)
+    return values, meta, b
+
+
+def test_error_misaligned_shapes():
+    am, an, ak = ops.cutlass_alignment()
+    assert (am, an, ak) == (8, 8, 16)
+    with pytest.raises(ValueError, match="k % 16"):
+        ops.cutlass_compressed_shapes(256, 120, jnp.bfloat16)
+    with pytest.raises(ValueError, match="m % 8"):
+        ops.cutlass_compress(jnp.ones((100, 128), jnp.bfloat16))
+    values, meta, b = _operands()
+    with pytest.raises(ValueError, match="n % 8"):
+        ops.cutlass_spmm(values, meta, b[:12], m=256, k=256)
+    with pytest.raises(ValueError, match=r"shape \(n, k\)"):
+        ops.cutlass_spmm(values, meta, b[:, :128], m=256, k=256)
+    with pytest.raises(ValueError, match="compressed shape"):
+        ops.cutlass_spmm(values[:128], meta, b, m=256, k=256)
+    assert ops.cutlass_supports(256, 128, 256, jnp.bfloat16)
+    assert not ops.cutlass_supports(256, 12, 256, jnp.bfloat16)
+    assert not ops.cutlass_supports(250, 128, 256, jnp.bfloat16)
+    assert not ops.cutlass_supports(256, 128, 200, jnp.bfloat16)
+    assert not ops.cutlass_supports(256, 128, 256, jnp.float32)
+
+
+def test_error_mismatched_dtypes():
+    values, meta, b = _operands()
+    with pytest.raises(ValueError, match="same dtype"):
+        ops.cutlass_spmm(values, meta, b.astype(jnp.float16), m=256, k=256)
+    with pytest.raises(ValueError, match="bfloat16 and float16"):
+        ops.cutlass_spmm(values.astype(jnp.float32), meta, b.astype(jnp.float32), m=256, k=256)
+    with pytest.raises(ValueError, match="uint8"):
+        ops.cutlass_spmm(values, meta.astype(jnp.int8), b, m=256, k=256)
+    with pytest.raises(ValueError, match="bfloat16 and float16"):
+        ops.cutlass_compress(jnp.ones((256, 256), jnp.float32))
+
+
+def test_error_bad_config():
+    values, meta, b = _operands()
+    n_cfg = len(ops.cutlass_configs())
+    for bad in (n_cfg, 99, -2):
+        with pytest.raises(ValueError, match="config must be -1"):
+            ops.cutlass_spmm(values, meta, b, m=256, k=256, config=bad)
+
+
+def _raw_spmm(values, meta, b, d_shape, **attrs):
+    out = jax.ShapeDtypeStruct(d_shape, b.dtype)
+    attrs = {key: np.int64(v) for key, v in attrs.items()}
+    return jax.ffi.ffi_call("jax_sparse24_cutlass_spmm", out)(values, meta, b, **attrs)
+
+
+def test_handler_validates_on_its_own():
+    """Bypass the Python checks: the C++ handler must refuse with a message naming the constraint."""
+    values, meta, b = _operands()
+    with pytest.raises(Exception, match="config must be -1"):
+        jax.block_until_ready(_raw_spmm(values, meta, b, (128, 256), m=256, n=128, k=256, config=57))
+    with pytest.raises(Exception, match="m % 8"):
+        jax.block_until_ready(_raw_spmm(values, meta, b, (128, 252), m=252, n=128, k=256, config=-1))
+    with pytest.raises(Exception, match=r"d must have shape \(n, m\)"):
+        jax.block_until_ready(_raw_spmm(values, meta, b, (128, 128), m=256, n=128, k=256, config=-1))
+    with pytest.raises(Exception, match="compressed shape"):
+        jax.block_until_ready(_raw_spmm(values[:, :64], meta, b, (128, 256), m=256, n=128, k=256, config=-1))

@@ -1,0 +1,439 @@
+"""Sharding (issue 6): the 2:4 ops, sparse24_linear and a Sparse24Dense MLP on 8 host devices.
+
+Every case compares against the single-device run. "auto" = ``jit`` with ``NamedSharding``
+in/out shardings (the ops are ``custom_partitioning`` ops, Shardy and GSPMD); "explicit" =
+``shard_map``; "explicit axes" = sharding in types (``AxisType.Explicit``). The compiled HLO of the sharded cases must hold no all-gather of a full weight,
+and the lowered module must hold the partitioned custom calls (the same wrapping that runs around
+the CUDA kernels on a GPU). Needs ``--xla_force_host_platform_device_count=8`` (tests/conftest.py).
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_sparse24 as s24
+from jax_sparse24 import sharding as shd
+from jax_sparse24._src import reference
+from jax_sparse24.nn import Sparse24Dense, refresh_masks
+
+CPUS = jax.devices("cpu")
+pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+
+CP_TARGET = "CustomSPMDPartitioning"
+
+
+def _mesh(spec):
+    shape = dict(p.split("=") for p in spec.split(","))
+    n = int(np.prod([int(v) for v in shape.values()]))
+    return shd.make_mesh(spec, devices=CPUS[:n])
+
+
+@pytest.fixture(params=["shardy", "gspmd"])
+def partitioner(request):
+    try:
+        old = jax.config.jax_use_shardy_partitioner
+    except AttributeError:  # a JAX without the GSPMD option: Shardy only
+        if request.param == "gspmd":
+            pytest.skip("this JAX has no jax_use_shardy_partitioner flag")
+        yield request.param
+        return
+    jax.config.update("jax_use_shardy_partitioner", request.param == "shardy")
+    yield request.param
+    jax.config.update("jax_use_shardy_partitioner", old)
+
+
+def _rand(shape, seed):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def _tree_close(a, b, rtol=2e-5, atol=2e-6):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        if x.dtype == jnp.bool_:
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        else:
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def _all_gathers(hlo: str):
+    """Result shapes of all-gathers in compiled HLO text, e.g. ['f32[32,128]']."""
+    out = []
+    for line in hlo.splitlines():
+        if re.search(r"\ball-gather(-start)?\(", line):
+            m = re.search(r"=\s*\(?\s*([a-z0-9]+\[[0-9,]*\])", line)
+            out.append(m.group(1) if m else line.strip())
+    return out
+
+
+def _assert_no_full_gather(jitted, args, shapes):
+    hlo = jitted.lower(*args).compile().as_text()
+    gathered = _all_gathers(hlo)
+    full = {f"[{','.join(map(str, s))}]" for s in shapes}
+    bad = [g for g in gathered if any(g.endswith(f) for f in full)]
+    assert not bad, f"all-gather of full weights in the compiled HLO: {bad}"
+    return gathered
+
+
+# ----------------------------------------------------------------------------------------------
+# Mask-family ops
+# ----------------------------------------------------------------------------------------------
+
+_MASK_OPS = {
+    "mask24_in": (lambda x: s24.mask24(x, axis=0), lambda x: reference.mask24(x, 0)),
+    "mask24_out": (lambda x: s24.mask24(x, axis=-1), lambda x: reference.mask24(x, -1)),
+    "transposable": (s24.transposable_mask24, reference.transposable_mask24),
+    "soft": (lambda x: s24.soft_threshold24(x, axis=0), lambda x: reference.soft_threshold24(x, 0)),
+}
+
+
+@pytest.mark.parametrize("spec", [P("data", "model"), P(None, ("data", "model"))])
+@pytest.mark.parametrize("op", list(_MASK_OPS))
+def test_mask_ops_auto(partitioner, op, spec):
+    if partitioner == "gspmd" and spec != P("data", "model"):
+        pytest.skip("GSPMD: one layout per op")
+    mesh = _mesh("data=2,model=4")
+    fn, ref = _MASK_OPS[op]
+    x = _rand((32, 64), 0)
+    sh = NamedSharding(mesh, spec)
+    f = jax.jit(fn, in_shardings=sh, out_shardings=sh)
+    _tree_close(f(x), ref(x), rtol=0, atol=0)
+    assert CP_TARGET in f.lower(x).as_text()
+    assert _all_gathers(f.lower(x).compile().as_text()) == []
+
+
+def test_mask_ops_output_sharding_follows_input():
+    mesh = _mesh("data=2,model=4")
+    x = _rand((32, 64), 1)
+    y = jax.jit(lambda x: s24.mask24(x, axis=0), in_shardings=NamedSharding(mesh, P("model", "data")))(x)
+    assert y.sharding.spec == P("model", "data")
+
+
+def test_mask_ops_vmap_and_grad_sharded():
+    mesh = _mesh("data=2,model=4")
+    x = _rand((4, 8, 16), 2)
+    sh = NamedSharding(mesh, P("data", None, "model"))
+    f = jax.jit(jax.vmap(lambda x: s24.mask24(x, axis=0)), in_shardings=sh, out_shardings=sh)
+    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(jax.vmap(lambda x: reference.mask24(x, 0))(x)))
+    w = _rand((32, 16), 3)
+    loss = lambda w, st: jnp.sum(st(w, 0)[0] ** 2)  # noqa: E731
+    g = jax.jit(jax.grad(lambda w: loss(w, s24.soft_threshold24)), in_shardings=NamedSharding(mesh, P("data", "model")))(w)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(lambda w: loss(w, reference.soft_threshold24))(w)),
+                               rtol=1e-6)
+
+
+def test_mask_ops_shard_map():
+    mesh = _mesh("data=2,model=4")
+    x = _rand((32, 64), 4)
+    for op, (fn, ref) in _MASK_OPS.items():
+        f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("data", "model"), out_specs=P("data", "model")))
+        _tree_close(f(x), ref(x), rtol=0, atol=0)
+
+
+def test_mvue_blocks_auto_equals_shard_map_equals_per_block_reference():
+    mesh = _mesh("data=2,model=4")
+    key, g = jax.random.key(7), _rand((32, 16), 5)
+    spec = P("data", "model")
+    auto = jax.jit(lambda k, g: s24.mvue24(k, g, axis=0),
+                   in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, spec)))(key, g)
+    expl = jax.jit(jax.shard_map(lambda k, g: s24.mvue24(k, g, axis=0), mesh=mesh, in_specs=(P(), spec),
+                                 out_specs=spec))(key, g)
+    # Block (d, m) of the (data=2, model=4) mesh draws with fold_in(key, d*4 + m).
+    @jax.jit
+    def emulate(key, g):
+        blocks = g.reshape(2, 16, 4, 4).transpose(0, 2, 1, 3).reshape(8, 16, 4)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(8))
+        out = jax.vmap(lambda k, b: reference.mvue24(k, b, 0))(keys, blocks)
+        return out.reshape(2, 4, 16, 4).transpose(0, 2, 1, 3).reshape(32, 16)
+
+    emu = np.asarray(emulate(key, g))
+    np.testing.assert_allclose(np.asarray(auto), emu, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(expl), emu, rtol=1e-6, atol=1e-6)
+    # Unsharded: the plain key (the single-device result).
+    rep = jax.jit(lambda k, g: s24.mvue24(k, g, axis=0), in_shardings=NamedSharding(mesh, P()))(key, g)
+    np.testing.assert_allclose(np.asarray(rep), np.asarray(jax.jit(reference.mvue24, static_argnums=2)(key, g, 0)),
+                               rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# sparse24_linear (two layers: column- then row-parallel)
+# ----------------------------------------------------------------------------------------------
+
+T, D, F = 64, 32, 128
+_LAYOUTS = {  # mesh, x spec, (w1, b1, w2, b2) specs
+    "dp8": ("data=8", P("data"), (P(), P(), P(), P())),
+    "tp8": ("model=8", P(), (P(None, "model"), P("model"), P("model", None), P())),
+    "tp4": ("model=4", P(), (P(None, "model"), P("model"), P("model", None), P())),
+    "dp2xtp4": ("data=2,model=4", P("data"), (P(None, "model"), P("model"), P("model", None), P())),
+}
+
+
+def _linear_problem():
+    x, w1, w2 = _rand((T, D), 10), 0.2 * _rand((D, F), 11), 0.1 * _rand((F, D), 12)
+    b1, b2 = 0.1 * _rand((F,), 13), 0.1 * _rand((D,), 14)
+    m1, m2 = reference.transposable_mask24(w1), reference.transposable_mask24(w2)
+
+    def loss(params, masks, x):
+        (w1, b1, w2, b2), (m1, m2) = params, masks
+        h = jax.nn.gelu(s24.sparse24_linear(x, w1, m1, b1, transposable=True))
+        y = s24.sparse24_linear(h, w2, m2, b2, transposable=True)
+        return jnp.mean(jnp.sin(y) * y)
+
+    return loss, (w1, b1, w2, b2), (m1, m2), x
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+def test_linear_auto_forward_and_grads(partitioner, layout):
+    if partitioner == "gspmd" and layout != "dp2xtp4":
+        pytest.skip("GSPMD: the 2-axis layout covers it")
+    mesh_spec, xs, ps = _LAYOUTS[layout]
+    mesh = _mesh(mesh_spec)
+    loss, params, masks, x = _linear_problem()
+    vg = jax.value_and_grad(loss)
+    ref = jax.jit(vg)(params, masks, x)
+    psh = tuple(NamedSharding(mesh, s) for s in ps)
+    msh = (psh[0], psh[2])
+    f = jax.jit(vg, in_shardings=(psh, msh, NamedSharding(mesh, xs)), out_shardings=(NamedSharding(mesh, P()), psh))
+    out = f(params, masks, x)
+    _tree_close(out, ref)
+    assert f.lower(params, masks, x).as_text().count(CP_TARGET) >= 5  # 2 × (fwd, ∇W) + ∇h
+    gathered = _assert_no_full_gather(f, (params, masks, x), [(D, F), (F, D)])
+    if layout != "dp8":  # tensor parallel: weights never move at all
+        assert not [g for g in gathered if g.startswith(("f32[32,", "f32[128,", "pred["))], gathered
+
+
+def test_linear_forward_shardings():
+    mesh = _mesh("data=2,model=4")
+    x, w = _rand((16, 32), 20), _rand((32, 64), 21)
+    m = reference.mask24(w, 0)
+    lin = lambda x, w, m: s24.sparse24_linear(x, w, m)  # noqa: E731
+    ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
+    # tokens sharded -> y tokens sharded; W on out -> y on out; W on in (x on features) -> psum.
+    for xs, ws, ys in [(("data",), (), ("data",)), ((), (None, "model"), (None, "model")),
+                       (("data", "model"), ("model", None), ("data",))]:
+        f = jax.jit(lin, in_shardings=(ns(*xs), ns(*ws), ns(*ws)))
+        y = f(x, w, m)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x @ (w * m)), rtol=2e-5, atol=2e-5)
+        assert y.sharding.spec == P(*ys)
+        hlo = f.lower(x, w, m).compile().as_text()
+        assert _all_gathers(hlo) == []
+        assert ("all-reduce" in hlo) == (ws == ("model", None))
+
+
+def test_linear_mvue_weight_grad_data_parallel():
+    """∇W = Σ_shards xᵀ·MVUE(∇y) with each data shard drawing from fold_in(key, shard)."""
+    mesh = _mesh("data=8")
+    x, w, c = _rand((64, 16), 30), _rand((16, 8), 31), _rand((64, 8), 32)
+    m, key = reference.mask24(w, 0), jax.random.key(3)
+    loss = lambda w, x: jnp.sum(s24.sparse24_linear(x, w, m, key=key) * c)  # noqa: E731  (∇y = c)
+    dw = jax.jit(jax.grad(loss), in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))))(w, x)
+
+    @jax.jit
+    def emulate(x, c):
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(8))
+        gs = jax.vmap(lambda k, c: reference.mvue24(k, c, 0))(keys, c.reshape(8, 8, 8))
+        return jnp.einsum("dti,dto->io", x.reshape(8, 8, 16), gs)
+
+    emu = emulate(x, c)
+    np.testing.assert_allclose(np.asarray(dw), np.asarray(emu), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_shard_map_megatron():
+    mesh = _mesh("data=2,model=4")
+    loss, params, masks, x = _linear_problem()
+    ref = jax.jit(jax.value_and_grad(loss))(params, masks, x)
+    pspec = (P(None, "model"), P("model"), P("model", None), P())
+    mspec = (P(None, "model"), P("model", None))
+
+    def local(params, masks, x):
+        def l(params):
+            (w1, b1, w2, b2), (m1, m2) = params, masks
+            h = jax.nn.gelu(s24.sparse24_linear(x, w1, m1, b1, transposable=True))
+            y = jax.lax.psum(s24.sparse24_linear(h, w2, m2, transposable=True), "model") + b2
+            return jax.lax.pmean(jnp.mean(jnp.sin(y) * y), "data")
+        return jax.value_and_grad(l)(params)
+
+    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(pspec, mspec, P("data")), out_specs=(P(), pspec)))
+    _tree_close(f(params, masks, x), ref)
+
+
+def test_linear_explicit_axes_mesh():
+    """Sharding in types (``AxisType.Explicit``, ``jax.make_mesh``'s default): same rule, run as a
+    shard_map at trace time; a split 4-group is a plain ValueError while tracing."""
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=explicit, devices=CPUS[:8])
+    loss, params, masks, x = _linear_problem()
+    ref = jax.jit(jax.value_and_grad(loss))(params, masks, x)
+    specs = (P(None, "model"), P("model"), P("model", None), P())
+    put = lambda a, s: jax.device_put(a, NamedSharding(mesh, s))  # noqa: E731
+    args = (tuple(put(a, s) for a, s in zip(params, specs)),
+            (put(masks[0], specs[0]), put(masks[1], specs[2])), put(x, P("data")))
+    out = jax.jit(jax.value_and_grad(loss))(*args)
+    _tree_close(out, ref)
+    assert out[1][2].sharding.spec == P("model", None)
+    w = put(_rand((48, 8), 60), P(("data", "model"), None))  # in=48 over 8 devices: 6 each
+    with pytest.raises(ValueError, match=r"sharded 8 ways over mesh axes \('data', 'model'\)"):
+        jax.jit(lambda w: s24.mask24(w, axis=0))(w)
+
+
+# ----------------------------------------------------------------------------------------------
+# A 2-layer Sparse24Dense MLP train step
+# ----------------------------------------------------------------------------------------------
+
+
+class _MLP(nn.Module):
+    hidden: int = F
+    out: int = D
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.gelu(Sparse24Dense(self.hidden, name="fc1")(x))
+        return Sparse24Dense(self.out, name="fc2")(h)
+
+
+_TX = optax.chain(s24.optim.masked_decay(2e-4), optax.adamw(1e-2))
+
+
+def _train_step(params, sparsity, opt_state, x, y, step):
+    model = _MLP()
+
+    def loss_fn(p):
+        return jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    masks = s24.nn.masks_for_params(params, sparsity)
+    updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
+    params = optax.apply_updates(params, updates)
+    sparsity, flips = refresh_masks(params, sparsity, step=step)
+    return params, sparsity, opt_state, loss, flips
+
+
+def _mlp_setup():
+    x, y = _rand((16, 4, D), 40), _rand((16, 4, D), 41)
+    variables = _MLP().init(jax.random.key(0), x)
+    params, sparsity = variables["params"], variables["sparsity"]
+    sparsity = jax.tree_util.tree_map(lambda a: jnp.ones_like(a) if a.dtype == jnp.int32 else a, sparsity)  # refresh every step
+    return params, sparsity, _TX.init(params), x, y
+
+
+def _run(step_fn, state, x, y, steps=2):
+    params, sparsity, opt_state = state
+    for s in range(steps):
+        params, sparsity, opt_state, loss, flips = step_fn(params, sparsity, opt_state, x, y, s)
+    return params, sparsity, opt_state, loss, flips
+
+
+@pytest.mark.parametrize("layout", ["dp8", "tp8", "tp4", "dp2xtp4"])
+def test_mlp_train_step_auto(layout):
+    mesh_spec, xs, _ = _LAYOUTS[layout]
+    mesh = _mesh(mesh_spec)
+    params, sparsity, opt_state, x, y = _mlp_setup()
+    ref = _run(jax.jit(_train_step), (params, sparsity, opt_state), x, y)
+
+    rules = shd.megatron_mlp_rules("fc1", "fc2") if "model" in mesh.axis_names else []
+    p_sh = shd.param_shardings(params, mesh, rules)
+    s_sh = shd.param_shardings(sparsity, mesh, rules)
+    o_sh = shd.param_shardings(opt_state, mesh, rules)
+    if layout == "tp8":
+        assert s_sh["fc1"]["transposable_mask"].spec == P(None, "model")  # masks follow kernels
+    x_sh = NamedSharding(mesh, xs)
+    rep = NamedSharding(mesh, P())
+    step = jax.jit(_train_step, in_shardings=(p_sh, s_sh, o_sh, x_sh, x_sh, None),
+                   out_shardings=(p_sh, s_sh, o_sh, rep, rep))
+    out = _run(step, (params, sparsity, opt_state), x, y)
+    _tree_close(out, ref, rtol=1e-4, atol=1e-5)
+    assert out[0]["fc1"]["kernel"].sharding.spec == p_sh["fc1"]["kernel"].spec
+    lowered_args = (params, sparsity, opt_state, x, y, 0)
+    # fwd ×2, ∇h, ∇W ×2, transposable_mask24 ×2 (refresh)
+    assert step.lower(*lowered_args).as_text().count(CP_TARGET) >= 7
+    _assert_no_full_gather(step, lowered_args, [(D, F), (F, D)])
+
+
+def test_mlp_train_step_explicit_axes_mesh():
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=explicit, devices=CPUS[:8])
+    params, sparsity, opt_state, x, y = _mlp_setup()
+    ref = _run(jax.jit(_train_step), (params, sparsity, opt_state), x, y)
+    rules = shd.megatron_mlp_rules("fc1", "fc2")
+    put = lambda tree: jax.device_put(tree, shd.param_shardings(tree, mesh, rules))  # noqa: E731
+    xs, ys = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (x, y))
+    out = _run(jax.jit(_train_step), (put(params), put(sparsity), put(opt_state)), xs, ys)
+    _tree_close(out, ref, rtol=1e-4, atol=1e-5)
+    assert out[0]["fc2"]["kernel"].sharding.spec == P("model", None)
+
+
+def test_mlp_train_step_shard_map_data_parallel():
+    mesh = _mesh("data=8")
+    params, sparsity, opt_state, x, y = _mlp_setup()
+    ref = _run(jax.jit(_train_step), (params, sparsity, opt_state), x, y, steps=1)
+
+    def local(params, sparsity, opt_state, x, y):
+        model = _MLP()
+
+        def loss_fn(p):
+            return jax.lax.pmean(jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2), "data")
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)  # replicated params: grads come back summed
+        masks = s24.nn.masks_for_params(params, sparsity)
+        updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
+        params = optax.apply_updates(params, updates)
+        sparsity, flips = refresh_masks(params, sparsity, step=0)
+        return params, sparsity, opt_state, loss, flips
+
+    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(), P("data"), P("data")),
+                              out_specs=(P(), P(), P(), P(), P())))
+    _tree_close(f(params, sparsity, opt_state, x, y), ref, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors: a 4-group split across devices
+# ----------------------------------------------------------------------------------------------
+
+
+def test_error_contraction_shard_not_multiple_of_4(partitioner):
+    mesh = _mesh("model=8")
+    x, w = _rand((16, 48), 50), _rand((48, 8), 51)  # in=48 over 8 devices: 6 per device
+    m = reference.mask24(w, 0)
+    f = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m),
+                in_shardings=(NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)),
+                              NamedSharding(mesh, P("model", None))))
+    with pytest.raises(Exception, match=r"ValueError.*sharded 8 ways over mesh axes \('model',\).*6 elements per "
+                                         r"device.*multiple of 4") as info:
+        f(x, w, m)
+    assert isinstance(info.value, (ValueError, RuntimeError))
+    g = jax.jit(lambda x: s24.mask24(x, axis=-1), in_shardings=NamedSharding(mesh, P(None, "model")))
+    with pytest.raises(Exception, match=r"mask24.*size 48.*mesh axes \('model',\).*multiple of 4"):
+        g(x)
+
+
+def test_error_shard_map_local_shape():
+    mesh = _mesh("model=8")
+    x = _rand((16, 48), 52)
+    f = jax.shard_map(lambda x: s24.mask24(x, axis=-1), mesh=mesh, in_specs=P(None, "model"),
+                      out_specs=P(None, "model"))
+    with pytest.raises(ValueError, match="divisible by 4"):
+        jax.jit(f)(x)
+
+
+def test_param_shardings_errors_early():
+    mesh = _mesh("model=8")
+    params = {"fc1": {"kernel": jnp.zeros((8, 48))}, "fc2": {"kernel": jnp.zeros((48, 8))}}
+    with pytest.raises(ValueError, match=r"fc2/kernel.*sharded 8 ways over mesh axes \('model',\).*6 per device"):
+        shd.param_shardings(params, mesh, shd.megatron_mlp_rules("fc1", "fc2"))
+    with pytest.raises(ValueError, match="needs 16 devices"):
+        shd.make_mesh("data=4,model=4", devices=CPUS[:8])
+
+
+def test_make_mesh_and_shard_batch():
+    mesh = shd.make_mesh("data=-1,model=2", devices=CPUS[:8])
+    assert dict(mesh.shape) == {"data": 4, "model": 2}
+    assert all(t == jax.sharding.AxisType.Auto for t in mesh.axis_types)
+    b = shd.shard_batch({"x": np.zeros((8, 3)), "y": np.zeros((8,))}, mesh)
+    assert b["x"].sharding.spec == P("data") and b["x"].addressable_shards[0].data.shape == (2, 3)
+    with pytest.raises(ValueError, match="not divisible"):
+        shd.shard_batch(np.zeros((6, 2)), mesh)

@@ -1,0 +1,230 @@
+"""Tests for examples/train_gpt.py (CPU, tiny dims: each recipe trains, resume is bit-exact, bad input)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import train_gpt  # noqa: E402
+
+# A model small enough to compile and train in a few seconds on two CPU cores.
+TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
+        "--batch-size", "8", "--eval-batches", "1", "--quiet", "--lr", "3e-3", "--warmup", "3"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compilation_cache(tmp_path_factory):
+    """Runs of one configuration compile identical programs: share them through JAX's cache."""
+    from jax._src import compilation_cache as cc
+
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")
+    old = {k: getattr(jax.config, k) for k in keys}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    cc.reset_cache()
+    yield
+    for k, v in old.items():
+        jax.config.update(k, v)
+    cc.reset_cache()
+
+
+def run(*argv) -> int:
+    return train_gpt.main([*TINY, *map(str, argv)])
+
+
+def tree_files(d: Path) -> dict:
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def history(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+# Every recipe trains once per session with these flags (checkpoints at 12 and 24); the tests
+# below read those runs, and the resume test recompiles nothing (same programs, JAX's cache).
+STEPS = ["--steps", 24, "--eval-every", 12, "--ckpt-every", 12, "--mask-every", 4]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    done = {}
+
+    def get(recipe: str) -> Path:
+        if recipe not in done:
+            out = base / recipe
+            assert run("--recipe", recipe, *STEPS, "--out", out) == 0
+            done[recipe] = out
+        return done[recipe]
+
+    return get
+
+
+@pytest.mark.parametrize("recipe", sorted(train_gpt.RECIPES))
+def test_recipe_trains_and_loss_falls(runs, recipe):
+    out = runs(recipe)
+    s = json.loads((out / "summary.json").read_text())
+    h = history(out)
+    vals = [r["val_loss"] for r in h if "val_loss" in r]
+    assert [r["step"] for r in h if "val_loss" in r] == [0, 12, 24]
+    assert vals[0] > 5.3  # ~ln 256 at init
+    assert vals[-1] < vals[0] - 1.0, vals
+    assert s["steps_done"] == 24 and s["tokens_per_s"] > 0
+    assert (out / "loss.png").stat().st_size > 1000
+    assert train_gpt.Checkpoints(out / "ckpt").steps() == [12, 24]
+    train = [r for r in h if "loss" in r]
+    assert [r["step"] for r in train] == list(range(1, 25))
+    sparse = [r["sparse"] for r in train]
+    flips = [r["flip"] for r in train]
+    if recipe == "dense":
+        assert not any(sparse) and all(f is None for f in flips)
+    elif recipe == "srste":  # dense fine-tune for the last 1/6: steps 20..23 (0-based) dense
+        assert sparse == [True] * 20 + [False] * 4
+        assert [i + 1 for i, f in enumerate(flips) if f is not None] == [4, 8, 12, 16, 20, 24]
+        assert all(0 <= f <= 1 for f in flips if f is not None)
+    elif recipe == "step":  # clipping (2, 12): dense at first, sparse by update 13
+        assert not sparse[0] and sparse[-1] and sparse.index(True) <= 13
+        assert s["phase_step"] == train[sparse.index(True)]["step"]
+    else:
+        assert all(sparse) and all(f is not None and 0 <= f <= 1 for f in flips)
+
+
+@pytest.mark.parametrize("recipe", ["srste", "step"])
+def test_resume_is_bit_exact(runs, tmp_path, recipe):
+    # 24 steps straight == 12 (stopped as if interrupted) + resume + 12, bit for bit.
+    # srste: mask refreshes at 16/20/24, MVUE keys and the dense fine-tune switch (20) after the
+    # resume; step: the restored STEP phase / frozen second moment decide the second half.
+    a, b = runs(recipe), tmp_path / "resumed"
+    assert run("--recipe", recipe, *STEPS, "--out", b, "--stop-at", 12) == 0
+    assert train_gpt.Checkpoints(b / "ckpt").steps() == [12]
+    assert run("--recipe", recipe, *STEPS, "--out", b, "--resume") == 0
+
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, STEPS)]), recipe)
+    exp = train_gpt.build_experiment(hp)
+    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+    sa, _ = train_gpt.Checkpoints(a / "ckpt").restore(24, abstract)
+    sb, _ = train_gpt.Checkpoints(b / "ckpt").restore(24, abstract)
+    assert jax.tree.structure(sa) == jax.tree.structure(sb)
+    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert history(a) == history(b)  # identical losses, flip rates, phases, val losses
+
+
+@pytest.fixture
+def trained(runs, tmp_path):
+    """A copy of the srste run (tests may break it)."""
+    out = tmp_path / "trained"
+    shutil.copytree(runs("srste"), out)
+    return out
+
+
+def test_bad_recipe_and_size_exit_nonzero(capsys):
+    with pytest.raises(SystemExit) as e:
+        run("--recipe", "nope", "--out", "unused")
+    assert e.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        train_gpt.main(["--size", "huge"])
+    assert e.value.code == 2
+    assert run("--compare", "dense,nope", "--out", "unused") == 2
+    assert "unknown recipe" in capsys.readouterr().err
+    assert not Path("unused").exists()
+
+
+@pytest.mark.parametrize("content, message", [(b"", "empty"), (b"hello world " * 20, "too short")])
+def test_bad_corpus(tmp_path, capsys, content, message):
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(content)
+    assert run("--data", corpus, "--out", tmp_path / "o", "--steps", 2) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+    assert run("--data", tmp_path / "missing.txt", "--out", tmp_path / "o") == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_mismatched_checkpoint_refused(trained, capsys):
+    before = tree_files(trained)
+    assert run("--recipe", "srste", *STEPS, "--out", trained, "--resume", "--lr", "1e-3") == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "lr=" in err
+    assert run("--recipe", "sste", *STEPS, "--out", trained, "--resume") == 2
+    assert "recipe='srste' in the checkpoint but 'sste' now" in capsys.readouterr().err
+    assert run("--recipe", "srste", *STEPS, "--out", trained) == 2  # would overwrite
+    assert "already holds checkpoints" in capsys.readouterr().err
+    assert tree_files(trained) == before
+
+
+def test_corrupt_checkpoint_refused(trained, tmp_path, capsys):
+    for how in ("flip", "truncate", "meta"):
+        out = tmp_path / how
+        shutil.copytree(trained, out)
+        step_dir = out / "ckpt" / "24"
+        if how == "meta":
+            shutil.rmtree(step_dir / "meta")
+        else:
+            data = max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+            raw = bytearray(data.read_bytes())
+            if how == "flip":
+                raw[len(raw) // 2] ^= 0xFF
+            else:
+                raw = raw[: len(raw) // 3]
+            data.write_bytes(bytes(raw))
+        before = tree_files(out)
+        assert run("--recipe", "srste", *STEPS, "--out", out, "--resume") == 2, how
+        err = capsys.readouterr().err
+        assert " is corrupt" in err, (how, err)
+        assert tree_files(out) == before
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+    assert run("--out", tmp_path / "none", "--resume", "--steps", 2) == 2
+    assert "no checkpoint found" in capsys.readouterr().err
+
+
+def test_mesh_mismatch(tmp_path, capsys):
+    assert run("--mesh", f"data={jax.device_count() + 1}", "--out", tmp_path / "m", "--steps", 2) == 2
+    assert "devices but" in capsys.readouterr().err
+    assert run("--mesh", "data=x", "--out", tmp_path / "m", "--steps", 2) == 2
+    assert "expected e.g." in capsys.readouterr().err
+
+
+def test_mesh_on_four_cpu_devices(tmp_path):
+    """Data parallel x Megatron model parallel (2 x 2 forced host devices), sparse attention too."""
+    out = tmp_path / "mesh"
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'examples')!r})
+import jax, train_gpt
+assert jax.device_count() == 4
+sys.exit(train_gpt.main({TINY!r} + ["--recipe", "srste", "--steps", "4", "--eval-every", "4", "--sparse-attn",
+                                   "--mesh", "data=2,model=2", "--out", {str(out)!r}]))
+"""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    vals = [r["val_loss"] for r in history(out) if "val_loss" in r]
+    assert len(vals) == 2 and np.isfinite(vals).all() and vals[1] < vals[0] - 0.1, vals
+
+
+def test_corpus_generator_reproduces_bundled_file():
+    sys.path.insert(0, str(ROOT / "examples" / "data"))
+    import make_corpus
+
+    assert make_corpus.generate().encode("ascii") == (ROOT / "examples" / "data" / "corpus.txt").read_bytes()

@@ -1,0 +1,1086 @@
+// Element-wise 2:4 kernels as XLA FFI handlers (CUDA, sm_90a):
+//
+//   Sparse24Mask24              2:4 magnitude mask along dim -2 of an (outer..., L, inner) view
+//   Sparse24SoftThreshold24     S-STE soft threshold + its mask, same view
+//   Sparse24TransposableMask24  exact best transposable 2:4 pattern per 4x4 block of (..., R, C)
+//   Sparse24Mvue24              unbiased stochastic 2:4 (MVUE), Philox4x32-10 keyed by a JAX key
+//
+// The math is the one in jax_sparse24/_src/reference.py (DESIGN.md "The math"); the GPU tests
+// compare against it. All handlers are command-buffer compatible: no host synchronisation, no
+// allocation, the PRNG key is read on the device.
+//
+// Layout. A grouped tensor is seen as (outer, L, inner) without any transpose: groups are the 4
+// elements x[o, 4g + 0..3, i]. Leading dims beyond 3 (a vmap batch, "broadcast_all") fold into
+// `outer`; for MVUE each leading batch element uses its own key (the key then has the same
+// leading dims). Two kernel families:
+//   * contiguous (inner == 1): each thread handles "items" of 8 consecutive elements (2 groups),
+//     16-byte loads/stores, UNROLL items in flight per thread, grid-stride loop;
+//   * strided (inner > 1, or a misaligned buffer): each thread handles W consecutive `i` of one
+//     group row (W groups), loading 4 rows of W elements (16 bytes when inner % (16/sizeof) == 0)
+//     — coalesced across the warp along `inner`.
+//
+// Tie rules (match the reference): mask24 keeps the 2 largest |x| with ties toward the lower index
+// (lax.top_k). |x| is compared as the integer bit pattern of the float with its sign cleared, a
+// total order in which NaN ranks above +inf. Transposable: the first pattern, in increasing 16-bit
+// order (bit 4*r + c = element (r, c)), among those with the largest score.
+//
+// MVUE randomness: Philox4x32-10 (Random123 constants; checked against its known-answer vectors)
+// with key (k0, k1) and counter (pair lo, pair hi, k2, k3), where k0..k3 are the JAX key's words
+// (zero beyond its length) and pair = (group index within the key's batch element) / 2, the group
+// index running over (outer, L/4, inner) in row-major order. One call serves two groups: words
+// (x, y) -> (u1, u2) of the even group, (z, w) of the odd one; u = (word >> 8) * 2^-24. So the
+// draws depend only on the key and the group's position, never on the launch configuration.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "ffi_common.h"
+
+#define SP24_HD __host__ __device__ __forceinline__
+#define SP24_D __device__ __forceinline__
+
+namespace jax_sparse24 {
+namespace mask_kernels {
+
+// Must equal reference.MVUE_EPS.
+constexpr float kMvueEps = 1e-20f;
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
+
+enum class GroupOp { kMask24, kSoftThreshold24, kMvue24 };
+
+// ------------------------------------------------------------------------------------------------
+// Small compile-time helpers.
+
+template <class F, int... I>
+SP24_HD void StaticForImpl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1, fully unrolled with constant indices.
+template <int N, class F>
+SP24_HD void StaticFor(F&& f) {
+  StaticForImpl(f, std::make_integer_sequence<int, N>{});
+}
+
+SP24_HD uint32_t FloatBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+SP24_HD float BitsFloat(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// Reciprocal to ~1 ulp (one MUFU.RCP). Subnormal arguments/results flush to zero: callers keep
+// arguments in [2^-126, 2^126].
+SP24_HD float Recip(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return 1.0f / x;
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// Per-group math (host+device so it can be unit-tested on a CPU).
+
+// keep[k]: element k is one of the 2 largest |v| (ties -> lower index; NaN ranks largest).
+SP24_HD void Mask24Keep(const float (&v)[4], bool (&keep)[4]) {
+  uint32_t a0 = FloatBits(v[0]) & 0x7fffffffu, a1 = FloatBits(v[1]) & 0x7fffffffu;
+  uint32_t a2 = FloatBits(v[2]) & 0x7fffffffu, a3 = FloatBits(v[3]) & 0x7fffffffu;
+  // cjk (j < k): element j beats element k.
+  int c01 = a0 >= a1, c02 = a0 >= a2, c03 = a0 >= a3;
+  int c12 = a1 >= a2, c13 = a1 >= a3, c23 = a2 >= a3;
+  // rank = number of elements that beat this one; keep the two with rank 0 and 1.
+  keep[0] = (3 - c01 - c02 - c03) < 2;
+  keep[1] = (c01 + 2 - c12 - c13) < 2;
+  keep[2] = (c02 + c12 + 1 - c23) < 2;
+  keep[3] = (c03 + c13 + c23) < 2;
+}
+
+// y = keep ? sign(v) * (|v| - t) : 0 with t the 2nd smallest |v| (= the larger dropped |v|).
+SP24_HD void SoftThreshold24(const float (&v)[4], float (&y)[4], bool (&keep)[4]) {
+  Mask24Keep(v, keep);
+  float t = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) t = keep[k] ? t : fmaxf(t, fabsf(v[k]));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = keep[k] ? copysignf(fabsf(v[k]) - t, v[k]) : 0.0f;
+}
+
+// Philox4x32-10 (Salmon et al. 2011, Random123 constants and key schedule).
+struct U32x4 {
+  uint32_t x, y, z, w;
+};
+
+SP24_HD U32x4 PhiloxRound(U32x4 c, uint32_t k0, uint32_t k1) {
+  const uint64_t p0 = uint64_t{0xD2511F53u} * c.x;
+  const uint64_t p1 = uint64_t{0xCD9E8D57u} * c.z;
+  const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+  const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+  return U32x4{hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+}
+
+// The 10 round keys (Weyl sequence), computed once per key and reused for every counter.
+struct PhiloxKey {
+  uint32_t k0[10], k1[10];
+};
+
+SP24_HD PhiloxKey PhiloxSchedule(uint32_t k0, uint32_t k1) {
+  PhiloxKey s;
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    s.k0[r] = k0 + static_cast<uint32_t>(r) * 0x9E3779B9u;
+    s.k1[r] = k1 + static_cast<uint32_t>(r) * 0xBB67AE85u;
+  }
+  return s;
+}
+
+SP24_HD U32x4 Philox4x32_10(U32x4 c, const PhiloxKey& k) {
+#pragma unroll
+  for (int r = 0; r < 10; ++r) c = PhiloxRound(c, k.k0[r], k.k1[r]);
+  return c;
+}
+
+SP24_HD U32x4 Philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) { return Philox4x32_10(c, PhiloxSchedule(k0, k1)); }
+
+// Uniform float in [0, 1) with 24 random bits.
+SP24_HD float Uniform01(uint32_t r) { return static_cast<float>(r >> 8) * (1.0f / 16777216.0f); }
+
+// MVUE 2:4 of one group given two uniforms in [0, 1). The draws mirror reference.mvue24 step by
+// step; the inclusion probabilities are computed for all four lanes (cheaper than selecting).
+SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bool (&keep)[4]) {
+  float a[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = fabsf(g[k]) + kMvueEps;
+  // First draw: i = #{k : cumsum_k <= u1 * S}, clamped to 3.
+  const float c0 = a[0], c1 = c0 + a[1], c2 = c1 + a[2], s = c2 + a[3];
+  const float r1 = u1 * s;
+  const int i = (c0 <= r1) + (c1 <= r1) + (c2 <= r1);
+  // Second draw among the others: weights a with a_i zeroed.
+  float b[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) b[k] = (k == i) ? 0.0f : a[k];
+  const float d0 = b[0], d1 = d0 + b[1], d2 = d1 + b[2], s2 = d2 + b[3];
+  const float r2 = u2 * s2;
+  int j = (d0 <= r2) + (d1 <= r2) + (d2 <= r2);
+  const int last_other = (i == 3) ? 2 : 3;
+  j = j < last_other ? j : last_other;
+  j = (j == i) ? last_other : j;  // unreachable except through rounding (as in the reference)
+
+  // Inclusion probabilities p_k = a_k/S + a_k * sum_{m != k} (a_m/S) / R_m with R_m = S - a_m
+  // summed from the other three. p is invariant to scaling a, so huge groups are scaled by
+  // 2^-64 first: every reciprocal below then has a normal argument and a normal result.
+  const float sc = s > 0x1p100f ? 0x1p-64f : 1.0f;
+  float as[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) as[k] = a[k] * sc;
+  const float t01 = as[0] + as[1], t23 = as[2] + as[3];
+  const float rest[4] = {as[1] + t23, as[0] + t23, t01 + as[3], t01 + as[2]};
+  const float inv_s = Recip(t01 + t23);
+  float q[4], w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    q[k] = as[k] * inv_s;
+    w[k] = q[k] * Recip(rest[k]);
+  }
+  const float v01 = w[0] + w[1], v23 = w[2] + w[3];
+  const float others[4] = {w[1] + v23, w[0] + v23, v01 + w[3], v01 + w[2]};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float p = fmaf(as[k], others[k], q[k]);
+    keep[k] = (k == i) || (k == j);
+    out[k] = (keep[k] && g[k] != 0.0f) ? g[k] * Recip(p) : 0.0f;  // as the reference: kept & (g != 0)
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Transposable 4x4 patterns.
+//
+// A pattern = one 2-of-4 column pair per row (6 choices, q = 0..5 in increasing nibble order
+// 0b0011, 0b0101, 0b0110, 0b1001, 0b1010, 0b1100) such that every column is used twice. Split
+// rows {0,1} ("A", index n = q1*6 + q0) and rows {2,3} ("B", index n = q3*6 + q2): a pattern is
+// valid iff A's column counts are 2 minus B's. A's are grouped in 19 classes by column counts.
+// Increasing 16-bit p = lexicographic (q3, q2, q1, q0) = (B index, A index). So: per class, the
+// first-max A in index order; then over B in index order, the first max of B + bestA[class(B)].
+
+struct PatternTables {
+  int pair_c0[6], pair_c1[6], pair_nib[6];
+  int a_class[36];   // class of A index n = q1*6 + q0
+  bool a_first[36];  // first A of its class (in index order)
+  int a_code[36];    // (nib(q1) << 4) | nib(q0)
+  int b_class[36];   // A class compatible with B index n = q3*6 + q2
+  int b_code[36];    // (nib(q3) << 12) | (nib(q2) << 8)
+  int class_size[19];
+  int class_single_code[19];  // a_code of the only member of a one-member class
+  int n_classes;
+  int n_patterns;
+};
+
+constexpr PatternTables MakePatternTables() {
+  PatternTables t{};
+  const int nibs[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+  for (int q = 0; q < 6; ++q) {
+    t.pair_nib[q] = nibs[q];
+    int first = -1, second = -1;
+    for (int c = 0; c < 4; ++c) {
+      if ((nibs[q] >> c) & 1) {
+        if (first < 0) first = c;
+        else second = c;
+      }
+    }
+    t.pair_c0[q] = first;
+    t.pair_c1[q] = second;
+  }
+  // Class id per column-count code (base 3).
+  int code_to_class[81] = {};
+  for (int i = 0; i < 81; ++i) code_to_class[i] = -1;
+  int n_classes = 0;
+  for (int n = 0; n < 36; ++n) {
+    const int q0 = n % 6, q1 = n / 6;
+    int code = 0, p3 = 1;
+    for (int c = 0; c < 4; ++c) {
+      code += (((nibs[q0] >> c) & 1) + ((nibs[q1] >> c) & 1)) * p3;
+      p3 *= 3;
+    }
+    if (code_to_class[code] < 0) {
+      code_to_class[code] = n_classes;
+      t.class_size[n_classes] = 0;
+      t.class_single_code[n_classes] = (nibs[q1] << 4) | nibs[q0];
+      t.a_first[n] = true;
+      ++n_classes;
+    } else {
+      t.a_first[n] = false;
+    }
+    t.a_class[n] = code_to_class[code];
+    t.class_size[t.a_class[n]] += 1;
+    t.a_code[n] = (nibs[q1] << 4) | nibs[q0];
+  }
+  t.n_classes = n_classes;
+  int n_patterns = 0;
+  for (int n = 0; n < 36; ++n) {
+    const int q2 = n % 6, q3 = n / 6;
+    int code = 0, p3 = 1;
+    for (int c = 0; c < 4; ++c) {
+      code += (2 - ((nibs[q2] >> c) & 1) - ((nibs[q3] >> c) & 1)) * p3;
+      p3 *= 3;
+    }
+    t.b_class[n] = code_to_class[code];
+    t.b_code[n] = (nibs[q3] << 12) | (nibs[q2] << 8);
+    n_patterns += t.class_size[t.b_class[n]];
+  }
+  t.n_patterns = n_patterns;
+  return t;
+}
+
+static_assert(MakePatternTables().n_classes == 19, "19 column-count classes of two 2-of-4 rows");
+static_assert(MakePatternTables().n_patterns == 90, "90 transposable 4x4 patterns");
+
+// Table look-ups as constexpr functions, so device code only ever sees their constant values
+// (a namespace-scope constexpr object would be an undefined identifier in device code).
+constexpr int PairC0(int q) { return MakePatternTables().pair_c0[q]; }
+constexpr int PairC1(int q) { return MakePatternTables().pair_c1[q]; }
+constexpr int AClass(int n) { return MakePatternTables().a_class[n]; }
+constexpr bool AFirst(int n) { return MakePatternTables().a_first[n]; }
+constexpr int ACode(int n) { return MakePatternTables().a_code[n]; }
+constexpr int BClass(int n) { return MakePatternTables().b_class[n]; }
+constexpr int BCode(int n) { return MakePatternTables().b_code[n]; }
+constexpr int ClassSize(int c) { return MakePatternTables().class_size[c]; }
+constexpr int ClassSingleCode(int c) { return MakePatternTables().class_single_code[c]; }
+
+// Best pattern (16-bit p) of the 4x4 block at columns OFF..OFF+3 of a (already |x|, float32).
+template <int OFF, int NC>
+SP24_HD uint32_t BestPattern(const float (&a)[4][NC]) {
+  float pair[4][6];
+  StaticFor<24>([&](auto I) {
+    constexpr int r = I / 6, q = I % 6;
+    pair[r][q] = a[r][OFF + PairC0(q)] + a[r][OFF + PairC1(q)];
+  });
+  float best_a[19];
+  uint32_t code_a[19];
+  StaticFor<36>([&](auto I) {
+    constexpr int n = I;
+    constexpr int c = AClass(n);
+    const float s = pair[0][n % 6] + pair[1][n / 6];
+    if constexpr (AFirst(n)) {
+      best_a[c] = s;
+      code_a[c] = ACode(n);
+    } else {
+      const bool gt = s > best_a[c];
+      best_a[c] = gt ? s : best_a[c];
+      code_a[c] = gt ? static_cast<uint32_t>(ACode(n)) : code_a[c];
+    }
+  });
+  float best = 0.0f;
+  uint32_t best_b = 0, best_code_a = 0;
+  StaticFor<36>([&](auto I) {
+    constexpr int n = I;
+    constexpr int c = BClass(n);
+    const float s = pair[2][n % 6] + pair[3][n / 6] + best_a[c];
+    uint32_t ca;
+    if constexpr (ClassSize(c) == 1) {
+      ca = ClassSingleCode(c);
+    } else {
+      ca = code_a[c];
+    }
+    if constexpr (n == 0) {
+      best = s;
+      best_b = BCode(n);
+      best_code_a = ca;
+    } else {
+      const bool gt = s > best;
+      best = gt ? s : best;
+      best_b = gt ? static_cast<uint32_t>(BCode(n)) : best_b;
+      best_code_a = gt ? ca : best_code_a;
+    }
+  });
+  return best_b | best_code_a;
+}
+
+// Nibble (4 mask bits of one row) -> 4 bytes of 0/1.
+SP24_HD uint32_t NibbleToBytes(uint32_t n) { return (n * 0x00204081u) & 0x01010101u; }
+
+// ------------------------------------------------------------------------------------------------
+// Device memory helpers: raw loads/stores of 1..32 bytes, element (un)packing.
+
+template <int BYTES>
+struct Raw;
+template <>
+struct Raw<1> {
+  static constexpr int kWords = 1;
+  SP24_D static void Store(void* p, const uint32_t* w) {
+    *reinterpret_cast<unsigned char*>(p) = static_cast<unsigned char>(w[0]);
+  }
+};
+template <>
+struct Raw<2> {
+  static constexpr int kWords = 1;
+  SP24_D static void Load(const void* p, uint32_t* w) {
+    w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+  SP24_D static void Store(void* p, const uint32_t* w) {
+    *reinterpret_cast<unsigned short*>(p) = static_cast<unsigned short>(w[0]);
+  }
+};
+template <>
+struct Raw<4> {
+  static constexpr int kWords = 1;
+  SP24_D static void Load(const void* p, uint32_t* w) { w[0] = __ldg(reinterpret_cast<const unsigned int*>(p)); }
+  SP24_D static void Store(void* p, const uint32_t* w) { *reinterpret_cast<unsigned int*>(p) = w[0]; }
+};
+template <>
+struct Raw<8> {
+  static constexpr int kWords = 2;
+  SP24_D static void Load(const void* p, uint32_t* w) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = v.x;
+    w[1] = v.y;
+  }
+  SP24_D static void Store(void* p, const uint32_t* w) { *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]); }
+};
+template <>
+struct Raw<16> {
+  static constexpr int kWords = 4;
+  SP24_D static void Load(const void* p, uint32_t* w) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
+  SP24_D static void Store(void* p, const uint32_t* w) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+template <>
+struct Raw<32> {
+  static constexpr int kWords = 8;
+  SP24_D static void Load(const void* p, uint32_t* w) {
+    Raw<16>::Load(p, w);
+    Raw<16>::Load(static_cast<const char*>(p) + 16, w + 4);
+  }
+  SP24_D static void Store(void* p, const uint32_t* w) {
+    Raw<16>::Store(p, w);
+    Raw<16>::Store(static_cast<char*>(p) + 16, w + 4);
+  }
+};
+
+template <typename T>
+struct Elt;
+template <>
+struct Elt<float> {
+  static constexpr int kPerWord = 1;
+  SP24_D static void Unpack(uint32_t w, float* o) { o[0] = __uint_as_float(w); }
+  SP24_D static uint32_t Pack(const float* v) { return __float_as_uint(v[0]); }
+};
+template <>
+struct Elt<__nv_bfloat16> {
+  static constexpr int kPerWord = 2;
+  SP24_D static void Unpack(uint32_t w, float* o) {
+    o[0] = __uint_as_float(w << 16);
+    o[1] = __uint_as_float(w & 0xffff0000u);
+  }
+  SP24_D static uint32_t Pack(const float* v) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);  // .x (low half) = v[0]
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+template <>
+struct Elt<__half> {
+  static constexpr int kPerWord = 2;
+  SP24_D static void Unpack(uint32_t w, float* o) {
+    __half2 h;
+    *reinterpret_cast<uint32_t*>(&h) = w;
+    const float2 f = __half22float2(h);
+    o[0] = f.x;
+    o[1] = f.y;
+  }
+  SP24_D static uint32_t Pack(const float* v) {
+    const __half2 h = __floats2half2_rn(v[0], v[1]);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
+// W consecutive elements of T <-> float. Vector access of W*sizeof(T) bytes (must be aligned).
+template <typename T, int W>
+SP24_D void LoadElems(const T* p, float (&v)[W]) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
+  constexpr int kPer = Elt<T>::kPerWord;
+  uint32_t w[Raw<kBytes>::kWords];
+  Raw<kBytes>::Load(p, w);
+  if constexpr (kBytes >= 4) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; ++i) {
+      float t[kPer];
+      Elt<T>::Unpack(w[i], t);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) v[i * kPer + e] = t[e];
+    }
+  } else {
+    float t[2];
+    Elt<T>::Unpack(w[0], t);
+    v[0] = t[0];
+  }
+}
+
+// Element-by-element loads (any alignment).
+template <typename T, int W>
+SP24_D void LoadElemsScalar(const T* p, float (&v)[W]) {
+#pragma unroll
+  for (int e = 0; e < W; ++e) {
+    float t[2];
+    uint32_t w[1];
+    Raw<sizeof(T)>::Load(p + e, w);
+    Elt<T>::Unpack(w[0], t);
+    v[e] = t[0];
+  }
+}
+
+template <typename T, int W>
+SP24_D void StoreElems(T* p, const float (&v)[W]) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
+  constexpr int kPer = Elt<T>::kPerWord;
+  uint32_t w[Raw<kBytes>::kWords];
+  if constexpr (kBytes >= 4) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; ++i) w[i] = Elt<T>::Pack(v + i * kPer);
+  } else {
+    const float t[2] = {v[0], 0.0f};
+    w[0] = Elt<T>::Pack(t);
+  }
+  Raw<kBytes>::Store(p, w);
+}
+
+// W mask bytes (0/1) in one store of W bytes.
+template <int W>
+SP24_D void StoreMask(uint8_t* p, const bool (&keep)[W]) {
+  constexpr int kWords = W >= 4 ? W / 4 : 1;
+  uint32_t w[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) w[i] = 0;
+#pragma unroll
+  for (int e = 0; e < W; ++e) w[e / 4] |= static_cast<uint32_t>(keep[e]) << (8 * (e % 4));
+  Raw<W>::Store(p, w);
+}
+
+// ------------------------------------------------------------------------------------------------
+// MVUE randomness: Philox4x32-10 with key = (k0, k1) and counter = (pair lo, pair hi, k2, k3)
+// where pair = (group index within its key's batch element) / 2 and k* are the key words (zero
+// beyond the key's length). One Philox call serves two consecutive groups: words (x, y) for the
+// even group, (z, w) for the odd one. Independent of the launch configuration.
+
+struct RngArgs {
+  const uint32_t* key = nullptr;  // (nb, nkw) uint32 on the device
+  int nkw = 0;                    // words per key, 1..4
+  int64_t nb = 1;                 // number of keys (leading batch elements)
+  int64_t gpb = 0;                // groups per key (per batch element)
+  int64_t rows_pb = 0;            // group rows (outer * L/4) per batch element; gpb = rows_pb * inner
+};
+
+struct KeyWords {
+  PhiloxKey sched;  // round keys from key words 0, 1
+  uint32_t k2 = 0, k3 = 0;
+};
+
+SP24_HD KeyWords MakeKey(uint32_t k0, uint32_t k1, uint32_t k2, uint32_t k3) {
+  KeyWords w;
+  w.sched = PhiloxSchedule(k0, k1);
+  w.k2 = k2;
+  w.k3 = k3;
+  return w;
+}
+
+SP24_D KeyWords LoadKey(const RngArgs& r, int64_t b) {
+  const uint32_t* k = r.key + b * r.nkw;
+  return MakeKey(__ldg(k), r.nkw > 1 ? __ldg(k + 1) : 0u, r.nkw > 2 ? __ldg(k + 2) : 0u,
+                 r.nkw > 3 ? __ldg(k + 3) : 0u);
+}
+
+// Random words of the pair of groups holding group g_in (index within its batch element).
+SP24_HD U32x4 PhiloxPair(const KeyWords& k, int64_t g_in) {
+  const uint64_t pair = static_cast<uint64_t>(g_in) >> 1;
+  return Philox4x32_10(U32x4{static_cast<uint32_t>(pair), static_cast<uint32_t>(pair >> 32), k.k2, k.k3}, k.sched);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Element-wise group kernels.
+
+template <GroupOp OP>
+SP24_D void ApplyGroup(const float (&v)[4], float u1, float u2, float (&y)[4], bool (&keep)[4]) {
+  if constexpr (OP == GroupOp::kMask24) {
+    Mask24Keep(v, keep);
+  } else if constexpr (OP == GroupOp::kSoftThreshold24) {
+    SoftThreshold24(v, y, keep);
+  } else {
+    Mvue24(v, u1, u2, y, keep);
+  }
+}
+
+template <GroupOp OP>
+constexpr bool kWritesY = OP != GroupOp::kMask24;
+template <GroupOp OP>
+constexpr bool kWritesMask = OP != GroupOp::kMvue24;
+
+// W groups whose 4 rows start at x + e0 + k * stride (k = 0..3), W consecutive elements per row.
+// MVUE: g_in0 is the index of the first group within its batch element (even when W is even),
+// key that element's key. VEC: W-element vector accesses are aligned.
+template <typename T, GroupOp OP, int W, bool VEC>
+SP24_D void ProcessStridedChunk(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
+                                int64_t e0, int64_t stride, int64_t g_in0, const KeyWords& key) {
+  float v[4][W];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (VEC) LoadElems<T, W>(x + e0 + k * stride, v[k]);
+    else LoadElemsScalar<T, W>(x + e0 + k * stride, v[k]);
+  }
+  float u[W][2];
+  if constexpr (OP == GroupOp::kMvue24) {
+    if constexpr (W % 2 == 0) {
+#pragma unroll
+      for (int p = 0; p < W / 2; ++p) {
+        const U32x4 r = PhiloxPair(key, g_in0 + 2 * p);
+        u[2 * p][0] = Uniform01(r.x);
+        u[2 * p][1] = Uniform01(r.y);
+        u[2 * p + 1][0] = Uniform01(r.z);
+        u[2 * p + 1][1] = Uniform01(r.w);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const int64_t g = g_in0 + e;
+        const U32x4 r = PhiloxPair(key, g);
+        u[e][0] = Uniform01((g & 1) ? r.z : r.x);
+        u[e][1] = Uniform01((g & 1) ? r.w : r.y);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < W; ++e) u[e][0] = u[e][1] = 0.0f;
+  }
+  float yv[4][W];
+  bool keep[4][W];
+#pragma unroll
+  for (int e = 0; e < W; ++e) {
+    const float g[4] = {v[0][e], v[1][e], v[2][e], v[3][e]};
+    float yo[4];
+    bool ko[4];
+    ApplyGroup<OP>(g, u[e][0], u[e][1], yo, ko);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      yv[k][e] = yo[k];
+      keep[k][e] = ko[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (kWritesY<OP>) StoreElems<T, W>(y + e0 + k * stride, yv[k]);
+    if constexpr (kWritesMask<OP>) StoreMask<W>(mask + e0 + k * stride, keep[k]);
+  }
+}
+
+// inner == 1: items of 8 consecutive elements (2 groups); UNROLL items per thread per step, the
+// k-th at tile_base + k * kThreads + tid so every load/store instruction is coalesced.
+// Requires x, y 16-byte aligned and mask 8-byte aligned; MVUE: a single key (nb == 1). The odd
+// last group (n_groups odd) is done by thread 0.
+template <typename T, GroupOp OP, int UNROLL>
+__global__ void __launch_bounds__(kThreads)
+    ContiguousGroupKernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
+                          int64_t n_items, int64_t n_groups, RngArgs rng) {
+  const int64_t tile = int64_t{kThreads} * UNROLL;
+  KeyWords key;
+  if constexpr (OP == GroupOp::kMvue24) key = LoadKey(rng, 0);
+  for (int64_t base = int64_t{blockIdx.x} * tile; base < n_items; base += int64_t{gridDim.x} * tile) {
+    float v[UNROLL][8];
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) {
+      // Out-of-range lanes re-load the last item (always valid) instead of predicating the load.
+      int64_t it = base + k * kThreads + threadIdx.x;
+      it = it < n_items ? it : n_items - 1;
+      LoadElems<T, 8>(x + it * 8, v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) {
+      const int64_t it = base + k * kThreads + threadIdx.x;
+      if (it < n_items) {
+        float u[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        if constexpr (OP == GroupOp::kMvue24) {
+          const U32x4 r = PhiloxPair(key, 2 * it);  // one key (host guarantees nb == 1 here)
+          u[0][0] = Uniform01(r.x);
+          u[0][1] = Uniform01(r.y);
+          u[1][0] = Uniform01(r.z);
+          u[1][1] = Uniform01(r.w);
+        }
+        float yv[8];
+        bool keep[8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float g[4] = {v[k][4 * h], v[k][4 * h + 1], v[k][4 * h + 2], v[k][4 * h + 3]};
+          float yo[4];
+          bool ko[4];
+          ApplyGroup<OP>(g, u[h][0], u[h][1], yo, ko);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            yv[4 * h + e] = yo[e];
+            keep[4 * h + e] = ko[e];
+          }
+        }
+        if constexpr (kWritesY<OP>) StoreElems<T, 8>(y + it * 8, yv);
+        if constexpr (kWritesMask<OP>) StoreMask<8>(mask + it * 8, keep);
+      }
+    }
+  }
+  if ((n_groups & 1) && blockIdx.x == 0 && threadIdx.x == 0) {
+    const int64_t g = n_groups - 1;
+    ProcessStridedChunk<T, OP, 1, true>(x, y, mask, 4 * g, 1, g, key);
+  }
+}
+
+// General layout: unit u = (og, ic) with og = o * (L/4) + g the group row and ic the chunk of W
+// consecutive inner indices. Requires inner % W == 0 and W-element accesses aligned.
+template <typename T, GroupOp OP, int W>
+__global__ void __launch_bounds__(kThreads)
+    StridedGroupKernel(const T* __restrict__ x, T* __restrict__ y, uint8_t* __restrict__ mask,
+                       int64_t n_units, int64_t n_chunks, int64_t inner, RngArgs rng) {
+  const bool idx32 = n_units <= int64_t{0xffffffff};
+  KeyWords key;
+  if constexpr (OP == GroupOp::kMvue24) {
+    if (rng.nb == 1) key = LoadKey(rng, 0);
+  }
+  for (int64_t u = int64_t{blockIdx.x} * kThreads + threadIdx.x; u < n_units; u += int64_t{gridDim.x} * kThreads) {
+    int64_t og, ic;
+    if (idx32) {
+      const uint32_t uu = static_cast<uint32_t>(u), nc = static_cast<uint32_t>(n_chunks);
+      const uint32_t q = uu / nc;
+      og = q;
+      ic = uu - q * nc;
+    } else {
+      og = u / n_chunks;
+      ic = u - og * n_chunks;
+    }
+    const int64_t i0 = ic * W;
+    int64_t og_in = og;  // group row within its batch element (batch boundaries are row boundaries)
+    if constexpr (OP == GroupOp::kMvue24) {
+      if (rng.nb > 1) {
+        const int64_t b = og / rng.rows_pb;
+        og_in -= b * rng.rows_pb;
+        key = LoadKey(rng, b);
+      }
+    }
+    ProcessStridedChunk<T, OP, W, true>(x, y, mask, og * 4 * inner + i0, inner, og_in * inner + i0, key);
+  }
+}
+
+// Transposable mask: unit u = (block row br, chunk cc of BPT consecutive 4x4 blocks).
+template <typename T, int BPT, bool VEC>
+__global__ void __launch_bounds__(kThreads)
+    TransposableMaskKernel(const T* __restrict__ x, uint8_t* __restrict__ mask, int64_t n_units,
+                           int64_t n_chunks, int64_t cols) {
+  constexpr int NC = 4 * BPT;
+  const bool idx32 = n_units <= int64_t{0xffffffff};
+  for (int64_t u = int64_t{blockIdx.x} * kThreads + threadIdx.x; u < n_units; u += int64_t{gridDim.x} * kThreads) {
+    int64_t br, cc;
+    if (idx32) {
+      const uint32_t uu = static_cast<uint32_t>(u), nc = static_cast<uint32_t>(n_chunks);
+      const uint32_t q = uu / nc;
+      br = q;
+      cc = uu - q * nc;
+    } else {
+      br = u / n_chunks;
+      cc = u - br * n_chunks;
+    }
+    const int64_t e0 = br * 4 * cols + cc * NC;
+    float a[4][NC];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (VEC) LoadElems<T, NC>(x + e0 + r * cols, a[r]);
+      else LoadElemsScalar<T, NC>(x + e0 + r * cols, a[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+#pragma unroll
+      for (int c = 0; c < NC; ++c) a[r][c] = fabsf(a[r][c]);
+    }
+    uint32_t p[BPT];
+    StaticFor<BPT>([&](auto B) { p[B] = BestPattern<4 * B, NC>(a); });
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      uint32_t w[BPT];
+#pragma unroll
+      for (int b = 0; b < BPT; ++b) w[b] = NibbleToBytes((p[b] >> (4 * r)) & 0xFu);
+      uint8_t* dst = mask + e0 + r * cols;
+      if constexpr (VEC) {
+        Raw<4 * BPT>::Store(dst, w);
+      } else {
+#pragma unroll
+        for (int b = 0; b < BPT; ++b) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t byte = (w[b] >> (8 * e)) & 0xFFu;
+            Raw<1>::Store(dst + 4 * b + e, &byte);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host side: validation and launches.
+
+std::string ShapeStr(ffi::AnyBuffer::Dimensions d) {
+  std::string s = "(";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  if (d.size() == 1) s += ",";
+  return s + ")";
+}
+
+const char* TypeName(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F64: return "float64";
+    case ffi::DataType::S8: return "int8";
+    case ffi::DataType::S16: return "int16";
+    case ffi::DataType::S32: return "int32";
+    case ffi::DataType::S64: return "int64";
+    case ffi::DataType::U64: return "uint64";
+    default: return DataTypeName(t);
+  }
+}
+
+bool IsKernelFloat(ffi::DataType t) {
+  return t == ffi::DataType::F32 || t == ffi::DataType::BF16 || t == ffi::DataType::F16;
+}
+
+bool Aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+int64_t NumBlocks(int64_t work_per_block_units, int64_t units) {
+  int64_t b = (units + work_per_block_units - 1) / work_per_block_units;
+  if (b < 1) b = 1;
+  if (b > kMaxBlocks) b = kMaxBlocks;
+  return b;
+}
+
+ffi::Error CheckSameShape(const char* op, const char* what, ffi::AnyBuffer::Dimensions x,
+                          ffi::AnyBuffer::Dimensions out) {
+  bool same = x.size() == out.size();
+  for (size_t i = 0; same && i < x.size(); ++i) same = x[i] == out[i];
+  if (!same) {
+    return InvalidArgument(std::string(op) + ": output `" + what + "` must have the input's shape " +
+                           ShapeStr(x) + ", got " + ShapeStr(out));
+  }
+  return ffi::Error::Success();
+}
+
+template <typename T, GroupOp OP>
+ffi::Error LaunchGroupOp(cudaStream_t stream, const char* op, const void* x_ptr, void* y_ptr, void* mask_ptr,
+                         int64_t rows, int64_t inner, const RngArgs& rng) {
+  // rows = outer * L (number of length-`inner` rows); groups of 4 rows.
+  const T* x = static_cast<const T*>(x_ptr);
+  T* y = static_cast<T*>(y_ptr);
+  uint8_t* mask = static_cast<uint8_t*>(mask_ptr);
+  const int64_t n = rows * inner;
+  const bool y_ok16 = !kWritesY<OP> || Aligned(y, 16);
+  const bool m_ok8 = !kWritesMask<OP> || Aligned(mask, 8);
+  const bool rng_pairs_ok = OP != GroupOp::kMvue24 || rng.nb == 1;  // batched keys: strided kernel
+  if (inner == 1 && Aligned(x, 16) && y_ok16 && m_ok8 && rng_pairs_ok) {
+    constexpr int kUnroll = sizeof(T) == 4 ? 2 : 4;  // 64 bytes of x in flight per thread
+    const int64_t n_items = n / 8, n_groups = n / 4;
+    const int64_t blocks = NumBlocks(int64_t{kThreads} * kUnroll, n_items);
+    ContiguousGroupKernel<T, OP, kUnroll>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, mask, n_items, n_groups, rng);
+    SP24_CHECK_LAUNCH("ContiguousGroupKernel");
+    return ffi::Error::Success();
+  }
+  // Widest W (<= 16 bytes of T) with inner % W == 0 and aligned accesses.
+  auto fits = [&](int w) {
+    return inner % w == 0 && Aligned(x, w * sizeof(T)) && (!kWritesY<OP> || Aligned(y, w * sizeof(T))) &&
+           (!kWritesMask<OP> || Aligned(mask, w));
+  };
+  auto launch = [&](auto w_const) -> ffi::Error {
+    constexpr int W = decltype(w_const)::value;
+    const int64_t n_chunks = inner / W;
+    const int64_t n_units = (rows / 4) * n_chunks;
+    const int64_t blocks = NumBlocks(kThreads, n_units);
+    StridedGroupKernel<T, OP, W>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, mask, n_units, n_chunks, inner, rng);
+    SP24_CHECK_LAUNCH("StridedGroupKernel");
+    return ffi::Error::Success();
+  };
+  constexpr int kWMax = 16 / static_cast<int>(sizeof(T));
+  if (fits(kWMax)) return launch(std::integral_constant<int, kWMax>{});
+  if (fits(kWMax / 2)) return launch(std::integral_constant<int, kWMax / 2>{});
+  if constexpr (kWMax / 4 >= 2) {
+    if (fits(kWMax / 4)) return launch(std::integral_constant<int, kWMax / 4>{});
+  }
+  return launch(std::integral_constant<int, 1>{});  // scalar accesses: any inner, any alignment
+}
+
+// Shared by mask24 / soft threshold / mvue. key: MVUE only; y / mask: null when not produced.
+template <GroupOp OP>
+ffi::Error GroupOpImpl(const char* op, cudaStream_t stream, const ffi::AnyBuffer* key, const ffi::AnyBuffer& x,
+                       ffi::AnyBuffer* y, ffi::AnyBuffer* mask) {
+  const auto dims = x.dimensions();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (rank < 3) {
+    return InvalidArgument(std::string(op) + ": x must have rank >= 3, viewed as (outer..., L, inner) with groups "
+                           "of 4 along L; got shape " + ShapeStr(dims));
+  }
+  if (!IsKernelFloat(x.element_type())) {
+    return InvalidArgument(std::string(op) + ": x must be float32, bfloat16 or float16, got " +
+                           TypeName(x.element_type()) + " with shape " + ShapeStr(dims));
+  }
+  const int64_t L = dims[rank - 2], inner = dims[rank - 1];
+  if (L % 4 != 0) {
+    return InvalidArgument(std::string(op) + ": the grouped axis (dim -2 of the (outer, L, inner) view) must be "
+                           "divisible by 4, got L = " + std::to_string(L) + " in shape " + ShapeStr(dims));
+  }
+  if (y != nullptr) {
+    SP24_RETURN_IF_ERROR(CheckSameShape(op, "y", dims, y->dimensions()));
+    if (y->element_type() != x.element_type()) {
+      return InvalidArgument(std::string(op) + ": output `y` must have x's dtype " +
+                             TypeName(x.element_type()) + ", got " + TypeName(y->element_type()));
+    }
+  }
+  if (mask != nullptr) {
+    SP24_RETURN_IF_ERROR(CheckSameShape(op, "mask", dims, mask->dimensions()));
+    if (mask->element_type() != ffi::DataType::PRED) {
+      return InvalidArgument(std::string(op) + ": output `mask` must be bool (PRED), got " +
+                             TypeName(mask->element_type()));
+    }
+  }
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+
+  RngArgs rng;
+  if (key != nullptr) {
+    const auto kd = key->dimensions();
+    const int64_t krank = static_cast<int64_t>(kd.size());
+    if (key->element_type() != ffi::DataType::U32) {
+      return InvalidArgument(std::string(op) + ": key must be uint32 key data (jax.random.key_data), got " +
+                             TypeName(key->element_type()) + " with shape " + ShapeStr(kd));
+    }
+    if (krank < 1 || kd[krank - 1] < 1 || kd[krank - 1] > 4) {
+      return InvalidArgument(std::string(op) + ": key data must have shape (..., n) with 1 <= n <= 4 words, got " +
+                             ShapeStr(kd));
+    }
+    // Batched keys (vmap "broadcast_all"): key (B..., n) pairs with x (B..., outer, L, inner).
+    bool batch_ok = krank - 1 <= rank - 3;
+    int64_t nb = 1;
+    for (int64_t i = 0; batch_ok && i < krank - 1; ++i) {
+      batch_ok = kd[i] == dims[i];
+      nb *= kd[i];
+    }
+    if (!batch_ok || krank - 1 != rank - 3) {
+      return InvalidArgument(std::string(op) + ": key data of shape " + ShapeStr(kd) +
+                             " must be (n,) for x of rank 3, or have x's leading batch dims (B..., n) for x of "
+                             "shape (B..., outer, L, inner); got x of shape " + ShapeStr(dims));
+    }
+    rng.key = static_cast<const uint32_t*>(key->untyped_data());
+    rng.nkw = static_cast<int>(kd[krank - 1]);
+    rng.nb = nb;
+    if (total > 0) {
+      rng.gpb = total / 4 / nb;
+      rng.rows_pb = rng.gpb / inner;
+    }
+  }
+  if (total == 0) return ffi::Error::Success();
+  const int64_t rows = total / inner;
+  void* y_ptr = y ? y->untyped_data() : nullptr;
+  void* m_ptr = mask ? mask->untyped_data() : nullptr;
+  switch (x.element_type()) {
+    case ffi::DataType::F32:
+      return LaunchGroupOp<float, OP>(stream, op, x.untyped_data(), y_ptr, m_ptr, rows, inner, rng);
+    case ffi::DataType::BF16:
+      return LaunchGroupOp<__nv_bfloat16, OP>(stream, op, x.untyped_data(), y_ptr, m_ptr, rows, inner, rng);
+    case ffi::DataType::F16:
+      return LaunchGroupOp<__half, OP>(stream, op, x.untyped_data(), y_ptr, m_ptr, rows, inner, rng);
+    default:
+      return InvalidArgument(std::string(op) + ": unsupported dtype");
+  }
+}
+
+template <typename T>
+ffi::Error LaunchTransposable(cudaStream_t stream, const void* x_ptr, void* m_ptr, int64_t rows, int64_t cols) {
+  const T* x = static_cast<const T*>(x_ptr);
+  uint8_t* mask = static_cast<uint8_t*>(m_ptr);
+  auto launch = [&](auto bpt_const, auto vec_const) -> ffi::Error {
+    constexpr int BPT = decltype(bpt_const)::value;
+    constexpr bool VEC = decltype(vec_const)::value;
+    const int64_t n_chunks = cols / (4 * BPT);
+    const int64_t n_units = (rows / 4) * n_chunks;
+    const int64_t blocks = NumBlocks(kThreads, n_units);
+    TransposableMaskKernel<T, BPT, VEC>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, mask, n_units, n_chunks, cols);
+    SP24_CHECK_LAUNCH("TransposableMaskKernel");
+    return ffi::Error::Success();
+  };
+  if constexpr (sizeof(T) == 2) {
+    // Two blocks per thread: 16-byte loads, 8-byte mask stores.
+    if (cols % 8 == 0 && Aligned(x, 16) && Aligned(mask, 8)) {
+      return launch(std::integral_constant<int, 2>{}, std::true_type{});
+    }
+  }
+  if (Aligned(x, 4 * sizeof(T)) && Aligned(mask, 4)) {
+    return launch(std::integral_constant<int, 1>{}, std::true_type{});
+  }
+  return launch(std::integral_constant<int, 1>{}, std::false_type{});
+}
+
+}  // namespace mask_kernels
+
+// ------------------------------------------------------------------------------------------------
+// Handlers.
+
+namespace {
+
+using mask_kernels::GroupOp;
+using mask_kernels::ShapeStr;
+using mask_kernels::TypeName;
+
+ffi::Error Mask24Impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> mask) {
+  return mask_kernels::GroupOpImpl<GroupOp::kMask24>("jax_sparse24_mask24", stream, nullptr, x, nullptr,
+                                                     &(*mask));
+}
+
+ffi::Error SoftThreshold24Impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                               ffi::Result<ffi::AnyBuffer> mask) {
+  return mask_kernels::GroupOpImpl<GroupOp::kSoftThreshold24>("jax_sparse24_soft_threshold24", stream, nullptr, x,
+                                                              &(*y), &(*mask));
+}
+
+ffi::Error Mvue24Impl(cudaStream_t stream, ffi::AnyBuffer key, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> out) {
+  return mask_kernels::GroupOpImpl<GroupOp::kMvue24>("jax_sparse24_mvue24", stream, &key, g, &(*out), nullptr);
+}
+
+ffi::Error TransposableMask24Impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> mask) {
+  constexpr const char* op = "jax_sparse24_transposable_mask24";
+  const auto dims = x.dimensions();
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  if (rank < 2) {
+    return InvalidArgument(std::string(op) + ": x must have rank >= 2 ((batch..., R, C)), got shape " +
+                           ShapeStr(dims));
+  }
+  if (!mask_kernels::IsKernelFloat(x.element_type())) {
+    return InvalidArgument(std::string(op) + ": x must be float32, bfloat16 or float16, got " +
+                           TypeName(x.element_type()) + " with shape " + ShapeStr(dims));
+  }
+  const int64_t R = dims[rank - 2], C = dims[rank - 1];
+  if (R % 4 != 0 || C % 4 != 0) {
+    return InvalidArgument(std::string(op) + ": both matrix dims R and C must be divisible by 4 (4x4 blocks), got "
+                           "shape " + ShapeStr(dims));
+  }
+  SP24_RETURN_IF_ERROR(mask_kernels::CheckSameShape(op, "mask", dims, mask->dimensions()));
+  if (mask->element_type() != ffi::DataType::PRED) {
+    return InvalidArgument(std::string(op) + ": output `mask` must be bool (PRED), got " +
+                           TypeName(mask->element_type()));
+  }
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+  if (total == 0) return ffi::Error::Success();
+  const int64_t rows = total / C;  // leading batch dims fold into rows (R % 4 == 0 keeps blocks inside a matrix)
+  switch (x.element_type()) {
+    case ffi::DataType::F32:
+      return mask_kernels::LaunchTransposable<float>(stream, x.untyped_data(), mask->untyped_data(), rows, C);
+    case ffi::DataType::BF16:
+      return mask_kernels::LaunchTransposable<__nv_bfloat16>(stream, x.untyped_data(), mask->untyped_data(), rows, C);
+    case ffi::DataType::F16:
+      return mask_kernels::LaunchTransposable<__half>(stream, x.untyped_data(), mask->untyped_data(), rows, C);
+    default:
+      return InvalidArgument(std::string(op) + ": unsupported dtype");
+  }
+}
+
+}  // namespace
+}  // namespace jax_sparse24
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mask24, jax_sparse24::Mask24Impl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24, jax_sparse24::SoftThreshold24Impl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24TransposableMask24, jax_sparse24::TransposableMask24Impl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mvue24, jax_sparse24::Mvue24Impl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

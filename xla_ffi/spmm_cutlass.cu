@@ -1,0 +1,668 @@
+// CUTLASS 3.x SM90 2:4 sparse GEMM and its compressor as XLA FFI handlers.
+//
+// Formulation (DESIGN.md, "Consequences" 6): D(M x N) = A(M x K, 2:4 along K) * B(K x N) with
+//   A  row-major M x K (K-major), stored compressed: values + metadata (CUTLASS SM90 layout),
+//   B  stored as an N x K row-major array (column-major K x N, K-major),
+//   D  stored as an N x M row-major array (column-major M x N).
+// For a layer y = x * W~ (x: T x I, W~: I x O): M = O, N = T, K = I, A = W~^T, B = x, D = y; for the
+// input gradient dx = dy * W~^T: A = W~ (2:4 along O), B = dy, D = dx. Nothing is transposed.
+//
+// Kernels: bf16 / fp16 operands and output, fp32 accumulation, alpha = 1, beta = 0, no C operand
+// (void C: the epilogue never reads memory for C). Configurations come from the schedule sweep in
+// DESIGN.md; CutlassDefaultConfig() holds the measured table.
+//
+// Handlers (both command-buffer compatible: no host<->device sync, no allocation, no stream query):
+//   Sparse24CutlassCompress: a (M, K) already 2:4 along K -> values, meta.
+//   Sparse24CutlassSpmm:     values, meta, b (N, K) -> d (N, M); attrs m, n, k, config.
+
+// Device-side asserts in CUTLASS/CuTe are calls: inside the GMMA mainloop they make ptxas serialise
+// the wgmma pipeline (warning C7510, seen compiling without NDEBUG). CMake Release builds pass
+// -DNDEBUG; this file must not depend on the build type, so it defines it itself.
+#ifndef NDEBUG
+#define NDEBUG 1
+#endif
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/transform/device/transform_universal_adapter.hpp"
+#include "cutlass/transform/kernel/sparse_gemm_compressor.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#include "ffi_common.h"
+#include "spmm_cutlass.h"
+
+#if !defined(CUTLASS_ARCH_MMA_SPARSE_SM90_SUPPORTED)
+#error "the CUTLASS SM90 sparse GEMM needs nvcc >= 12.2 (CUTLASS_ARCH_MMA_SPARSE_SM90_SUPPORTED)"
+#endif
+
+#if defined(JAX_SPARSE24_MINIMAL_CONFIGS) && JAX_SPARSE24_MINIMAL_CONFIGS
+#define SP24_MINIMAL 1
+#else
+#define SP24_MINIMAL 0
+#endif
+
+namespace jax_sparse24 {
+namespace {
+
+using namespace cute;
+
+// ------------------------------------------------------------------------------------------------
+// Alignment. CUTLASS's can_implement for this kernel needs (TMA: 16-byte aligned strides):
+//   k % 16: the compressed A has K/2 columns (16 bytes = 8 elements), B has K columns;
+//   m % 8:  D is column-major M x N (stored N x M), its leading dimension M needs 16 bytes.
+// N is the outer dimension of both B and D, so TMA puts no constraint on it; we still ask for
+// n % 8 (conservative: CUTLASS's own sparse tests use multiples of 16; relax after a GPU test).
+// Residues (M, N not multiples of the tile, K not a multiple of 128) are handled by TMA
+// out-of-bounds zero fill and clipped stores -- CUTLASS's sparse SM90 unit tests (TestAll) run
+// m = 16, 464; n = 16, 480; k = 16, 128 * (stages + 1) - 16 with these kernels.
+constexpr int64_t kAlignM = 8;
+constexpr int64_t kAlignN = 8;
+constexpr int64_t kAlignK = 16;
+// Operand alignments as CUTLASS template parameters (elements): A's 16 mirrors the compressed
+// K/2 stride rule above (CUTLASS's sparse unit tests use 16 too).
+constexpr int kAlignmentA = 16;
+constexpr int kAlignmentB = 8;
+constexpr int kAlignmentD = 8;
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// ------------------------------------------------------------------------------------------------
+// Schedules. The token is used for the configuration name ("pingpong_128x128x128_c1x2").
+struct pingpong {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+struct cooperative {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
+using ProblemShape = Shape<int, int, int, int>;  // (M, N, K, L)
+
+template <class T, class TileShape, class ClusterShape, class Schedule>
+struct SparseGemmConfig {
+  using Element = T;
+  using LayoutA = cutlass::layout::RowMajor;     // M x K, K-major (compressed by CUTLASS's layout)
+  using LayoutB = cutlass::layout::ColumnMajor;  // K x N column-major == N x K row-major
+  using LayoutD = cutlass::layout::ColumnMajor;  // M x N column-major == N x M row-major
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto,
+      float, float,                   // accumulator, epilogue compute
+      void, LayoutD, kAlignmentD,     // no C operand
+      T, LayoutD, kAlignmentD,        // D
+      typename Schedule::Epilogue>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
+      T, LayoutA, kAlignmentA,
+      T, LayoutB, kAlignmentB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::Kernel>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using SparseConfig = typename CollectiveMainloop::SparseConfig;
+};
+
+// The compressed layout depends only on the element type and min(tile K, 128); every configuration
+// below has tile K = 128, so one compressor per dtype serves them all (static_assert'ed per config).
+template <class T>
+using ReferenceConfig = SparseGemmConfig<T, Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong>;
+
+template <class T>
+struct Compressor {
+  using SparseConfig = typename ReferenceConfig<T>::SparseConfig;
+  using LayoutTag = cutlass::layout::RowMajor;
+  using StrideA = cutlass::gemm::TagToStrideA_t<LayoutTag>;
+  using Utility =
+      cutlass::transform::kernel::StructuredSparseCompressorUtility<ProblemShape, T, LayoutTag, SparseConfig>;
+  using Kernel = cutlass::transform::kernel::StructuredSparseCompressor<ProblemShape, T, LayoutTag, SparseConfig,
+                                                                         cutlass::arch::Sm90>;
+  using Adapter = cutlass::transform::device::TransformUniversalAdapter<Kernel>;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Per-device hardware info, queried once (the persistent tile scheduler sizes its grid from it).
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
+
+ffi::Error SmCount(int device, int* out) {
+  if (device < 0 || device >= kMaxDevices) {
+    return Internal("device ordinal " + std::to_string(device) + " out of range");
+  }
+  int n = g_sm_count[device].load(std::memory_order_relaxed);
+  if (n <= 0) {
+    SP24_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    g_sm_count[device].store(n, std::memory_order_relaxed);
+  }
+  *out = n;
+  return ffi::Error::Success();
+}
+
+std::string StatusStr(cutlass::Status s) { return cutlassGetStatusString(s); }
+
+// ------------------------------------------------------------------------------------------------
+// GEMM launch.
+struct GemmCall {
+  cudaStream_t stream;
+  ffi::ScratchAllocator* scratch;
+  int device;
+  int sm_count;
+  const void* values;
+  const void* meta;
+  const void* b;
+  void* d;
+  int m, n, k;
+  const char* config_name;
+};
+
+using RunFn = ffi::Error (*)(const GemmCall&);
+
+template <class Cfg>
+ffi::Error RunGemm(const GemmCall& c) {
+  using Gemm = typename Cfg::Gemm;
+  using GemmKernel = typename Cfg::GemmKernel;
+  using T = typename Cfg::Element;
+  static_assert(std::is_same_v<typename Cfg::SparseConfig, typename Compressor<T>::SparseConfig>,
+                "every configuration must share the compressor's layout (tile K = 128)");
+  using StrideB = typename GemmKernel::StrideB;
+  using StrideC = typename GemmKernel::StrideC;
+  using StrideD = typename GemmKernel::StrideD;
+  using SparseConfig = typename Cfg::SparseConfig;
+
+  const ProblemShape problem{c.m, c.n, c.k, 1};
+  const auto layout_a = SparseConfig::fill_layoutA(problem);
+  const auto layout_e = SparseConfig::fill_layoutE(problem);
+  const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(c.n, c.k, 1));
+  const StrideC stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(c.m, c.n, 1));
+  const StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(c.m, c.n, 1));
+
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.device_id = c.device;
+  hw_info.sm_count = c.sm_count;
+
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      problem,
+      {static_cast<const T*>(c.values), layout_a, static_cast<const T*>(c.b), stride_b,
+       static_cast<const typename GemmKernel::CollectiveMainloop::ElementE*>(c.meta), layout_e},
+      {{}, nullptr, stride_c, static_cast<T*>(c.d), stride_d},
+      hw_info};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) {
+    return InvalidArgument(std::string("CUTLASS sparse GEMM config '") + c.config_name + "' cannot implement m=" +
+                           std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                           " (can_implement: " + StatusStr(st) + ")");
+  }
+  // Zero for every compiled configuration (persistent tile scheduler without stream-K, TMA epilogue
+  // with a plain linear combination), so in practice nothing is allocated; kept for safety.
+  const size_t workspace_bytes = Gemm::get_workspace_size(args);
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 256);
+    if (!ws.has_value() || *ws == nullptr) {
+      return Internal("could not allocate " + std::to_string(workspace_bytes) +
+                      " bytes of CUTLASS workspace from the XLA scratch allocator");
+    }
+    workspace = *ws;
+  }
+  st = gemm.initialize(args, workspace, c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (config '") + c.config_name +
+                    "') failed: " + StatusStr(st));
+  }
+  st = gemm.run(c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    cudaError_t err = cudaGetLastError();
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (config '") + c.config_name + "') failed: " +
+                    StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
+  }
+  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
+  return ffi::Error::Success();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Configuration registry: one line per configuration, id = position. Names follow
+// "<schedule>_<tile M>x<tile N>x<tile K>_c<cluster M>x<cluster N>" with M = O, N = T, K = I.
+struct ConfigEntry {
+  const char* name;
+  RunFn run[2];  // [bfloat16, float16]; nullptr where not compiled
+};
+
+#define SP24_CFG_T(T, SCHED, TM, TN, TK, CM, CN) \
+  SparseGemmConfig<T, Shape<Int<TM>, Int<TN>, Int<TK>>, Shape<Int<CM>, Int<CN>, _1>, SCHED>
+#if SP24_MINIMAL
+#define SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN) nullptr
+#else
+#define SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN) &RunGemm<SP24_CFG_T(cutlass::half_t, SCHED, TM, TN, TK, CM, CN)>
+#endif
+#define SP24_CONFIG(SCHED, TM, TN, TK, CM, CN)                                                 \
+  ConfigEntry {                                                                                \
+    #SCHED "_" #TM "x" #TN "x" #TK "_c" #CM "x" #CN,                                           \
+        {&RunGemm<SP24_CFG_T(cutlass::bfloat16_t, SCHED, TM, TN, TK, CM, CN)>,                 \
+         SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN)}                                              \
+  }
+
+const ConfigEntry kConfigs[] = {
+#if SP24_MINIMAL
+    // CI build: one ping-pong and one cooperative configuration, bfloat16 only.
+    SP24_CONFIG(pingpong, 128, 128, 128, 1, 2),
+    SP24_CONFIG(cooperative, 256, 128, 128, 2, 1),
+#else
+    SP24_CONFIG(pingpong, 128, 128, 128, 1, 2),
+    SP24_CONFIG(cooperative, 128, 128, 128, 2, 1),
+    SP24_CONFIG(cooperative, 256, 128, 128, 2, 1),
+    SP24_CONFIG(cooperative, 256, 128, 128, 1, 1),
+    SP24_CONFIG(cooperative, 128, 256, 128, 1, 2),
+#endif
+};
+constexpr int kNumConfigs = static_cast<int>(sizeof(kConfigs) / sizeof(kConfigs[0]));
+
+int ConfigId(const char* name) {
+  for (int i = 0; i < kNumConfigs; ++i) {
+    if (std::string(kConfigs[i].name) == name) return i;
+  }
+  return -1;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Metadata fix-up. CUTLASS's compressor writes metadata nibble 0b0000 (index pair (0, 0)) for a
+// group of 4 with no nonzero (all-zero groups, and the zero padding of K and M). Hopper's sparse
+// MMA only defines the pairs (0,1)=0x4 (0,2)=0x8 (0,3)=0xC (1,2)=0x9 (1,3)=0xD (2,3)=0xE, so we
+// rewrite 0x0 to 0x4: the two stored values of such a group are zero, so the product is the same.
+// The metadata is 1/16 of the dense operand's bytes; this pass reads and writes it once.
+__device__ __forceinline__ uint32_t FixNibbles(uint32_t w) {
+  uint32_t t = w | (w >> 1);
+  t |= t >> 2;                                         // bit 0 of each nibble: nibble != 0
+  const uint32_t zero = ~t & 0x11111111u;              // bit 0 of each nibble: nibble == 0
+  return w | (zero << 2);                              // 0x0 -> 0x4
+}
+
+__global__ void FixMetadataKernel(uint4* __restrict__ meta, size_t n_vec) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec; i += size_t(gridDim.x) * blockDim.x) {
+    uint4 v = meta[i];
+    v.x = FixNibbles(v.x);
+    v.y = FixNibbles(v.y);
+    v.z = FixNibbles(v.z);
+    v.w = FixNibbles(v.w);
+    meta[i] = v;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Shapes and validation shared by the handlers.
+int DtypeIndex(ffi::DataType t) {
+  if (t == ffi::DataType::BF16) return 0;
+  if (t == ffi::DataType::F16) return 1;
+  return -1;
+}
+
+bool DtypeCompiled(int dtype) {
+  if (dtype == 0) return true;
+  return dtype == 1 && !SP24_MINIMAL;
+}
+
+template <class T>
+CompressedShapes ShapesFor(int64_t m, int64_t k) {
+  const ProblemShape problem{static_cast<int>(m), 1, static_cast<int>(k), 1};
+  const typename Compressor<T>::StrideA stride_a =
+      cutlass::make_cute_packed_stride(typename Compressor<T>::StrideA{}, cute::make_shape(int(m), int(k), 1));
+  typename Compressor<T>::Utility util(problem, stride_a);
+  CompressedShapes s;
+  s.values_rows = util.get_tensorA_m_physical();
+  s.values_cols = util.get_tensorA_k_physical();
+  s.meta_rows = util.get_metadata_m_physical();
+  s.meta_cols = util.get_metadata_k_physical();
+  return s;
+}
+
+std::string DimsString(ffi::AnyBuffer::Dimensions dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  if (dims.size() == 1) s += ",";
+  return s + ")";
+}
+
+bool Is2D(ffi::AnyBuffer::Dimensions dims, int64_t rows, int64_t cols) {
+  return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
+}
+
+std::string Shape2(int64_t rows, int64_t cols) {
+  return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
+}
+
+std::string AlignmentString() {
+  return "m % " + std::to_string(kAlignM) + " == 0, n % " + std::to_string(kAlignN) + " == 0, k % " +
+         std::to_string(kAlignK) + " == 0";
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ------------------------------------------------------------------------------------------------
+template <class T>
+ffi::Error RunCompress(cudaStream_t stream, int device, int sm_count, const void* a, void* values, void* meta,
+                       int m, int k, size_t meta_bytes) {
+  using C = Compressor<T>;
+  const ProblemShape problem{m, 1, k, 1};
+  const typename C::StrideA stride_a =
+      cutlass::make_cute_packed_stride(typename C::StrideA{}, cute::make_shape(m, k, 1));
+  cutlass::KernelHardwareInfo hw_info;
+  hw_info.device_id = device;
+  hw_info.sm_count = sm_count;
+  typename C::Adapter::Arguments args{problem, {a, stride_a, values, meta}, hw_info};
+
+  typename C::Adapter op;
+  cutlass::Status st = op.can_implement(args);
+  if (st != cutlass::Status::kSuccess) {
+    return InvalidArgument("CUTLASS sparse compressor cannot implement m=" + std::to_string(m) +
+                           " k=" + std::to_string(k) + " (can_implement: " + StatusStr(st) + ")");
+  }
+  // The compressor needs no device workspace: its get_workspace_size() reports the size of its
+  // shared-memory staging buffer for backward compatibility with the host compressor, and the
+  // kernel never reads Params::workspace (transform/kernel/sm90_sparse_gemm_compressor.hpp). So no
+  // scratch allocation: that keeps this handler allocation-free (command-buffer compatible).
+  st = op.initialize(args, /*workspace=*/nullptr, stream);
+  if (st != cutlass::Status::kSuccess) {
+    return Internal("CUTLASS TransformUniversalAdapter::initialize (sparse compressor) failed: " + StatusStr(st));
+  }
+  st = op.run(stream);
+  if (st != cutlass::Status::kSuccess) {
+    cudaError_t err = cudaGetLastError();
+    return Internal("CUTLASS TransformUniversalAdapter::run (sparse compressor) failed: " + StatusStr(st) +
+                    " (last CUDA error: " + cudaGetErrorName(err) + ")");
+  }
+  SP24_CHECK_LAUNCH("the CUTLASS sparse compressor kernel");
+
+  // Every byte of both outputs is written by the compressor (it covers the padded metadata atoms
+  // and the K padding of the values), so no memset is needed; then fix the all-zero-group nibbles.
+  const size_t n_vec = meta_bytes / sizeof(uint4);
+  if (n_vec > 0) {
+    constexpr int kThreads = 256;
+    const size_t want = (n_vec + kThreads - 1) / kThreads;
+    const int blocks = static_cast<int>(std::min<size_t>(want, size_t(sm_count) * 16));
+    FixMetadataKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint4*>(meta), n_vec);
+    SP24_CHECK_LAUNCH("FixMetadataKernel");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> values,
+                        ffi::Result<ffi::AnyBuffer> meta) {
+  const int dtype = DtypeIndex(a.element_type());
+  if (dtype < 0) {
+    return InvalidArgument(std::string("cutlass_compress: a must be bfloat16 or float16, got ") +
+                           DataTypeName(a.element_type()));
+  }
+  if (values->element_type() != a.element_type()) {
+    return InvalidArgument(std::string("cutlass_compress: values must have a's dtype ") +
+                           DataTypeName(a.element_type()) + ", got " + DataTypeName(values->element_type()));
+  }
+  if (meta->element_type() != ffi::DataType::U8) {
+    return InvalidArgument(std::string("cutlass_compress: meta must be uint8, got ") +
+                           DataTypeName(meta->element_type()));
+  }
+  const auto dims = a.dimensions();
+  if (dims.size() != 2) {
+    return InvalidArgument("cutlass_compress: a must be 2-D (m, k), got shape " + DimsString(dims));
+  }
+  const int64_t m = dims[0], k = dims[1];
+  CompressedShapes s;
+  std::string error;
+  if (!CutlassCompressedShapes(m, k, dtype, &s, &error)) return InvalidArgument("cutlass_compress: " + error);
+  if (!Is2D(values->dimensions(), s.values_rows, s.values_cols)) {
+    return InvalidArgument("cutlass_compress: values must have shape " + Shape2(s.values_rows, s.values_cols) +
+                           ", got " + DimsString(values->dimensions()));
+  }
+  if (!Is2D(meta->dimensions(), s.meta_rows, s.meta_cols)) {
+    return InvalidArgument("cutlass_compress: meta must have shape " + Shape2(s.meta_rows, s.meta_cols) +
+                           ", got " + DimsString(meta->dimensions()));
+  }
+  if (!Aligned16(a.untyped_data()) || !Aligned16(values->untyped_data()) || !Aligned16(meta->untyped_data())) {
+    return InvalidArgument("cutlass_compress: buffers must be 16-byte aligned");
+  }
+  int sm_count = 0;
+  SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
+  const size_t meta_bytes = size_t(s.meta_rows) * size_t(s.meta_cols);
+  if (dtype == 0) {
+    return RunCompress<cutlass::bfloat16_t>(stream, device, sm_count, a.untyped_data(), values->untyped_data(),
+                                            meta->untyped_data(), int(m), int(k), meta_bytes);
+  }
+#if !SP24_MINIMAL
+  return RunCompress<cutlass::half_t>(stream, device, sm_count, a.untyped_data(), values->untyped_data(),
+                                      meta->untyped_data(), int(m), int(k), meta_bytes);
+#else
+  return InvalidArgument("cutlass_compress: float16 kernels are not compiled in this (minimal) build");
+#endif
+}
+
+ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
+                    ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
+                    int64_t k, int64_t config) {
+  const int dtype = DtypeIndex(b.element_type());
+  if (dtype < 0) {
+    return InvalidArgument(std::string("cutlass_spmm: b must be bfloat16 or float16, got ") +
+                           DataTypeName(b.element_type()));
+  }
+  if (values.element_type() != b.element_type() || d->element_type() != b.element_type()) {
+    return InvalidArgument(std::string("cutlass_spmm: values, b and d must have one dtype, got values ") +
+                           DataTypeName(values.element_type()) + ", b " + DataTypeName(b.element_type()) + ", d " +
+                           DataTypeName(d->element_type()));
+  }
+  if (meta.element_type() != ffi::DataType::U8) {
+    return InvalidArgument(std::string("cutlass_spmm: meta must be uint8, got ") + DataTypeName(meta.element_type()));
+  }
+  if (m <= 0 || n <= 0 || k <= 0 || m > kInt32Max || n > kInt32Max || k > kInt32Max) {
+    return InvalidArgument("cutlass_spmm: m, n, k must be in [1, 2^31), got m=" + std::to_string(m) +
+                           " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  if (m % kAlignM || n % kAlignN || k % kAlignK) {
+    return InvalidArgument("cutlass_spmm: the CUTLASS sparse GEMM needs " + AlignmentString() + ", got m=" +
+                           std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  if (!Is2D(b.dimensions(), n, k)) {
+    return InvalidArgument("cutlass_spmm: b must have shape (n, k) = " + Shape2(n, k) + ", got " +
+                           DimsString(b.dimensions()));
+  }
+  if (!Is2D(d->dimensions(), n, m)) {
+    return InvalidArgument("cutlass_spmm: d must have shape (n, m) = " + Shape2(n, m) + ", got " +
+                           DimsString(d->dimensions()));
+  }
+  CompressedShapes s;
+  std::string error;
+  if (!CutlassCompressedShapes(m, k, dtype, &s, &error)) return InvalidArgument("cutlass_spmm: " + error);
+  if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
+    return InvalidArgument("cutlass_spmm: values must have the compressed shape " +
+                           Shape2(s.values_rows, s.values_cols) + " for m=" + std::to_string(m) +
+                           " k=" + std::to_string(k) + ", got " + DimsString(values.dimensions()));
+  }
+  if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
+    return InvalidArgument("cutlass_spmm: meta must have the compressed shape " + Shape2(s.meta_rows, s.meta_cols) +
+                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
+                           DimsString(meta.dimensions()));
+  }
+  if (config < -1 || config >= kNumConfigs) {
+    return InvalidArgument("cutlass_spmm: config must be -1 (default) or in [0, " + std::to_string(kNumConfigs) +
+                           "), got " + std::to_string(config));
+  }
+  const int cfg = config == -1 ? CutlassDefaultConfig(m, n, k) : static_cast<int>(config);
+  if (cfg < 0 || cfg >= kNumConfigs) return Internal("default configuration out of range");
+  const RunFn run = kConfigs[cfg].run[dtype];
+  if (run == nullptr) {
+    return InvalidArgument(std::string("cutlass_spmm: config ") + std::to_string(cfg) + " '" + kConfigs[cfg].name +
+                           "' is not compiled for " + DataTypeName(b.element_type()) + " in this build");
+  }
+  if (!Aligned16(values.untyped_data()) || !Aligned16(meta.untyped_data()) || !Aligned16(b.untyped_data()) ||
+      !Aligned16(d->untyped_data())) {
+    return InvalidArgument("cutlass_spmm: buffers must be 16-byte aligned");
+  }
+  GemmCall call;
+  call.stream = stream;
+  call.scratch = &scratch;
+  call.device = device;
+  SP24_RETURN_IF_ERROR(SmCount(device, &call.sm_count));
+  call.values = values.untyped_data();
+  call.meta = meta.untyped_data();
+  call.b = b.untyped_data();
+  call.d = d->untyped_data();
+  call.m = static_cast<int>(m);
+  call.n = static_cast<int>(n);
+  call.k = static_cast<int>(k);
+  call.config_name = kConfigs[cfg].name;
+  return run(call);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Default configuration: the measured table (DESIGN.md, "GPU kernels", sweep on the lent H100,
+// bf16, same run as cuBLAS), keyed on (M = O, N = T, K = I) of the forward formulation.
+struct MeasuredShape {
+  double m, n, k;
+  const char* best;       // fastest configuration
+  const char* runner_up;  // used when `best` is not compiled (minimal builds)
+};
+
+const MeasuredShape kMeasured[] = {
+    // (T, I, O) = (8192, 768, 3072): ping-pong 128x128 c1x2 1.21x; cooperative 256x128 c1x1 1.10x
+    {3072, 8192, 768, "pingpong_128x128x128_c1x2", "cooperative_256x128x128_c1x1"},
+    // (8192, 3072, 768): cooperative 128x128 c2x1 1.08x; (ping-pong 64x128 c1x1 1.03x, not built)
+    {768, 8192, 3072, "cooperative_128x128x128_c2x1", "pingpong_128x128x128_c1x2"},
+    // (8192, 1280, 5120): ping-pong 128x128 c1x2 1.29x; cooperative 256x128 c1x1 1.16x
+    {5120, 8192, 1280, "pingpong_128x128x128_c1x2", "cooperative_256x128x128_c1x1"},
+    // (13008, 1024, 4096): ping-pong 128x128 c1x2 1.25x; cooperative 128x256 c1x2 1.12x
+    {4096, 13008, 1024, "pingpong_128x128x128_c1x2", "cooperative_128x256x128_c1x2"},
+    // (16384, 4096, 11008): cooperative 256x128 c2x1 1.39x; cooperative 256x128 c1x1 1.30x
+    {11008, 16384, 4096, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
+    // (8192, 8192, 8192): cooperative 256x128 c2x1 1.39x; cooperative 128x256 c1x2 1.33x
+    {8192, 8192, 8192, "cooperative_256x128x128_c2x1", "cooperative_128x256x128_c1x2"},
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Host interface (spmm_cutlass.h).
+
+bool CutlassCompressedShapes(int64_t m, int64_t k, int dtype, CompressedShapes* out, std::string* error) {
+  if (dtype != 0 && dtype != 1) {
+    *error = "dtype must be 0 (bfloat16) or 1 (float16), got " + std::to_string(dtype);
+    return false;
+  }
+  if (!DtypeCompiled(dtype)) {
+    *error = "float16 kernels are not compiled in this (minimal) build";
+    return false;
+  }
+  if (m <= 0 || k <= 0 || m > kInt32Max || k > kInt32Max) {
+    *error = "m and k must be in [1, 2^31), got m=" + std::to_string(m) + " k=" + std::to_string(k);
+    return false;
+  }
+  if (m % kAlignM || k % kAlignK) {
+    *error = "the CUTLASS sparse GEMM needs m % " + std::to_string(kAlignM) + " == 0 and k % " +
+             std::to_string(kAlignK) + " == 0 for its 2:4 operand, got m=" + std::to_string(m) +
+             " k=" + std::to_string(k);
+    return false;
+  }
+  // CUTLASS's layouts hold the (padded: 64 rows, 128 columns) extents as int32.
+  if (m > kInt32Max - 256 || k > kInt32Max - 256) {
+    *error = "operand too large for 32-bit CUTLASS layouts: m=" + std::to_string(m) + " k=" + std::to_string(k);
+    return false;
+  }
+  *out = dtype == 0 ? ShapesFor<cutlass::bfloat16_t>(m, k) : ShapesFor<cutlass::half_t>(m, k);
+  return true;
+}
+
+std::vector<std::string> CutlassConfigNames() {
+  std::vector<std::string> names;
+  names.reserve(kNumConfigs);
+  for (const ConfigEntry& c : kConfigs) names.emplace_back(c.name);
+  return names;
+}
+
+int CutlassDefaultConfig(int64_t m, int64_t n, int64_t k) {
+  // Nearest measured shape in log space. M and K (the weight's shape) decide the schedule in the
+  // sweep; N (tokens) was 8192-16384 there and weighs half.
+  const double lm = std::log2(double(std::max<int64_t>(m, 1)));
+  const double ln = std::log2(double(std::max<int64_t>(n, 1)));
+  const double lk = std::log2(double(std::max<int64_t>(k, 1)));
+  const MeasuredShape* best = &kMeasured[0];
+  double best_d = std::numeric_limits<double>::infinity();
+  for (const MeasuredShape& s : kMeasured) {
+    const double d = std::fabs(lm - std::log2(s.m)) + std::fabs(lk - std::log2(s.k)) +
+                     0.5 * std::fabs(ln - std::log2(s.n));
+    if (d < best_d) {
+      best_d = d;
+      best = &s;
+    }
+  }
+  int id = ConfigId(best->best);
+  if (id < 0) id = ConfigId(best->runner_up);
+  // In a minimal build neither may be compiled: 256-row tiles where the table wants a large
+  // cooperative tile, else the ping-pong 128x128 tile (always compiled, id 0).
+  if (id < 0 && std::string(best->best).rfind("cooperative_256", 0) == 0) id = ConfigId("cooperative_256x128x128_c2x1");
+  if (id < 0) id = 0;
+  return id;
+}
+
+std::tuple<int64_t, int64_t, int64_t> CutlassAlignment() { return {kAlignM, kAlignN, kAlignK}; }
+
+}  // namespace jax_sparse24
+
+// ------------------------------------------------------------------------------------------------
+// Handler symbols (exported to Python as capsules by module.cc).
+
+// a (m, k) bf16/f16, ALREADY 2:4 along k (each group of 4 consecutive elements along k has at most
+// two nonzeros; -0.0 counts as zero) -> values (same dtype) and meta (uint8) in the layout the SM90
+// sparse GEMM reads (shapes from CutlassCompressedShapes). A group with more than two nonzeros
+// gives undefined values and metadata: the caller must pass W * mask.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassCompress, jax_sparse24::CompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()   // a
+                                  .Ret<::xla::ffi::AnyBuffer>()   // values
+                                  .Ret<::xla::ffi::AnyBuffer>(),  // meta
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// d (n, m) = A (m x k, compressed values + meta) * B, with b stored (n, k) row-major.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassSpmm, jax_sparse24::SpmmImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::ScratchAllocator>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // values
+                                  .Arg<::xla::ffi::AnyBuffer>()  // meta
+                                  .Arg<::xla::ffi::AnyBuffer>()  // b
+                                  .Ret<::xla::ffi::AnyBuffer>()  // d
+                                  .Attr<int64_t>("m")
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("k")
+                                  .Attr<int64_t>("config"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
