@@ -88,6 +88,8 @@ def test_pytree_jit_and_vmap():
         (lambda: s24.to_sparse(jnp.ones((4, 8)), method="random"), "method must be"),
         (lambda: s24.to_sparse(jnp.ones((4, 8)), method="mvue"), "needs a PRNG"),
         (lambda: s24.to_sparse(jnp.ones((4, 8, 4)), axis=1), "first or the last axis"),
+        (lambda: s24.to_sparse(jnp.ones((4, 8)), layout="dense"), "layout must be"),
+        (lambda: s24.to_sparse(jnp.ones((3, 4, 8)), layout="cutlass"), "layout='cutlass' needs"),
         (lambda: s24.matmul(jnp.ones((2, 8)), s24.to_sparse(jnp.ones((8, 4)))), "groups along axis 1"),
         (lambda: s24.matmul(s24.to_sparse(jnp.ones((8, 8))), s24.to_sparse(jnp.ones((8, 8)), axis=0)), "at most one"),
         (lambda: s24.linear(jnp.ones((2, 4)), s24.to_sparse(jnp.ones((8, 4)), axis=0)), "must equal"),

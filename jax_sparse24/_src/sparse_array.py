@@ -43,17 +43,22 @@ class Sparse24Array:
       shape: logical shape.
       transposed: when True the logical array is the transpose (all axes reversed) of the
         stored one, i.e. the 2:4 groups run along the logical first axis.
+      layout: ``"portable"`` (the format above, every platform) or ``"cutlass"`` (2-D only: the
+        compressed A operand of the CUTLASS SM90 sparse GEMM, GPU only; ``matmul``/``linear``
+        then run on the sparse tensor cores with no decompression).
     """
 
-    def __init__(self, values, meta, shape: tuple[int, ...], transposed: bool = False):
+    def __init__(self, values, meta, shape: tuple[int, ...], transposed: bool = False,
+                 layout: str = "portable"):
         self.values = values
         self.meta = meta
         self.shape = tuple(int(s) for s in shape)
         self.transposed = bool(transposed)
+        self.layout = layout
 
     # pytree protocol
     def tree_flatten(self):
-        return (self.values, self.meta), (self.shape, self.transposed)
+        return (self.values, self.meta), (self.shape, self.transposed, self.layout)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -79,11 +84,18 @@ class Sparse24Array:
     @property
     def T(self) -> "Sparse24Array":
         """Transpose (all axes reversed); no data is moved."""
-        return Sparse24Array(self.values, self.meta, self.shape[::-1], not self.transposed)
+        return Sparse24Array(self.values, self.meta, self.shape[::-1], not self.transposed, self.layout)
 
     def todense(self):
         """The dense array (zeros at the pruned positions)."""
-        dense = _decompress(self.values, self.meta, self.stored_shape[-1])
+        if self.layout == "cutlass":
+            rows, k = self.stored_shape
+            from jax_sparse24._src import cuda_spmm_ops as cs
+
+            # D (K, rows) = I_K · Sᵀ: the sparse GEMM against the identity decompresses exactly.
+            dense = cs.cutlass_spmm(self.values, self.meta, jnp.eye(k, dtype=self.dtype), m=rows, k=k).T
+        else:
+            dense = _decompress(self.values, self.meta, self.stored_shape[-1])
         return dense.T if self.transposed else dense
 
     def __matmul__(self, other):
@@ -93,7 +105,8 @@ class Sparse24Array:
         return matmul(other, self)
 
     def __repr__(self) -> str:
-        return f"Sparse24Array(shape={self.shape}, dtype={self.dtype}, sparse_axis={self.sparse_axis})"
+        return (f"Sparse24Array(shape={self.shape}, dtype={self.dtype}, sparse_axis={self.sparse_axis}, "
+                f"layout={self.layout!r})")
 
 
 def _pack(idx):
@@ -135,7 +148,20 @@ def _decompress(values, meta, k: int):
     return dense.reshape(*values.shape[:-1], k)
 
 
-def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = -1) -> Sparse24Array:
+def _cutlass_layout_ok(shape, dtype) -> bool:
+    """The CUTLASS layout applies: 2-D bf16/f16, aligned, extension built and a GPU visible."""
+    from jax_sparse24._src import ffi
+
+    if len(shape) != 2 or not ffi.cuda_kernels_available():
+        return False
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    rows, k = shape
+    return cs.cutlass_supports(rows, 16, k, dtype)
+
+
+def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = -1,
+              layout: str = "auto") -> Sparse24Array:
     """Compress ``x`` to a :class:`Sparse24Array` with 2:4 groups along ``axis``.
 
     Args:
@@ -146,6 +172,9 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
         unbiased stochastic estimate :func:`mvue24`, needs ``key``).
       key: PRNG key for ``method="mvue"``.
       axis: the grouping axis: ``-1`` (last) or ``0`` (first, stored transposed).
+      layout: ``"portable"``, ``"cutlass"`` (GPU sparse-GEMM operand; error where unsupported)
+        or ``"auto"``: ``"cutlass"`` for 2-D bfloat16/float16 arrays with aligned shapes when the
+        CUDA kernels are available, else ``"portable"``.
 
     >>> import jax.numpy as jnp, jax_sparse24 as s24
     >>> s = s24.to_sparse(jnp.array([[1., -5., 3., 0.], [0., 2., 0., -1.]]))
@@ -163,6 +192,8 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
     if axis not in (0, x.ndim - 1):
         raise ValueError(f"{op}: axis must be the first or the last axis, got {axis} for shape {x.shape}")
     v.check_divisible(x, axis, 4, op)
+    if layout not in ("auto", "portable", "cutlass"):
+        raise ValueError(f"{op}: layout must be 'auto', 'portable' or 'cutlass', got {layout!r}")
     if method not in ("magnitude", "mvue"):
         raise ValueError(f"{op}: method must be 'magnitude' or 'mvue', got {method!r}")
     transposed = axis == 0 and x.ndim > 1
@@ -179,8 +210,19 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
         keep = ops.mask24(x, axis)
     if transposed:
         x, keep = x.T, keep.T
-    values, meta = _compress(x, keep)
     shape = x.shape[::-1] if transposed else x.shape
+    use_cutlass = layout == "cutlass" or (layout == "auto" and _cutlass_layout_ok(x.shape, x.dtype))
+    if use_cutlass:
+        if not _cutlass_layout_ok(x.shape, x.dtype):
+            raise ValueError(
+                f"{op}: layout='cutlass' needs a 2-D bfloat16/float16 array with CUTLASS-aligned shape "
+                f"(rows % 8, groups axis % 16), the CUDA extension and a GPU; got shape {tuple(shape)}, "
+                f"dtype {x.dtype}")
+        from jax_sparse24._src import cuda_spmm_ops as cs
+
+        values, meta = cs.cutlass_compress(jnp.where(keep, x, jnp.zeros((), x.dtype)))
+        return Sparse24Array(values, meta, shape, transposed, "cutlass")
+    values, meta = _compress(x, keep)
     return Sparse24Array(values, meta, shape, transposed)
 
 
@@ -188,15 +230,44 @@ def _dense_operand(a, side: str, contraction_axis: int, op: str):
     if isinstance(a, Sparse24Array):
         if a.ndim != 2 and side == "rhs":
             raise ValueError(f"{op}: a sparse right operand must be 2-D, got shape {a.shape}")
-        want = contraction_axis % a.ndim
-        if a.sparse_axis != want:
-            raise ValueError(
-                f"{op}: the {side} Sparse24Array has its 2:4 groups along axis {a.sparse_axis} but "
-                f"the contraction axis is {want} (shape {a.shape}); use `.T` or compress along the "
-                "contraction axis"
-            )
+        _dense_operand_check(a, side, contraction_axis, op)
         return a.todense()
     return jnp.asarray(a)
+
+
+def _cutlass_matmul(a, b, op: str):
+    """``a @ b`` on the sparse tensor cores when one operand is in the CUTLASS layout, else None."""
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    if isinstance(b, Sparse24Array) and b.layout == "cutlass":
+        _dense_operand_check(b, "rhs", 0, op)
+        m, k = b.stored_shape  # stored S = bᵀ (M, K): exactly CUTLASS's A
+        a = jnp.asarray(a, b.dtype)
+        if a.shape[-1] != k:
+            raise ValueError(f"{op}: contraction sizes differ: {a.shape} @ {b.shape}")
+        a2 = a.reshape(-1, k)
+        if not cs.cutlass_supports(m, a2.shape[0], k, b.dtype):
+            return None
+        return cs.cutlass_spmm(b.values, b.meta, a2, m=m, k=k).reshape(a.shape[:-1] + (m,))
+    if isinstance(a, Sparse24Array) and a.layout == "cutlass":
+        _dense_operand_check(a, "lhs", -1, op)
+        m, k = a.stored_shape  # a (M, K) = S
+        b = jnp.asarray(b, a.dtype)
+        if b.ndim != 2 or b.shape[0] != k:
+            raise ValueError(f"{op}: contraction sizes differ: {a.shape} @ {b.shape}")
+        if not cs.cutlass_supports(m, b.shape[1], k, a.dtype):
+            return None
+        return cs.cutlass_spmm(a.values, a.meta, b.T, m=m, k=k).T  # (Bᵀ·Sᵀ)ᵀ
+    return None
+
+
+def _dense_operand_check(a, side: str, contraction_axis: int, op: str):
+    want = contraction_axis % a.ndim
+    if a.sparse_axis != want:
+        raise ValueError(
+            f"{op}: the {side} Sparse24Array has its 2:4 groups along axis {a.sparse_axis} but "
+            f"the contraction axis is {want} (shape {a.shape}); use `.T` or compress along the "
+            "contraction axis")
 
 
 def matmul(a, b, *, precision=None):
@@ -217,6 +288,9 @@ def matmul(a, b, *, precision=None):
         raise ValueError(f"{op}: at most one operand may be a Sparse24Array")
     if not isinstance(a, Sparse24Array) and not isinstance(b, Sparse24Array):
         return jnp.matmul(a, b, precision=precision)
+    fast = _cutlass_matmul(a, b, op)
+    if fast is not None:
+        return fast
     da = _dense_operand(a, "lhs", -1, op)
     db = _dense_operand(b, "rhs", 0 if np.ndim(b) != 1 else 0, op)
     if da.shape[-1] != db.shape[0]:
@@ -234,6 +308,13 @@ def linear(x, sparse_w, bias=None, *, precision=None):
       bias: optional ``(out,)``.
     """
     op = "linear"
+    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == "cutlass":
+        if sparse_w.ndim != 2 or np.shape(x)[-1] != sparse_w.shape[0]:
+            raise ValueError(f"{op}: x's last axis ({np.shape(x)[-1]}) must equal the weight's in "
+                             f"({sparse_w.shape[0]}), weight shape {sparse_w.shape}")
+        y = _cutlass_matmul(x, sparse_w, op)
+        if y is not None:
+            return y if bias is None else y + jnp.asarray(bias, y.dtype)
     w = _dense_operand(sparse_w, "rhs", 0, op) if isinstance(sparse_w, Sparse24Array) else jnp.asarray(sparse_w)
     if w.ndim != 2:
         raise ValueError(f"{op}: the weight must be 2-D (in, out), got shape {w.shape}")
