@@ -10,7 +10,7 @@ Backends:
 * ``dense``     — the same dense GEMM on the masked weight (the math of the sparse kernel);
 * ``cutlass``   — the SM90 sparse tensor-core GEMM on a GPU (the reference on a CPU); raises if the
   extension is missing or the shape/dtype is unsupported;
-* ``auto``      — ``cutlass`` where the measured table (:data:`SPARSE_WINS`) says the sparse kernel,
+* ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
   compression included, beats XLA's dense GEMM for the shape, else ``dense``.
 
 Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
@@ -20,20 +20,50 @@ Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A 
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import os
 
 import jax.numpy as jnp
 
 from jax_sparse24._src import ffi
 
-__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "masked_weight", "choose", "SPARSE_WINS"]
+__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "masked_weight", "choose", "lookup"]
 
 BACKENDS = ("auto", "cutlass", "dense", "reference")
 
-#: Measured (M, N, K) → speedup of the sparse GEMM *including* the per-call weight compression
-#: over the faster of XLA's dense GEMMs, on an H100 (benchmarks/results/spmm.json). ``auto`` uses
-#: the sparse kernel for a shape when the nearest measured shape (log-distance) shows > 1.0.
-SPARSE_WINS: dict[tuple[int, int, int], float] = {}
+#: Measured per-shape table (``spmm_autotune.json``, made from ``benchmarks/results/spmm.json`` by
+#: ``benchmarks/make_autotune_table.py``): the fastest configuration per (M, N, K, dtype) and its
+#: speedup over the faster XLA dense GEMM with the per-call compression counted.
+_TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spmm_autotune.json")
+
+
+@functools.lru_cache(maxsize=None)
+def _table():
+    try:
+        with open(_TABLE_PATH) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"entries": [], "configs": []}
+
+
+def lookup(m: int, n: int, k: int, dtype):
+    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
+    name = jnp.dtype(dtype).name
+    entries = [e for e in _table()["entries"] if e["dtype"] == name]
+    if not entries:
+        return None
+    e = min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+    return e["speedup_with_compress"], _config_id(e["config"])
+
+
+def _config_id(name: str) -> int:
+    """Id of a configuration in *this* build (-1: the build's default table if not compiled)."""
+    from jax_sparse24._src import cuda_spmm_ops
+
+    names = cuda_spmm_ops.cutlass_configs()
+    return names.index(name) if name in names else -1
 
 
 def masked_weight(w, mask):
@@ -52,11 +82,14 @@ def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
     return cuda_spmm_ops.cutlass_supports(m, n, k, dtype)
 
 
-def _table_says_sparse(m: int, n: int, k: int) -> bool:
-    if not SPARSE_WINS:
-        return False
-    key = min(SPARSE_WINS, key=lambda s: sum(abs(math.log(a / b)) for a, b in zip(s, (m, n, k))))
-    return SPARSE_WINS[key] > 1.0
+def _table_says_sparse(m: int, n: int, k: int, dtype) -> bool:
+    hit = lookup(m, n, k, dtype)
+    return hit is not None and hit[0] > 1.0
+
+
+def _config(m: int, n: int, k: int, dtype) -> int:
+    hit = lookup(m, n, k, dtype)
+    return -1 if hit is None else hit[1]
 
 
 def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
@@ -72,7 +105,7 @@ def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
             raise RuntimeError(f"backend='cutlass': {reason}")
         return "cutlass"
     # auto
-    if ok and ffi.cuda_kernels_available() and _table_says_sparse(m, n, k):
+    if ok and ffi.cuda_kernels_available() and _table_says_sparse(m, n, k, dtype):
         return "cutlass"
     return "dense"
 
@@ -90,7 +123,7 @@ def forward(x2, w, mask, *, backend: str, precision=None):
 
     def sparse(x2, wm):
         values, meta = cs.cutlass_compress(wm.T)  # W̃ᵀ (O, I), 2:4 along I
-        return cs.cutlass_spmm(values, meta, x2, m=o, k=i)  # (T, O)
+        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
 
     return ffi.per_platform(dense, sparse, x2, wm)
 
@@ -112,7 +145,7 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
 
     def sparse(g2, wm):
         values, meta = cs.cutlass_compress(wm)  # W̃ (I, O), 2:4 along O
-        return cs.cutlass_spmm(values, meta, g2, m=i, k=o)  # (T, I)
+        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
 
     return ffi.per_platform(dense, sparse, g2, wm)
 
