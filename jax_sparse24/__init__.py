@@ -9,7 +9,10 @@ Public API:
   :func:`soft_threshold24`, :func:`soft_threshold_beta`, :func:`mvue24`, :func:`flip_rate`;
 * the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``);
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
-* :mod:`jax_sparse24.nn` (Flax ``Sparse24Dense``) and :mod:`jax_sparse24.optim` (optax transforms).
+* :mod:`jax_sparse24.nn` (Flax ``Sparse24Dense``), :mod:`jax_sparse24.optim` (optax transforms),
+  :mod:`jax_sparse24.prune` (ASP-style N:M pruning of trained models, channel permutation),
+  :mod:`jax_sparse24.distill` (AST distillation), :mod:`jax_sparse24.sharding` (meshes and
+  parameter shardings), :mod:`jax_sparse24.swap` (layer swapping for existing Flax models).
 """
 
 from jax_sparse24._src.ffi import cuda_kernels_available
@@ -18,7 +21,7 @@ from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_thres
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 
-from jax_sparse24 import nn, optim  # noqa: E402  (submodules: jax_sparse24.nn, jax_sparse24.optim)
+from jax_sparse24 import distill, nn, optim, prune, sharding  # noqa: E402  (public submodules)
 
 __version__ = "0.1.0"
 
@@ -33,8 +36,11 @@ __all__ = [
     "matmul",
     "mvue24",
     "nm_mask",
+    "distill",
     "nn",
     "optim",
+    "prune",
+    "sharding",
     "soft_threshold24",
     "soft_threshold_beta",
     "sparse24_linear",

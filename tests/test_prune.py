@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import warnings
 
 import flax.linen as nn
 import jax
@@ -548,7 +547,8 @@ def test_permutation_is_a_local_optimum(n, m):
                 continue
             q = perm.copy()
             q[i], q[j] = q[j], q[i]
-            assert prune_impl.kept_by_groups(aw, q, n, m) <= best + 1e-9
+            # (gains below 1e-5 of a group's kept magnitude are float32 rounding, not taken)
+            assert prune_impl.kept_by_groups(aw, q, n, m) <= best + 1e-5 * best / (len(perm) // m)
 
 
 def test_apply_permutation_on_flax_tree():
