@@ -45,7 +45,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -193,17 +193,23 @@ class Experiment:
     sparse_paths: list
     switch_step: Optional[int]  # srste: first dense fine-tune step
 
-    def sparse_flag(self, step, opt_state, *, force: Optional[bool] = None):
-        """The model's ``sparse`` argument at optimizer step ``step`` (traced where needed)."""
+    def sparse_at(self, step: int, phase: int) -> Optional[bool]:
+        """The model's ``sparse`` flag for optimizer step ``step`` (host side, a Python value).
+
+        ``phase`` is the STEP optimizer phase after ``step`` updates (ignored by other recipes).
+        The flag is a Python constant, so each phase runs its own program with no ``lax.cond``
+        on a traced flag (measured on an H100: such a cond costs ~10% of a GPT-2 train step).
+        """
         if self.cfg.method == "dense":
             return None
-        if force is not None:
-            return force
         if self.recipe.get("finetune"):
-            return jnp.asarray(step) < self.switch_step
+            return int(step) < self.switch_step
         if self.recipe.get("step"):
-            return s24optim.is_sparse_phase(opt_state)
+            return bool(phase)
         return True
+
+    def needs_phase(self) -> bool:
+        return bool(self.recipe.get("step"))
 
 
 def build_experiment(hp: dict) -> Experiment:
@@ -277,15 +283,17 @@ def _mask_flip_rate(exp: Experiment, old_params, new_params):
     return flips / max(total, 1)
 
 
-def make_train_step(exp: Experiment, *, force_sparse: Optional[bool] = None):
-    """``train_step(state, tokens) -> (state, metrics)``; ``tokens`` is ``(B, T + 1)`` int32."""
+def make_train_step(exp: Experiment, sparse: Optional[bool]):
+    """``train_step(state, tokens) -> (state, metrics)`` with the model's ``sparse`` flag fixed.
+
+    ``tokens`` is ``(B, T + 1)`` int32 (inputs and shifted targets).
+    """
     seed = exp.hp["seed"]
     method = exp.cfg.method
 
     def train_step(state, tokens):
         step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
         x, y = tokens[:, :-1], tokens[:, 1:]
-        sparse = exp.sparse_flag(step, opt_state, force=force_sparse)
         rngs = {}
         if exp.cfg.mvue:
             rngs["mvue"] = jax.random.fold_in(jax.random.key(seed + 1), step)
@@ -312,28 +320,40 @@ def make_train_step(exp: Experiment, *, force_sparse: Optional[bool] = None):
         metrics = {
             "loss": loss,
             "flip": flip.astype(jnp.float32),
-            "grad_norm": optax.global_norm(grads),
-            "sparse": jnp.asarray(False if sparse is None else sparse),
+            "grad_norm": optax.tree.norm(grads) if hasattr(optax, "tree") else optax.global_norm(grads),
+            "sparse": jnp.asarray(bool(sparse)),
         }
-        if exp.recipe.get("step"):
-            metrics["step_z"] = s24optim._find_step_state(opt_state).z_avg
+        if exp.needs_phase():
+            st = _step_state(opt_state)
+            metrics["step_z"] = st.z_avg
+            metrics["phase"] = st.phase
         new_state = {"step": step + 1, "params": new_params, "sparsity": sparsity, "opt_state": opt_state}
         return new_state, metrics
 
     return train_step
 
 
-def make_eval_step(exp: Experiment):
-    """``eval_step(state, tokens) -> loss`` with the model in the mode of the current step."""
+def _step_state(opt_state) -> s24optim.AdamWStepState:
+    is_step = lambda x: isinstance(x, s24optim.AdamWStepState)  # noqa: E731
+    (found,) = [x for x in jax.tree_util.tree_leaves(opt_state, is_leaf=is_step) if is_step(x)]
+    return found
+
+
+def make_eval_step(exp: Experiment, sparse: Optional[bool]):
+    """``eval_step(state, tokens) -> loss`` with the model's ``sparse`` flag fixed."""
 
     def eval_step(state, tokens):
         sparsity = state["sparsity"]
         variables = {"params": state["params"], s24nn.SPARSITY: sparsity} if sparsity else {"params": state["params"]}
-        sparse = exp.sparse_flag(state["step"], state["opt_state"])
         logits = exp.model.apply(variables, tokens[:, :-1], sparse=sparse)
         return cross_entropy(logits, tokens[:, 1:])
 
     return eval_step
+
+
+def step_phase(state) -> int:
+    """STEP phase of a train state (host read; syncs)."""
+    return int(jax.device_get(s24optim.step_phase(state["opt_state"])))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -636,7 +656,7 @@ def _smooth(y: np.ndarray, k: int) -> np.ndarray:
 
 
 def plot_run(history: list[dict], path: Path, title: str, phase_step: Optional[int] = None,
-             phase_label: str = "") -> None:
+             phase_label: str = "", flip_label: str = "mask flip rate") -> None:
     plt = _pyplot()
     if plt is None:
         return
@@ -665,7 +685,7 @@ def plot_run(history: list[dict], path: Path, title: str, phase_step: Optional[i
     else:
         ax2.text(0.5, 0.5, "no 2:4 masks (dense)", ha="center", va="center", transform=ax2.transAxes)
     ax2.set_xlabel("step")
-    ax2.set_ylabel("mask flip rate")
+    ax2.set_ylabel(flip_label)
     ax2.set_title(f"{title}: flip rate")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
@@ -696,7 +716,7 @@ def plot_compare(runs: dict[str, list[dict]], path: Path, title: str) -> None:
     ax1.legend(fontsize=8)
     ax2.set_xlabel("step")
     ax2.set_ylabel("mask flip rate")
-    ax2.set_title("flip rate")
+    ax2.set_title("flip rate (srste: per mask refresh; others: per step)")
     if ax2.lines:
         ax2.set_yscale("log")
         ax2.legend(fontsize=8)
@@ -749,6 +769,62 @@ def _every(args, name):
     return SIZE_DEFAULTS[args.size][name] if v is None else v
 
 
+class Runtime:
+    """Jitted init/train/eval of an experiment over a mesh (see :func:`make_runtime`).
+
+    ``train_step(sparse)`` / ``eval_step(sparse)`` return the jitted program for a (static)
+    ``sparse`` flag, built on first use.
+    """
+
+    def __init__(self, exp: Experiment, mesh=None):
+        if mesh is None:
+            mesh = single_device_mesh()
+        self.exp, self.mesh = exp, mesh
+        init_fn = lambda: init_state(exp, exp.hp["seed"])  # noqa: E731
+        self.abstract_state = jax.eval_shape(init_fn)
+        self.state_shardings = state_shardings(mesh, self.abstract_state)
+        self.data_sharding = NamedSharding(mesh, P("data", None))
+        self._repl = NamedSharding(mesh, P())
+        self._donate = () if jax.default_backend() == "cpu" else (0,)
+        self.init = jax.jit(init_fn, out_shardings=self.state_shardings)
+        self._train: dict = {}
+        self._eval: dict = {}
+
+    def put(self, tokens):
+        return jax.device_put(tokens, self.data_sharding)
+
+    def train_step(self, sparse: Optional[bool]):
+        if sparse not in self._train:
+            self._train[sparse] = jax.jit(
+                make_train_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
+                out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
+        return self._train[sparse]
+
+    def eval_step(self, sparse: Optional[bool]):
+        if sparse not in self._eval:
+            self._eval[sparse] = jax.jit(
+                make_eval_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
+                out_shardings=self._repl)
+        return self._eval[sparse]
+
+    def abstract_args(self):
+        """``(state, tokens)`` as ``ShapeDtypeStruct`` with shardings, e.g. for ``.lower()``."""
+        st = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          self.abstract_state, self.state_shardings)
+        hp = self.exp.hp
+        tok = jax.ShapeDtypeStruct((hp["batch_size"], hp["seq_len"] + 1), jnp.int32, sharding=self.data_sharding)
+        return st, tok
+
+
+def make_runtime(exp: Experiment, mesh=None) -> Runtime:
+    """Jit init/train/eval with explicit shardings over ``mesh`` (default: a 1x1 mesh of device 0).
+
+    The single-device case uses the same code path as a real mesh, so a resumed run (whose
+    restored arrays carry these shardings) runs exactly the programs of a fresh run.
+    """
+    return Runtime(exp, mesh)
+
+
 def _precheck_out(out: Path, resume: bool, overwrite: bool) -> None:
     ck = Checkpoints(out / "ckpt")
     steps = ck.steps()
@@ -774,19 +850,9 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         raise CLIError(f"--batch-size {B} is not divisible by the mesh's data axis ({mesh.shape['data']})")
     ckpts = Checkpoints(out / "ckpt")
 
-    init_fn = lambda: init_state(exp, hp["seed"])  # noqa: E731
-    abstract = jax.eval_shape(init_fn)
-    if mesh is None:  # one device; the same code path as a real mesh (and identical programs on resume)
-        mesh = single_device_mesh()
-    st_sh = state_shardings(mesh, abstract)
-    data_sh = NamedSharding(mesh, P("data", None))
-    repl = NamedSharding(mesh, P())
-    donate = () if jax.default_backend() == "cpu" else (0,)
-    train_step = jax.jit(make_train_step(exp), in_shardings=(st_sh, data_sh),
-                         out_shardings=(st_sh, repl), donate_argnums=donate)
-    eval_step = jax.jit(make_eval_step(exp), in_shardings=(st_sh, data_sh), out_shardings=repl)
-    init_jit = jax.jit(init_fn, out_shardings=st_sh)
-    put = lambda a: jax.device_put(a, data_sh)  # noqa: E731
+    rt = make_runtime(exp, mesh)
+    init_jit, put = rt.init, rt.put
+    st_sh, abstract = rt.state_shardings, rt.abstract_state
     abstract_sh = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh)
 
     config = {k: hp[k] for k in CONFIG_KEYS}
@@ -813,6 +879,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
 
     def evaluate(st) -> float:
+        eval_step = rt.eval_step(exp.sparse_at(step, phase))
         losses = [eval_step(st, put(b)) for b in data.val_batches]
         return float(np.mean(jax.device_get(losses)))
 
@@ -822,6 +889,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         ckpts.save(step, st, meta)
         _write_jsonl(metrics_path, history)
 
+    step = step0
+    phase = step_phase(state) if exp.needs_phase() else 0  # STEP phase after `step` updates
     if step0 == 0 and not any("val_loss" in r for r in history):
         history.append({"step": 0, "val_loss": evaluate(state)})
 
@@ -837,7 +906,6 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     t_mark = None  # start of the timed interval (None: next step includes compilation)
     interval_tokens = 0
     phase_step = None
-    step = step0
 
     def flush():
         nonlocal t_mark, interval_tokens, train_time, train_tokens
@@ -865,17 +933,26 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 
     interrupted = False
     try:
+        compiled = set()
         while step < stop:
+            flag = exp.sparse_at(step, phase)
+            new_program = flag not in compiled  # first step of a phase compiles: keep it out of tokens/s
+            if new_program:
+                flush()
+                t_mark = None
+                compiled.add(flag)
             tokens = put(data.batch(step))
-            state, m = train_step(state, tokens)
+            state, m = rt.train_step(flag)(state, tokens)
             step += 1
+            if exp.needs_phase() and not phase:  # STEP's dense phase: read the switch (a sync)
+                phase = step_phase(state)
             pending.append((step, m))
             if t_mark is not None:
                 interval_tokens += B * T
             do_eval = step % eval_every == 0 or step == steps
-            do_ckpt = step % ckpt_every == 0 or step == stop
-            if step == step0 + 1 or step % log_every == 0 or do_eval or do_ckpt:
-                flush()  # ends the timed interval (the first one: compilation, not timed)
+            do_ckpt = ckpt_every > 0 and (step % ckpt_every == 0 or step == stop)
+            if new_program or step % log_every == 0 or do_eval or do_ckpt:
+                flush()  # ends the timed interval (after a new program: the untimed compile step)
                 if do_eval:
                     last["val"] = evaluate(state)
                     history.append({"step": step, "val_loss": last["val"]})
@@ -889,9 +966,10 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         interrupted = True
         flush()
         bar.close()
-        save(state, step, train_time, train_tokens)
-        print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
-              file=sys.stderr)
+        if ckpt_every > 0:
+            save(state, step, train_time, train_tokens)
+            print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
+                  file=sys.stderr)
     if not interrupted:
         bar.close()
 
@@ -915,7 +993,9 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         "backend": jax.default_backend(), "config": config, "interrupted": interrupted,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_run(history, out / "loss.png", f"{recipe} ({hp['size']})", phase_step, phase_label)
+    flip_label = (f"mask flip rate (per refresh, every {hp['mask_every']} steps)" if exp.cfg.method == "srste"
+                  else "2:4 mask flip rate (per step)")
+    plot_run(history, out / "loss.png", f"{recipe} ({hp['size']})", phase_step, phase_label, flip_label)
     summary["history"] = history
     if interrupted:
         raise KeyboardInterrupt
@@ -962,7 +1042,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compute dtype (auto: bfloat16 on GPU, float32 on CPU); params are float32")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between val evals (default: per size)")
     ap.add_argument("--eval-batches", type=int, default=None, help="val batches per eval (default: per size)")
-    ap.add_argument("--ckpt-every", type=int, default=None, help="steps between checkpoints (default: per size)")
+    ap.add_argument("--ckpt-every", type=int, default=None, help="steps between checkpoints (0: none; default: per size)")
     ap.add_argument("--log-every", type=int, default=None, help="steps between progress updates")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     ap.add_argument("--overwrite", action="store_true", help="discard existing checkpoints in --out")
@@ -1015,8 +1095,8 @@ def main(argv=None) -> int:
             recipes = [args.recipe]
             outs = {args.recipe: args.out}
         for name in ("eval_every", "ckpt_every", "log_every", "eval_batches"):
-            if _every(args, name) < 1:
-                raise CLIError(f"--{name.replace('_', '-')} must be >= 1")
+            if _every(args, name) < (0 if name == "ckpt_every" else 1):
+                raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
         for r in recipes:

@@ -21,7 +21,7 @@ from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_thres
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 
-from jax_sparse24 import distill, nn, optim, prune, sharding  # noqa: E402  (public submodules)
+from jax_sparse24 import distill, nn, optim, prune, sharding, swap  # noqa: E402  (public submodules)
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "prune",
     "sharding",
     "soft_threshold24",
+    "swap",
     "soft_threshold_beta",
     "sparse24_linear",
     "to_sparse",

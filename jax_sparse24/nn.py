@@ -254,13 +254,15 @@ def refresh_masks(params, sparsity, *, step=None):
         kernel = _get(params, path)["kernel"]
         name = _TMASK if _TMASK in layer else _MASK
         old = layer[name]
-        fresh = ops.transposable_mask24(kernel) if name == _TMASK else ops.mask24(kernel, axis=0)
+        compute = (lambda k: ops.transposable_mask24(k)) if name == _TMASK else (lambda k: ops.mask24(k, axis=0))
         if step is None:
             do = jnp.asarray(True)
+            mask = compute(kernel)
         else:
             every = jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)
             do = (jnp.asarray(step, jnp.int32) % every) == 0
-        mask = jnp.where(do, fresh, old)
+            # lax.cond: the mask is only computed on refresh steps.
+            mask = lax.cond(do, compute, lambda k: old, kernel)
         flips = flips + jnp.where(do, jnp.sum(mask != old, dtype=jnp.float32), 0.0)
         total = total + jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0)
         layer_new = dict(layer)

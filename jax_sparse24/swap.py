@@ -53,7 +53,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 from jax import lax

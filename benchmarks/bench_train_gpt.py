@@ -1,0 +1,286 @@
+#!/usr/bin/env python
+"""End-to-end GPT train-step throughput, dense vs every 2:4 recipe, plus a short quality run.
+
+Part 1 — throughput. For each ``--size`` every recipe's training program (the jitted step of
+``examples/train_gpt.py``: forward, backward, optimizer, mask refresh; sparse recipes in their
+sparse phase — ``srste`` before its dense fine-tune, ``step`` with the optimizer state in phase 1)
+is compiled, warmed up and timed in interleaved rounds (the order rotates every round) on four
+distinct batches of the bundled corpus; the median step time gives tokens/s. A second,
+independent dense state timed in the same rounds (``dense (control)``) gives the noise floor.
+
+Part 2 — quality at a fixed token budget (``--quality-size``, default the first size): every
+recipe trains ``--quality-steps`` steps from the same init on the same batches (the training
+loop of ``train_gpt.py``: srste's dense fine-tune, STEP's switch), then the final val loss.
+
+The programs of a size are compiled concurrently (``--compile-workers``; XLA's GEMM autotuning
+then shares the GPU between compilations — use ``--compile-workers 1`` for a careful run).
+
+Writes ``benchmarks/results/train_gpt_<tag>.json`` / ``.md`` / ``_quality.png`` and prints the
+table last. Default tag: the backend (``gpu``/``cpu``), plus ``_quick`` with ``--quick``.
+
+    python benchmarks/bench_train_gpt.py                        # H100: gpt2 + gpt2-medium
+    python benchmarks/bench_train_gpt.py --quick                 # half batch, fewer steps
+    python benchmarks/bench_train_gpt.py --size tiny --quick     # CPU smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
+from jax_sparse24 import optim as s24optim  # noqa: E402
+
+ALL = ["dense", "srste", "sste", "step", "ste"]
+
+
+def _force_step_phase(opt_state, phase: int = 1):
+    """The optimizer state with STEP switched to ``phase`` (v frozen at its current value)."""
+    is_step = lambda x: isinstance(x, s24optim.AdamWStepState)  # noqa: E731
+
+    def fix(x):
+        if not is_step(x):
+            return x
+        return x._replace(phase=jnp.full_like(x.phase, phase),
+                          switch_step=jnp.maximum(x.count, 1).astype(jnp.int32))
+
+    return jax.tree.map(fix, opt_state, is_leaf=is_step)
+
+
+def _experiment(size, recipe, batch, seq, steps, extra):
+    args = train_gpt.build_parser().parse_args(
+        ["--size", size, "--recipe", recipe, "--steps", str(steps), "--batch-size", str(batch),
+         "--seq-len", str(seq), "--warmup", str(max(1, steps // 10)), *extra])
+    hp = train_gpt.resolve_flags(args, recipe)
+    hp["data_sha256"] = "bench"
+    return train_gpt.build_experiment(hp)
+
+
+def _programs(exp, quality: bool):
+    """(kind, sparse) pairs a recipe needs: its timed train program, plus the quality run's."""
+    method = exp.cfg.method
+    timed = None if method == "dense" else True
+    need = {("train", timed)}
+    if quality:
+        if exp.recipe.get("finetune") or exp.recipe.get("step"):
+            need |= {("train", False), ("eval", True), ("eval", False)}
+        else:
+            need.add(("eval", timed))
+    return sorted(need, key=str)
+
+
+def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
+    """Lower every needed program serially, compile them concurrently; {(recipe, kind, sparse): exe}."""
+    lowered = {}
+    for recipe, rt in rts.items():
+        st, tok = rt.abstract_args()
+        for kind, sparse in _programs(rt.exp, quality):
+            fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
+            lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futs = {k: pool.submit(lw.compile) for k, lw in lowered.items()}
+        exes = {k: f.result() for k, f in futs.items()}
+    log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers)")
+    return exes
+
+
+def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
+    runs = {}
+    variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
+    for label, recipe in variants:
+        rt = rts[recipe]
+        exe = exes[(recipe, "train", None if rt.exp.cfg.method == "dense" else True)]
+        state = rt.init()
+        if rt.exp.needs_phase():
+            state = dict(state, opt_state=_force_step_phase(state["opt_state"]))
+        batches = [rt.put(data_by_recipe.batch(10_000 + i)) for i in range(4)]
+        for i in range(warmup):
+            state, m = exe(state, batches[i % 4])
+        jax.block_until_ready(state)
+        runs[label] = dict(exe=exe, state=state, batches=batches, times=[], sparse=bool(m["sparse"]),
+                           n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
+    labels = list(runs)
+    for rnd in range(rounds):
+        for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
+            r = runs[label]
+            state = r["state"]
+            t0 = time.perf_counter()
+            for i in range(iters):
+                state, _ = r["exe"](state, r["batches"][i % 4])
+            jax.block_until_ready(state)
+            r["times"].append((time.perf_counter() - t0) / iters)
+            r["state"] = state
+    hp = next(iter(rts.values())).exp.hp
+    tokens = hp["batch_size"] * hp["seq_len"]
+    dense_t = statistics.median(runs["dense"]["times"]) if "dense" in runs else None
+    rows = []
+    for label in labels:
+        r = runs.pop(label)
+        t = statistics.median(r["times"])
+        rows.append({"variant": label, "sparse_phase": r["sparse"], "median_step_s": t, "tokens_per_s": tokens / t,
+                     "vs_dense": (dense_t / t) if dense_t else None,
+                     "spread": (max(r["times"]) - min(r["times"])) / t, "step_times_s": r["times"],
+                     "n_params": r["n_params"]})
+        log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
+    return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
+            "iters": iters, "rounds": rounds, "n_params": rows[0]["n_params"], "rows": rows}
+
+
+def quality(rts, exes, data, steps, log) -> dict:
+    """Train every recipe ``steps`` steps on identical batches; histories in train_gpt's format."""
+    out = {}
+    for recipe, rt in rts.items():
+        exp = rt.exp
+        state = rt.init()
+        phase = train_gpt.step_phase(state) if exp.needs_phase() else 0
+        hist = []
+
+        def evaluate(step):
+            exe = exes[(recipe, "eval", exp.sparse_at(step, phase))]
+            return float(np.mean(jax.device_get([exe(state, rt.put(b)) for b in data.val_batches])))
+
+        hist.append({"step": 0, "val_loss": evaluate(0)})
+        t_train, t0 = 0.0, time.perf_counter()
+        losses = []
+        for step in range(steps):
+            state, m = exes[(recipe, "train", exp.sparse_at(step, phase))](state, rt.put(data.batch(step)))
+            losses.append(m)
+            if exp.needs_phase() and not phase:
+                phase = train_gpt.step_phase(state)
+            if (step + 1) % max(1, steps // 5) == 0 or step + 1 == steps:
+                got = jax.device_get(losses)
+                t_train += time.perf_counter() - t0
+                for i, g in enumerate(got):
+                    hist.append({"step": step + 2 - len(got) + i, "loss": float(g["loss"]),
+                                 "flip": train_gpt._nan_to_none(g["flip"]), "sparse": bool(g["sparse"])})
+                losses = []
+                hist.append({"step": step + 1, "val_loss": evaluate(step + 1)})
+                t0 = time.perf_counter()
+        switched = [r["step"] for r in hist if "loss" in r and r["sparse"] != hist[1]["sparse"]]
+        out[recipe] = {"history": hist, "final_val_loss": hist[-1]["val_loss"],
+                       "final_train_loss": next(r["loss"] for r in reversed(hist) if "loss" in r),
+                       "phase_switch_step": switched[0] if switched else None, "train_time_s": t_train}
+        log(f"  {recipe:<6s} final val loss {hist[-1]['val_loss']:.4f}")
+    return out
+
+
+def to_markdown(res: dict) -> str:
+    lines = [f"# GPT train step: dense vs 2:4 recipes ({res['device']}, jax {res['jax']})", "",
+             f"Command: `{res['command']}` (kernels built: {res['cuda_kernels']})", ""]
+    for tp in res["throughput"]:
+        lines += [f"## Throughput: {tp['size']} ({tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
+                  f"{tp['seq_len']} tokens, median of {tp['rounds']} interleaved rounds x {tp['iters']} steps)", "",
+                  "| variant | step (ms) | tokens/s | vs dense | spread |", "|---|---|---|---|---|"]
+        for r in tp["rows"]:
+            vs = "-" if r["vs_dense"] is None else f"{r['vs_dense']:.3f}x"
+            lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
+                         f"{100 * r['spread']:.1f}% |")
+        lines.append("")
+    q = res.get("quality")
+    if q:
+        dense = q["recipes"].get("dense")
+        lines += [f"## Quality: {q['size']}, {q['steps']} steps x {q['batch_size']} x {q['seq_len']} = "
+                  f"{q['tokens']:,} tokens per recipe", "",
+                  "| recipe | final val loss | vs dense | final train loss | phase switch |", "|---|---|---|---|---|"]
+        for name, r in q["recipes"].items():
+            vs = "-" if not dense else f"{100 * (r['final_val_loss'] / dense['final_val_loss'] - 1):+.2f}%"
+            sw = "-" if r["phase_switch_step"] is None else str(r["phase_switch_step"])
+            lines.append(f"| {name} | {r['final_val_loss']:.4f} | {vs} | {r['final_train_loss']:.4f} | {sw} |")
+        lines.append("")
+    lines.append("`spread` = (max − min) / median of the per-round step times; `dense (control)` is a second "
+                 "dense state timed in the same rounds (its ratio to dense is the noise floor).")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="gpt2,gpt2-medium", help="comma-separated sizes")
+    ap.add_argument("--recipes", default=",".join(ALL), help="comma-separated recipes")
+    ap.add_argument("--quick", action="store_true", help="half batch, at most 512 tokens, fewer rounds and steps")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the size's (halved with --quick)")
+    ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")
+    ap.add_argument("--iters", type=int, default=None, help="steps per timed round (default 10; quick 3)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 5; quick 3)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation (>= 1)")
+    ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
+    ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
+    ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
+    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default="gelu")
+    ap.add_argument("--sparse-attn", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--tag", default=None, help="results file name: train_gpt_<tag>.json/.md")
+    a = ap.parse_args(argv)
+
+    sizes = [s for s in a.size.split(",") if s]
+    recipes = [r for r in a.recipes.split(",") if r]
+    qsize = a.quality_size or sizes[0]
+    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [r for r in recipes if r not in train_gpt.RECIPES]
+    if bad or not sizes or not recipes or a.warmup < 1:
+        print(f"bench_train_gpt.py: error: bad --size/--recipes/--quality-size {bad} or --warmup < 1; sizes "
+              f"{list(train_gpt.SIZES)}, recipes {sorted(train_gpt.RECIPES)}", file=sys.stderr)
+        return 2
+    backend = jax.default_backend()
+    iters = a.iters or (3 if a.quick else 10)
+    rounds = a.rounds or (3 if a.quick else 5)
+    qsteps = a.quality_steps if a.quality_steps is not None else (30 if a.quick else 150)
+    tag = a.tag or (backend + ("_quick" if a.quick else ""))
+    extra = ["--ffn", a.ffn] + (["--sparse-attn"] if a.sparse_attn else [])
+    if qsteps and qsize not in sizes:
+        sizes.append(qsize)
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    import jax_sparse24
+
+    res = {"device": f"{backend}: {jax.devices()[0].device_kind}", "jax": jax.__version__,
+           "cuda_kernels": bool(jax_sparse24.cuda_kernels_available()),
+           "command": "python benchmarks/bench_train_gpt.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "throughput": [], "quality": None}
+    t_start = time.perf_counter()
+    for size in sizes:
+        d = train_gpt.SIZE_DEFAULTS[size]
+        batch = a.batch_size or (max(1, d["batch_size"] // 2) if a.quick else d["batch_size"])
+        seq = a.seq_len or (min(d["seq_len"], 512) if a.quick else d["seq_len"])
+        do_quality = bool(qsteps) and size == qsize
+        steps = qsteps if do_quality else 10**6  # schedules (lr, srste switch) are baked into the programs
+        log(f"{size}: batch {batch} x {seq}" + (f"; quality run {qsteps} steps" if do_quality else ""))
+        data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
+        rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra)) for r in recipes}
+        exes = compile_all(rts, do_quality, a.compile_workers, log)
+        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log)
+        tp["size"] = size
+        res["throughput"].append(tp)
+        if do_quality:
+            q = quality(rts, exes, data, qsteps, log)
+            res["quality"] = {"size": size, "steps": qsteps, "batch_size": batch, "seq_len": seq,
+                              "tokens": qsteps * batch * seq, "recipes": q}
+            a.out.mkdir(parents=True, exist_ok=True)
+            train_gpt.plot_compare({r: v["history"] for r, v in q.items()}, a.out / f"train_gpt_{tag}_quality.png",
+                                   f"{size}, {qsteps} steps")
+        del rts, exes
+    res["total_time_s"] = time.perf_counter() - t_start
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"train_gpt_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
+    md = to_markdown(res)
+    (a.out / f"train_gpt_{tag}.md").write_text(md)
+    print(md)
+    log(f"wrote {a.out / f'train_gpt_{tag}.json'} and .md ({res['total_time_s']:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
