@@ -332,3 +332,184 @@ def test_handler_validates_on_its_own():
         jax.block_until_ready(_raw_spmm(values, meta, b, (128, 128), m=256, n=128, k=256, config=-1))
     with pytest.raises(Exception, match="compressed shape"):
         jax.block_until_ready(_raw_spmm(values[:, :64], meta, b, (128, 256), m=256, n=128, k=256, config=-1))
+
+
+# ------------------------------------------------------------------------------------------------
+# "kn" formulation (weight gradient): b stored (k, n), N-major — dW (I, O) = x^T MVUE(dy).
+
+from jax_sparse24._src import cuda_mask_ops as _cm  # noqa: E402
+from jax_sparse24._src import gemm as _gemm  # noqa: E402
+
+# (M, N, K) = (O, I, T): one tile, N not a multiple of the tile, M partial + long K, smallest.
+KN_SHAPES = [(256, 128, 256), (384, 264, 512), (264, 136, 1040), (8, 8, 16)]
+
+
+def _skip_no_kn(dtype):
+    _skip_uncompiled(dtype)
+    if not ops.cutlass_configs_kn():
+        pytest.skip("no 'kn' configuration compiled in this (minimal) build")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", KN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_spmm_kn_matches_dense_every_config(shape, dtype):
+    _skip_no_kn(dtype)
+    m, n, k = shape
+    rng, seed = _rng()
+    a = sparse_operand(rng, m, k, dtype)
+    b = nonzero_normal(rng, (k, n), dtype)
+    ref = (a.astype(np.float64) @ b.astype(np.float64)).T  # (n, m)
+    values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
+    for config in [-1] + list(range(len(ops.cutlass_configs_kn()))):
+        f = jax.jit(functools.partial(ops.cutlass_spmm_kn, m=m, k=k, config=config))
+        _poison(n, m, dtype)
+        d = f(values, meta, jnp.asarray(b, dtype))
+        name = "default" if config == -1 else ops.cutlass_configs_kn()[config]
+        check_close(d, ref, dtype, f"seed={seed} shape={shape} kn config={name}")
+
+
+def _pad_rows(a, multiple):
+    pad = (-a.shape[0]) % multiple
+    return jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)]) if pad else a
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_weight_grad_mvue_fused_is_the_gemm_of_the_mvue_sample(dtype):
+    """Fused MVUE + compress + "kn" GEMM == x^T @ mvue24_cuda(key, dy) (the same draws), T not % 16."""
+    _skip_no_kn(dtype)
+    rng, seed = _rng()
+    t, i, o = 200, 136, 256
+    x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
+    g = jnp.asarray(nonzero_normal(rng, (t, o), dtype), dtype)
+    key = jax.random.key(seed % 2**31)
+    dw = jax.jit(functools.partial(_gemm.weight_grad_mvue, backend="cutlass"))(key, x, g)
+    assert dw.shape == (i, o) and dw.dtype == jnp.dtype(dtype)
+    gs = jax.jit(lambda k, g: _cm.mvue24_cuda(k, _pad_rows(g, 16), axis=0))(key, g)
+    xp = np.asarray(_pad_rows(x, 16).astype(jnp.float32), dtype=np.float64)
+    ref = xp.T @ np.asarray(gs.astype(jnp.float32), dtype=np.float64)
+    check_close(dw, ref, dtype, f"seed={seed} fused weight_grad_mvue")
+    # the unfused path (MVUE op, dense GEMM) draws the same sample on the GPU
+    dw_dense = jax.jit(functools.partial(_gemm.weight_grad_mvue, backend="dense"))(key, x, g)
+    check_close(dw_dense, ref, dtype, f"seed={seed} dense weight_grad_mvue")
+
+
+def test_sparse24_linear_cutlass_backward_matches_dense():
+    """Whole layer, backend='cutlass' (fused compressors, three sparse GEMMs) vs 'dense', same key."""
+    import jax_sparse24 as s24
+
+    dtype = jnp.bfloat16
+    _skip_no_kn(dtype)
+    rng, seed = _rng()
+    t, i, o = 264, 256, 384
+    x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
+    w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
+    mask = s24.transposable_mask24(w)
+    key = jax.random.key(seed % 2**31)
+
+    def grads(backend):
+        f = lambda x, w: (s24.sparse24_linear(x, w, mask, key=key, backend=backend, transposable=True)  # noqa: E731
+                          .astype(jnp.float32) ** 2).sum()
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(x, w)
+
+    (v1, (dx1, dw1)), (v0, (dx0, dw0)) = grads("cutlass"), grads("dense")
+    for got, ref, what in ((dx1, dx0, "dx"), (dw1, dw0, "dW")):
+        ref = np.asarray(ref.astype(jnp.float32), dtype=np.float64)
+        got = np.asarray(got.astype(jnp.float32), dtype=np.float64)
+        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert np.isfinite(got).all() and rel < 2e-2, f"seed={seed} {what}: rel {rel:.3g}"
+    assert abs(float(v1) - float(v0)) <= 2e-2 * abs(float(v0)), f"seed={seed} loss {v1} vs {v0}"
+
+
+def test_error_kn_shapes():
+    if not ops.cutlass_configs_kn():
+        pytest.skip("no 'kn' configuration compiled")
+    values, meta, _ = _operands()  # A: m=256, k=256
+    b = jnp.ones((256, 128), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"shape \(k, n\)"):
+        ops.cutlass_spmm_kn(values, meta, b.T, m=256, k=256)
+    with pytest.raises(ValueError, match="config must be -1"):
+        ops.cutlass_spmm_kn(values, meta, b, m=256, k=256, config=len(ops.cutlass_configs_kn()))
+    out = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
+    attrs = {a: np.int64(v) for a, v in dict(m=256, n=128, k=256, config=-1).items()}
+    with pytest.raises(Exception, match=r"b must have shape \(k, n\)"):
+        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_cutlass_spmm_kn", out)(values, meta, b.T, **attrs))
+
+
+# ------------------------------------------------------------------------------------------------
+# cuSPARSELt backend (backend="cusparselt").
+
+from jax_sparse24._src import cuda_cusparselt_ops as _lt  # noqa: E402
+
+
+def _skip_no_cusparselt():
+    if not _lt.cusparselt_available():
+        pytest.skip(f"cuSPARSELt unavailable: {_lt.cusparselt_error()}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("layouts", [(0, 0), (1, 0), (1, 1), (0, 1)], ids=["mk-nk", "km-nk", "km-kn", "mk-kn"])
+def test_cusparselt_matches_dense(layouts, dtype):
+    _skip_no_cusparselt()
+    _skip_uncompiled(dtype)
+    a_layout, b_layout = layouts
+    rng, seed = _rng()
+    m, n, k = 384, 272, 512
+    a = sparse_operand(rng, m, k, dtype)  # (m, k), 2:4 along k
+    b = nonzero_normal(rng, (n, k), dtype)
+    ref = b.astype(np.float64) @ a.astype(np.float64).T  # (n, m)
+    a_st = jnp.asarray(a if a_layout == _lt.A_MK else a.T, dtype)
+    b_st = jnp.asarray(b if b_layout == _lt.B_NK else b.T, dtype)
+    kw = dict(m=m, n=n, k=k, a_layout=a_layout, b_layout=b_layout)
+
+    @jax.jit
+    def f(a_st, b_st):
+        return _lt.cusparselt_spmm(_lt.cusparselt_compress(a_st, **kw), b_st, **kw)
+
+    for trial in range(2):  # the first call searches the algorithm, the second uses the cached plan
+        _poison(n, m, dtype)
+        check_close(f(a_st, b_st), ref, dtype, f"seed={seed} layouts={layouts} trial={trial}")
+    code = 0 if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else 1
+    plans = [p for p in _lt.cusparselt_plans() if p[1:7] == (m, n, k, code, a_layout, b_layout)]
+    assert len(plans) == 1 and plans[0][7], f"one searched plan per shape, got {plans}"
+
+
+def test_cusparselt_layer_matches_dense():
+    import jax_sparse24 as s24
+
+    _skip_no_cusparselt()
+    dtype = jnp.bfloat16
+    rng, seed = _rng()
+    t, i, o = 256, 256, 384
+    x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
+    w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
+    mask = s24.transposable_mask24(w)
+    key = jax.random.key(seed % 2**31)
+
+    def grads(backend):
+        f = lambda x, w: (s24.sparse24_linear(x, w, mask, key=key, backend=backend, transposable=True)  # noqa: E731
+                          .astype(jnp.float32) ** 2).sum()
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(x, w)
+
+    (v1, g1), (v0, g0) = grads("cusparselt"), grads("dense")
+    for got, ref, what in zip(g1, g0, ("dx", "dW")):
+        ref = np.asarray(ref.astype(jnp.float32), dtype=np.float64)
+        got = np.asarray(got.astype(jnp.float32), dtype=np.float64)
+        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert np.isfinite(got).all() and rel < 2e-2, f"seed={seed} {what}: rel {rel:.3g}"
+
+
+def test_cusparselt_errors():
+    _skip_no_cusparselt()
+    a = jnp.ones((256, 256), jnp.bfloat16)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        _lt.cusparselt_compress(a[:, :248], m=256, n=128, k=248, a_layout=_lt.A_MK)
+    with pytest.raises(ValueError, match="must have shape"):
+        _lt.cusparselt_compress(a[:128], m=256, n=128, k=256, a_layout=_lt.A_MK)
+    c = _lt.cusparselt_compress(a, m=256, n=128, k=256, a_layout=_lt.A_MK)
+    with pytest.raises(ValueError, match="compressed"):
+        _lt.cusparselt_spmm(c[:-16], jnp.ones((128, 256), jnp.bfloat16), m=256, n=128, k=256, a_layout=_lt.A_MK)
+    import jax_sparse24 as s24
+
+    with pytest.raises(RuntimeError, match="cusparselt"):
+        s24.sparse24_linear(jnp.ones((8, 24), jnp.bfloat16), jnp.ones((24, 40), jnp.bfloat16),
+                            jnp.ones((24, 40), bool) & (jnp.arange(24)[:, None] % 4 < 2), backend="cusparselt")

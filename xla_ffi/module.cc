@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "spmm_cusparselt.h"
 #include "spmm_cutlass.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -26,6 +27,16 @@ XLA_FFI_Error* Sparse24Mvue24(XLA_FFI_CallFrame* call_frame);
 // spmm_cutlass.cu
 XLA_FFI_Error* Sparse24CutlassCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmm(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24CutlassSpmmKN(XLA_FFI_CallFrame* call_frame);
+// spmm_cusparselt.cu
+XLA_FFI_Error* Sparse24CusparseltCompress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24CusparseltSpmm(XLA_FFI_CallFrame* call_frame);
+// compress_kernels.cu
+XLA_FFI_Error* Sparse24Prune24Compress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompressBoth(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Mvue24Compress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24SoftThreshold24Compress(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace {
@@ -50,6 +61,14 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_mvue24"] = Capsule(Sparse24Mvue24);
     d["jax_sparse24_cutlass_compress"] = Capsule(Sparse24CutlassCompress);
     d["jax_sparse24_cutlass_spmm"] = Capsule(Sparse24CutlassSpmm);
+    d["jax_sparse24_cutlass_spmm_kn"] = Capsule(Sparse24CutlassSpmmKN);
+    d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);
+    d["jax_sparse24_cusparselt_spmm"] = Capsule(Sparse24CusparseltSpmm);
+    d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);
+    d["jax_sparse24_masked_compress"] = Capsule(Sparse24MaskCompress);
+    d["jax_sparse24_masked_compress_both"] = Capsule(Sparse24MaskCompressBoth);
+    d["jax_sparse24_mvue24_compress"] = Capsule(Sparse24Mvue24Compress);
+    d["jax_sparse24_soft_threshold24_compress"] = Capsule(Sparse24SoftThreshold24Compress);
     return d;
   });
 
@@ -77,6 +96,47 @@ NB_MODULE(_sparse24_ffi, m) {
         },
         nb::arg("m"), nb::arg("n"), nb::arg("k"),
         "Config id the measured table picks for an (m, n, k) sparse GEMM.");
+
+  m.def("cutlass_configs_kn", []() { return jax_sparse24::CutlassConfigNamesKN(); },
+        "Names of the compiled \"kn\" (B stored K x N row-major: weight gradient) configurations.");
+
+  m.def("cutlass_default_config_kn",
+        [](int64_t m_rows, int64_t n_cols, int64_t k_cols) {
+          return jax_sparse24::CutlassDefaultConfigKN(m_rows, n_cols, k_cols);
+        },
+        nb::arg("m"), nb::arg("n"), nb::arg("k"),
+        "Default \"kn\" config id for an (m, n, k) sparse GEMM (-1 when none is compiled).");
+
+  m.def(
+      "cusparselt_load",
+      [](const std::string& hint) {
+        std::string message;
+        const bool ok = jax_sparse24::CusparseltLoad(hint, &message);
+        return std::make_tuple(ok, message);
+      },
+      nb::arg("hint") = "",
+      "Load libcusparseLt (hint: its directory or path, may be empty): (ok, path loaded or why not).");
+
+  m.def(
+      "cusparselt_compressed_size",
+      [](int device, int64_t m_rows, int64_t n_cols, int64_t k_cols, int dtype, int a_layout, int b_layout) {
+        int64_t size = 0;
+        std::string error;
+        if (!jax_sparse24::CusparseltCompressedSize(device, m_rows, n_cols, k_cols, dtype, a_layout, b_layout, &size,
+                                                    &error)) {
+          throw nb::value_error(error.c_str());
+        }
+        return size;
+      },
+      nb::arg("device"), nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("dtype"), nb::arg("a_layout"),
+      nb::arg("b_layout"),
+      "Bytes of cuSPARSELt's compressed A for the plan (creates and caches the plan on `device`).");
+
+  m.def("cusparselt_plans", []() { return jax_sparse24::CusparseltPlans(); },
+        "Cached cuSPARSELt plans: (device, m, n, k, dtype, a_layout, b_layout, searched, alg_config_id).");
+
+  m.def("cusparselt_version", []() { return jax_sparse24::CusparseltVersion(); },
+        "cusparseLtGetVersion of the loaded library (0 before its first handle).");
 
   m.def("cutlass_alignment", []() { return jax_sparse24::CutlassAlignment(); },
         "(m, n, k) divisibility the CUTLASS sparse GEMM requires.");

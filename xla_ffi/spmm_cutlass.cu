@@ -1,4 +1,4 @@
-// CUTLASS 3.x SM90 2:4 sparse GEMM and its compressor as XLA FFI handlers.
+// CUTLASS 3.x SM90 2:4 sparse GEMM and its compressor as XLA FFI handlers: the registry TU.
 //
 // Formulation (DESIGN.md, "Consequences" 6): D(M x N) = A(M x K, 2:4 along K) * B(K x N) with
 //   A  row-major M x K (K-major), stored compressed: values + metadata (CUTLASS SM90 layout),
@@ -7,6 +7,10 @@
 // For a layer y = x * W~ (x: T x I, W~: I x O): M = O, N = T, K = I, A = W~^T, B = x, D = y; for the
 // input gradient dx = dy * W~^T: A = W~ (2:4 along O), B = dy, D = dx. Nothing is transposed.
 //
+// The GEMM template lives in spmm_cutlass_gemm.cuh; each configuration is instantiated (bf16 +
+// fp16) in its own TU, xla_ffi/spmm_cfg_<name>.cu, so the build compiles them in parallel. This TU
+// only declares them `extern` and holds the table, the compressor, validation and the handlers.
+//
 // Kernels: bf16 / fp16 operands and output, fp32 accumulation, alpha = 1, beta = 0, no C operand
 // (void C: the epilogue never reads memory for C). Configurations come from the schedule sweep in
 // DESIGN.md; CutlassDefaultConfig() holds the measured table.
@@ -14,13 +18,7 @@
 // Handlers (both command-buffer compatible: no host<->device sync, no allocation, no stream query):
 //   Sparse24CutlassCompress: a (M, K) already 2:4 along K -> values, meta.
 //   Sparse24CutlassSpmm:     values, meta, b (N, K) -> d (N, M); attrs m, n, k, config.
-
-// Device-side asserts in CUTLASS/CuTe are calls: inside the GMMA mainloop they make ptxas serialise
-// the wgmma pipeline (warning C7510, seen compiling without NDEBUG). CMake Release builds pass
-// -DNDEBUG; this file must not depend on the build type, so it defines it itself.
-#ifndef NDEBUG
-#define NDEBUG 1
-#endif
+#include "spmm_cutlass_gemm.cuh"  // first: defines NDEBUG before any CUTLASS header
 
 #include <cuda_runtime.h>
 
@@ -30,112 +28,36 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/kernel_hardware_info.h"
 #include "cutlass/transform/device/transform_universal_adapter.hpp"
 #include "cutlass/transform/kernel/sparse_gemm_compressor.hpp"
-#include "cutlass/util/packed_stride.hpp"
 
 #include "ffi_common.h"
 #include "spmm_cutlass.h"
 
-#if !defined(CUTLASS_ARCH_MMA_SPARSE_SM90_SUPPORTED)
-#error "the CUTLASS SM90 sparse GEMM needs nvcc >= 12.2 (CUTLASS_ARCH_MMA_SPARSE_SM90_SUPPORTED)"
-#endif
-
-#if defined(JAX_SPARSE24_MINIMAL_CONFIGS) && JAX_SPARSE24_MINIMAL_CONFIGS
-#define SP24_MINIMAL 1
-#else
-#define SP24_MINIMAL 0
-#endif
+// The configurations are compiled in their own TUs (spmm_cfg_*.cu): declare them here.
+SP24_NK_CONFIGS(SP24_EXTERN_NK)
+SP24_KN_CONFIGS(SP24_EXTERN_KN)
 
 namespace jax_sparse24 {
 namespace {
 
 using namespace cute;
-
-// ------------------------------------------------------------------------------------------------
-// Alignment. CUTLASS's can_implement for this kernel needs (TMA: 16-byte aligned strides):
-//   k % 16: the compressed A has K/2 columns (16 bytes = 8 elements), B has K columns;
-//   m % 8:  D is column-major M x N (stored N x M), its leading dimension M needs 16 bytes.
-// N is the outer dimension of both B and D, so TMA puts no constraint on it; we still ask for
-// n % 8 (conservative: CUTLASS's own sparse tests use multiples of 16; relax after a GPU test).
-// Residues (M, N not multiples of the tile, K not a multiple of 128) are handled by TMA
-// out-of-bounds zero fill and clipped stores -- CUTLASS's sparse SM90 unit tests (TestAll) run
-// m = 16, 464; n = 16, 480; k = 16, 128 * (stages + 1) - 16 with these kernels.
-constexpr int64_t kAlignM = 8;
-constexpr int64_t kAlignN = 8;
-constexpr int64_t kAlignK = 16;
-// Operand alignments as CUTLASS template parameters (elements): A's 16 mirrors the compressed
-// K/2 stride rule above (CUTLASS's sparse unit tests use 16 too).
-constexpr int kAlignmentA = 16;
-constexpr int kAlignmentB = 8;
-constexpr int kAlignmentD = 8;
-
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-// ------------------------------------------------------------------------------------------------
-// Schedules. The token is used for the configuration name ("pingpong_128x128x128_c1x2").
-struct pingpong {
-  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
-};
-struct cooperative {
-  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
-
-using ProblemShape = Shape<int, int, int, int>;  // (M, N, K, L)
-
-template <class T, class TileShape, class ClusterShape, class Schedule>
-struct SparseGemmConfig {
-  using Element = T;
-  using LayoutA = cutlass::layout::RowMajor;     // M x K, K-major (compressed by CUTLASS's layout)
-  using LayoutB = cutlass::layout::ColumnMajor;  // K x N column-major == N x K row-major
-  using LayoutD = cutlass::layout::ColumnMajor;  // M x N column-major == N x M row-major
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto,
-      float, float,                   // accumulator, epilogue compute
-      void, LayoutD, kAlignmentD,     // no C operand
-      T, LayoutD, kAlignmentD,        // D
-      typename Schedule::Epilogue>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassSparseTensorOp,
-      T, LayoutA, kAlignmentA,
-      T, LayoutB, kAlignmentB,
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Schedule::Kernel>::CollectiveOp;
-
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  using SparseConfig = typename CollectiveMainloop::SparseConfig;
-};
-
-// The compressed layout depends only on the element type and min(tile K, 128); every configuration
-// below has tile K = 128, so one compressor per dtype serves them all (static_assert'ed per config).
-template <class T>
-using ReferenceConfig = SparseGemmConfig<T, Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong>;
+using spmm::GemmCall;
+using spmm::kAlignK;
+using spmm::kAlignM;
+using spmm::kAlignN;
+using spmm::kInt32Max;
+using spmm::ProblemShape;
+using spmm::RunFn;
+using spmm::StatusStr;
 
 template <class T>
 struct Compressor {
-  using SparseConfig = typename ReferenceConfig<T>::SparseConfig;
+  using SparseConfig = typename spmm::ReferenceConfig<T>::SparseConfig;
   using LayoutTag = cutlass::layout::RowMajor;
   using StrideA = cutlass::gemm::TagToStrideA_t<LayoutTag>;
   using Utility =
@@ -163,92 +85,6 @@ ffi::Error SmCount(int device, int* out) {
   return ffi::Error::Success();
 }
 
-std::string StatusStr(cutlass::Status s) { return cutlassGetStatusString(s); }
-
-// ------------------------------------------------------------------------------------------------
-// GEMM launch.
-struct GemmCall {
-  cudaStream_t stream;
-  ffi::ScratchAllocator* scratch;
-  int device;
-  int sm_count;
-  const void* values;
-  const void* meta;
-  const void* b;
-  void* d;
-  int m, n, k;
-  const char* config_name;
-};
-
-using RunFn = ffi::Error (*)(const GemmCall&);
-
-template <class Cfg>
-ffi::Error RunGemm(const GemmCall& c) {
-  using Gemm = typename Cfg::Gemm;
-  using GemmKernel = typename Cfg::GemmKernel;
-  using T = typename Cfg::Element;
-  static_assert(std::is_same_v<typename Cfg::SparseConfig, typename Compressor<T>::SparseConfig>,
-                "every configuration must share the compressor's layout (tile K = 128)");
-  using StrideB = typename GemmKernel::StrideB;
-  using StrideC = typename GemmKernel::StrideC;
-  using StrideD = typename GemmKernel::StrideD;
-  using SparseConfig = typename Cfg::SparseConfig;
-
-  const ProblemShape problem{c.m, c.n, c.k, 1};
-  const auto layout_a = SparseConfig::fill_layoutA(problem);
-  const auto layout_e = SparseConfig::fill_layoutE(problem);
-  const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(c.n, c.k, 1));
-  const StrideC stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(c.m, c.n, 1));
-  const StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(c.m, c.n, 1));
-
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.device_id = c.device;
-  hw_info.sm_count = c.sm_count;
-
-  typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      problem,
-      {static_cast<const T*>(c.values), layout_a, static_cast<const T*>(c.b), stride_b,
-       static_cast<const typename GemmKernel::CollectiveMainloop::ElementE*>(c.meta), layout_e},
-      {{}, nullptr, stride_c, static_cast<T*>(c.d), stride_d},
-      hw_info};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
-  if (st != cutlass::Status::kSuccess) {
-    return InvalidArgument(std::string("CUTLASS sparse GEMM config '") + c.config_name + "' cannot implement m=" +
-                           std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
-                           " (can_implement: " + StatusStr(st) + ")");
-  }
-  // Zero for every compiled configuration (persistent tile scheduler without stream-K, TMA epilogue
-  // with a plain linear combination), so in practice nothing is allocated; kept for safety.
-  const size_t workspace_bytes = Gemm::get_workspace_size(args);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 256);
-    if (!ws.has_value() || *ws == nullptr) {
-      return Internal("could not allocate " + std::to_string(workspace_bytes) +
-                      " bytes of CUTLASS workspace from the XLA scratch allocator");
-    }
-    workspace = *ws;
-  }
-  st = gemm.initialize(args, workspace, c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (config '") + c.config_name +
-                    "') failed: " + StatusStr(st));
-  }
-  st = gemm.run(c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    cudaError_t err = cudaGetLastError();
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (config '") + c.config_name + "') failed: " +
-                    StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
-  }
-  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
-  return ffi::Error::Success();
-}
-
 // ------------------------------------------------------------------------------------------------
 // Configuration registry: one line per configuration, id = position. Names follow
 // "<schedule>_<tile M>x<tile N>x<tile K>_c<cluster M>x<cluster N>" with M = O, N = T, K = I.
@@ -257,38 +93,38 @@ struct ConfigEntry {
   RunFn run[2];  // [bfloat16, float16]; nullptr where not compiled
 };
 
-#define SP24_CFG_T(T, SCHED, TM, TN, TK, CM, CN) \
-  SparseGemmConfig<T, Shape<Int<TM>, Int<TN>, Int<TK>>, Shape<Int<CM>, Int<CN>, _1>, SCHED>
 #if SP24_MINIMAL
-#define SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN) nullptr
+#define SP24_F16_RUN(LAYOUT_B, SCHED, TM, TN, TK, CM, CN) nullptr
 #else
-#define SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN) &RunGemm<SP24_CFG_T(cutlass::half_t, SCHED, TM, TN, TK, CM, CN)>
+#define SP24_F16_RUN(LAYOUT_B, SCHED, TM, TN, TK, CM, CN) \
+  &spmm::RunGemm<SP24_CFG_T(cutlass::half_t, LAYOUT_B, SCHED, TM, TN, TK, CM, CN)>
 #endif
-#define SP24_CONFIG(SCHED, TM, TN, TK, CM, CN)                                                 \
-  ConfigEntry {                                                                                \
-    #SCHED "_" #TM "x" #TN "x" #TK "_c" #CM "x" #CN,                                           \
-        {&RunGemm<SP24_CFG_T(cutlass::bfloat16_t, SCHED, TM, TN, TK, CM, CN)>,                 \
-         SP24_F16_RUN(SCHED, TM, TN, TK, CM, CN)}                                              \
-  }
+#define SP24_CONFIG_ENTRY(LAYOUT_B, SCHED, TM, TN, TK, CM, CN)                                  \
+  ConfigEntry{#SCHED "_" #TM "x" #TN "x" #TK "_c" #CM "x" #CN,                                  \
+              {&spmm::RunGemm<SP24_CFG_T(cutlass::bfloat16_t, LAYOUT_B, SCHED, TM, TN, TK, CM, CN)>, \
+               SP24_F16_RUN(LAYOUT_B, SCHED, TM, TN, TK, CM, CN)}},
+#define SP24_NK_ENTRY(SCHED, TM, TN, TK, CM, CN) SP24_CONFIG_ENTRY(SP24_LAYOUT_NK, SCHED, TM, TN, TK, CM, CN)
 
-const ConfigEntry kConfigs[] = {
-#if SP24_MINIMAL
-    // CI build: one ping-pong and one cooperative configuration, bfloat16 only.
-    SP24_CONFIG(pingpong, 128, 128, 128, 1, 2),
-    SP24_CONFIG(cooperative, 256, 128, 128, 2, 1),
-#else
-    SP24_CONFIG(pingpong, 128, 128, 128, 1, 2),
-    SP24_CONFIG(cooperative, 128, 128, 128, 2, 1),
-    SP24_CONFIG(cooperative, 256, 128, 128, 2, 1),
-    SP24_CONFIG(cooperative, 256, 128, 128, 1, 1),
-    SP24_CONFIG(cooperative, 128, 256, 128, 1, 2),
-#endif
-};
+#define SP24_KN_ENTRY(SCHED, TM, TN, TK, CM, CN) SP24_CONFIG_ENTRY(SP24_LAYOUT_KN, SCHED, TM, TN, TK, CM, CN)
+
+// "nk" (B stored N x K). Minimal (CI) build: one ping-pong and one cooperative configuration, bf16.
+const ConfigEntry kConfigs[] = {SP24_NK_CONFIGS(SP24_NK_ENTRY)};
 constexpr int kNumConfigs = static_cast<int>(sizeof(kConfigs) / sizeof(kConfigs[0]));
+// "kn" (B stored K x N; weight gradient). None in the minimal build (the sentinel keeps the array
+// non-empty).
+const ConfigEntry kKnConfigs[] = {SP24_KN_CONFIGS(SP24_KN_ENTRY) ConfigEntry{nullptr, {nullptr, nullptr}}};
+constexpr int kNumKnConfigs = static_cast<int>(sizeof(kKnConfigs) / sizeof(kKnConfigs[0])) - 1;
 
 int ConfigId(const char* name) {
   for (int i = 0; i < kNumConfigs; ++i) {
     if (std::string(kConfigs[i].name) == name) return i;
+  }
+  return -1;
+}
+
+int KnConfigId(const char* name) {
+  for (int i = 0; i < kNumKnConfigs; ++i) {
+    if (std::string(kKnConfigs[i].name) == name) return i;
   }
   return -1;
 }
@@ -466,65 +302,74 @@ ffi::Error CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer a, f
 #endif
 }
 
-ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
-                    ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
-                    int64_t k, int64_t config) {
+int CutlassDefaultConfigAny(bool kn, int64_t m, int64_t n, int64_t k);
+
+// kn = false: b is (n, k) row-major ("nk"); kn = true: b is (k, n) row-major ("kn").
+ffi::Error SpmmAny(bool kn, cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device,
+                   const ffi::AnyBuffer& values, const ffi::AnyBuffer& meta, const ffi::AnyBuffer& b,
+                   ffi::AnyBuffer& d, int64_t m, int64_t n, int64_t k, int64_t config) {
+  const std::string op = kn ? "cutlass_spmm_kn" : "cutlass_spmm";
+  const ConfigEntry* table = kn ? kKnConfigs : kConfigs;
+  const int num_configs = kn ? kNumKnConfigs : kNumConfigs;
   const int dtype = DtypeIndex(b.element_type());
   if (dtype < 0) {
-    return InvalidArgument(std::string("cutlass_spmm: b must be bfloat16 or float16, got ") +
-                           DataTypeName(b.element_type()));
+    return InvalidArgument(op + ": b must be bfloat16 or float16, got " + DataTypeName(b.element_type()));
   }
-  if (values.element_type() != b.element_type() || d->element_type() != b.element_type()) {
-    return InvalidArgument(std::string("cutlass_spmm: values, b and d must have one dtype, got values ") +
+  if (values.element_type() != b.element_type() || d.element_type() != b.element_type()) {
+    return InvalidArgument(op + ": values, b and d must have one dtype, got values " +
                            DataTypeName(values.element_type()) + ", b " + DataTypeName(b.element_type()) + ", d " +
-                           DataTypeName(d->element_type()));
+                           DataTypeName(d.element_type()));
   }
   if (meta.element_type() != ffi::DataType::U8) {
-    return InvalidArgument(std::string("cutlass_spmm: meta must be uint8, got ") + DataTypeName(meta.element_type()));
+    return InvalidArgument(op + ": meta must be uint8, got " + DataTypeName(meta.element_type()));
   }
   if (m <= 0 || n <= 0 || k <= 0 || m > kInt32Max || n > kInt32Max || k > kInt32Max) {
-    return InvalidArgument("cutlass_spmm: m, n, k must be in [1, 2^31), got m=" + std::to_string(m) +
+    return InvalidArgument(op + ": m, n, k must be in [1, 2^31), got m=" + std::to_string(m) +
                            " n=" + std::to_string(n) + " k=" + std::to_string(k));
   }
   if (m % kAlignM || n % kAlignN || k % kAlignK) {
-    return InvalidArgument("cutlass_spmm: the CUTLASS sparse GEMM needs " + AlignmentString() + ", got m=" +
+    return InvalidArgument(op + ": the CUTLASS sparse GEMM needs " + AlignmentString() + ", got m=" +
                            std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
   }
-  if (!Is2D(b.dimensions(), n, k)) {
-    return InvalidArgument("cutlass_spmm: b must have shape (n, k) = " + Shape2(n, k) + ", got " +
-                           DimsString(b.dimensions()));
+  if (kn ? !Is2D(b.dimensions(), k, n) : !Is2D(b.dimensions(), n, k)) {
+    return InvalidArgument(op + (kn ? ": b must have shape (k, n) = " + Shape2(k, n)
+                                    : ": b must have shape (n, k) = " + Shape2(n, k)) +
+                           ", got " + DimsString(b.dimensions()));
   }
-  if (!Is2D(d->dimensions(), n, m)) {
-    return InvalidArgument("cutlass_spmm: d must have shape (n, m) = " + Shape2(n, m) + ", got " +
-                           DimsString(d->dimensions()));
+  if (!Is2D(d.dimensions(), n, m)) {
+    return InvalidArgument(op + ": d must have shape (n, m) = " + Shape2(n, m) + ", got " +
+                           DimsString(d.dimensions()));
   }
   CompressedShapes s;
   std::string error;
-  if (!CutlassCompressedShapes(m, k, dtype, &s, &error)) return InvalidArgument("cutlass_spmm: " + error);
+  if (!CutlassCompressedShapes(m, k, dtype, &s, &error)) return InvalidArgument(op + ": " + error);
   if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
-    return InvalidArgument("cutlass_spmm: values must have the compressed shape " +
-                           Shape2(s.values_rows, s.values_cols) + " for m=" + std::to_string(m) +
-                           " k=" + std::to_string(k) + ", got " + DimsString(values.dimensions()));
+    return InvalidArgument(op + ": values must have the compressed shape " + Shape2(s.values_rows, s.values_cols) +
+                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
+                           DimsString(values.dimensions()));
   }
   if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
-    return InvalidArgument("cutlass_spmm: meta must have the compressed shape " + Shape2(s.meta_rows, s.meta_cols) +
+    return InvalidArgument(op + ": meta must have the compressed shape " + Shape2(s.meta_rows, s.meta_cols) +
                            " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
                            DimsString(meta.dimensions()));
   }
-  if (config < -1 || config >= kNumConfigs) {
-    return InvalidArgument("cutlass_spmm: config must be -1 (default) or in [0, " + std::to_string(kNumConfigs) +
+  if (num_configs == 0) {
+    return InvalidArgument(op + ": no configuration of this formulation is compiled in this (minimal) build");
+  }
+  if (config < -1 || config >= num_configs) {
+    return InvalidArgument(op + ": config must be -1 (default) or in [0, " + std::to_string(num_configs) +
                            "), got " + std::to_string(config));
   }
-  const int cfg = config == -1 ? CutlassDefaultConfig(m, n, k) : static_cast<int>(config);
-  if (cfg < 0 || cfg >= kNumConfigs) return Internal("default configuration out of range");
-  const RunFn run = kConfigs[cfg].run[dtype];
+  const int cfg = config == -1 ? CutlassDefaultConfigAny(kn, m, n, k) : static_cast<int>(config);
+  if (cfg < 0 || cfg >= num_configs) return Internal("default configuration out of range");
+  const RunFn run = table[cfg].run[dtype];
   if (run == nullptr) {
-    return InvalidArgument(std::string("cutlass_spmm: config ") + std::to_string(cfg) + " '" + kConfigs[cfg].name +
+    return InvalidArgument(op + ": config " + std::to_string(cfg) + " '" + table[cfg].name +
                            "' is not compiled for " + DataTypeName(b.element_type()) + " in this build");
   }
   if (!Aligned16(values.untyped_data()) || !Aligned16(meta.untyped_data()) || !Aligned16(b.untyped_data()) ||
-      !Aligned16(d->untyped_data())) {
-    return InvalidArgument("cutlass_spmm: buffers must be 16-byte aligned");
+      !Aligned16(d.untyped_data())) {
+    return InvalidArgument(op + ": buffers must be 16-byte aligned");
   }
   GemmCall call;
   call.stream = stream;
@@ -534,12 +379,24 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
   call.values = values.untyped_data();
   call.meta = meta.untyped_data();
   call.b = b.untyped_data();
-  call.d = d->untyped_data();
+  call.d = d.untyped_data();
   call.m = static_cast<int>(m);
   call.n = static_cast<int>(n);
   call.k = static_cast<int>(k);
-  call.config_name = kConfigs[cfg].name;
+  call.config_name = table[cfg].name;
   return run(call);
+}
+
+ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
+                    ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
+                    int64_t k, int64_t config) {
+  return SpmmAny(false, stream, scratch, device, values, meta, b, *d, m, n, k, config);
+}
+
+ffi::Error SpmmKnImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
+                      ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
+                      int64_t k, int64_t config) {
+  return SpmmAny(true, stream, scratch, device, values, meta, b, *d, m, n, k, config);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -633,6 +490,31 @@ int CutlassDefaultConfig(int64_t m, int64_t n, int64_t k) {
 
 std::tuple<int64_t, int64_t, int64_t> CutlassAlignment() { return {kAlignM, kAlignN, kAlignK}; }
 
+std::vector<std::string> CutlassConfigNamesKN() {
+  std::vector<std::string> names;
+  names.reserve(kNumKnConfigs);
+  for (int i = 0; i < kNumKnConfigs; ++i) names.emplace_back(kKnConfigs[i].name);
+  return names;
+}
+
+// "kn" (weight gradient: M = O, N = I, K = T, K long). Not yet measured: large outputs take the
+// cooperative 256x128 tile (the forward sweep's winner at large M x N), the others ping-pong
+// 128x128 (its winner at GPT-2 widths). Returns -1 when no "kn" configuration is compiled.
+int CutlassDefaultConfigKN(int64_t m, int64_t n, int64_t k) {
+  (void)k;
+  if (kNumKnConfigs == 0) return -1;
+  int id = -1;
+  if (double(m) * double(n) >= 4096.0 * 4096.0) id = KnConfigId("cooperative_256x128x128_c2x1");
+  if (id < 0) id = KnConfigId("pingpong_128x128x128_c1x2");
+  return id < 0 ? 0 : id;
+}
+
+namespace {
+int CutlassDefaultConfigAny(bool kn, int64_t m, int64_t n, int64_t k) {
+  return kn ? CutlassDefaultConfigKN(m, n, k) : CutlassDefaultConfig(m, n, k);
+}
+}  // namespace
+
 }  // namespace jax_sparse24
 
 // ------------------------------------------------------------------------------------------------
@@ -661,6 +543,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassSpmm, jax_sparse24::SpmmImpl,
                                   .Arg<::xla::ffi::AnyBuffer>()  // meta
                                   .Arg<::xla::ffi::AnyBuffer>()  // b
                                   .Ret<::xla::ffi::AnyBuffer>()  // d
+                                  .Attr<int64_t>("m")
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("k")
+                                  .Attr<int64_t>("config"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// d (n, m) = A (m x k, compressed values + meta) * B, with b stored (k, n) row-major (N-major): the
+// weight gradient dW (I, O) = x^T MVUE(dy) with A = MVUE(dy)^T (O, T), b = x (T, I).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassSpmmKN, jax_sparse24::SpmmKnImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::ScratchAllocator>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // values
+                                  .Arg<::xla::ffi::AnyBuffer>()  // meta
+                                  .Arg<::xla::ffi::AnyBuffer>()  // b (k, n)
+                                  .Ret<::xla::ffi::AnyBuffer>()  // d (n, m)
                                   .Attr<int64_t>("m")
                                   .Attr<int64_t>("n")
                                   .Attr<int64_t>("k")

@@ -24,6 +24,11 @@ std::vector<std::string> CutlassConfigNames();
 // The configuration the measured table chooses for D(m x n) = A(m x k, 2:4) * B(k x n).
 int CutlassDefaultConfig(int64_t m, int64_t n, int64_t k);
 
+// The "kn" formulation (B stored as a K x N row-major array; the weight gradient): names of the
+// compiled configurations (empty in the minimal build) and the default for (m, n, k) (-1: none).
+std::vector<std::string> CutlassConfigNamesKN();
+int CutlassDefaultConfigKN(int64_t m, int64_t n, int64_t k);
+
 // (m, n, k) alignment the kernels require.
 std::tuple<int64_t, int64_t, int64_t> CutlassAlignment();
 

@@ -31,9 +31,13 @@ __all__ = [
     "cutlass_compress",
     "cutlass_compressed_shapes",
     "cutlass_configs",
+    "cutlass_configs_kn",
     "cutlass_default_config",
+    "cutlass_default_config_kn",
     "cutlass_spmm",
+    "cutlass_spmm_kn",
     "cutlass_supports",
+    "cutlass_supports_kn",
 ]
 
 _DTYPE_CODES = {jnp.dtype(jnp.bfloat16): 0, jnp.dtype(jnp.float16): 1}
@@ -50,6 +54,21 @@ def _dtype_code(dtype, op: str) -> int:
 def cutlass_configs() -> tuple[str, ...]:
     """Names of the compiled kernel configurations; the index is the ``config`` argument."""
     return tuple(_ffi.require_extension().cutlass_configs())
+
+
+@functools.lru_cache(maxsize=None)
+def cutlass_configs_kn() -> tuple[str, ...]:
+    """Names of the compiled "kn" configurations (``b`` stored (k, n): :func:`cutlass_spmm_kn`).
+
+    Empty in the minimal (CI) build.
+    """
+    return tuple(_ffi.require_extension().cutlass_configs_kn())
+
+
+@functools.lru_cache(maxsize=None)
+def cutlass_default_config_kn(m: int, n: int, k: int) -> int:
+    """Config id :func:`cutlass_spmm_kn` runs for ``config=-1`` (-1 when none is compiled)."""
+    return int(_ffi.require_extension().cutlass_default_config_kn(int(m), int(n), int(k)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,6 +123,11 @@ def cutlass_supports(m: int, n: int, k: int, dtype) -> bool:
     return True
 
 
+def cutlass_supports_kn(m: int, n: int, k: int, dtype) -> bool:
+    """:func:`cutlass_supports` for the "kn" formulation (also needs a compiled "kn" configuration)."""
+    return cutlass_supports(m, n, k, dtype) and len(cutlass_configs_kn()) > 0
+
+
 def cutlass_compress(a):
     """Compress an (m, k) operand that is already 2:4 along k into CUTLASS's SM90 layout.
 
@@ -129,26 +153,7 @@ def cutlass_compress(a):
     return values, meta
 
 
-def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
-    """``d (n, m) = b (n, k) @ A.T`` with A (m, k) 2:4 along k, given as ``cutlass_compress(A)``.
-
-    Args:
-      values, meta: the compressed A (:func:`cutlass_compress`).
-      b: (n, k) array of A's dtype (bfloat16 or float16), read in place as a K-major K×N matrix.
-      m, k: A's logical shape.
-      config: kernel configuration id (index into :func:`cutlass_configs`), or -1 for the
-        measured default for this shape (:func:`cutlass_default_config`).
-
-    Returns:
-      (n, m) array of b's dtype (fp32 accumulation).
-    """
-    op = "cutlass_spmm"
-    if np.ndim(b) != 2:
-        raise ValueError(f"{op}: `b` must be 2-D (n, k), got shape {tuple(np.shape(b))}")
-    n, kb = (int(v) for v in np.shape(b))
-    m, k = int(m), int(k)
-    if kb != k:
-        raise ValueError(f"{op}: `b` must have shape (n, k) with k={k}, got shape {(n, kb)}")
+def _check_spmm(op, values, meta, b, m, k, n, config, names):
     dtype = jnp.result_type(b)
     code = _dtype_code(dtype, op)
     if jnp.result_type(values) != dtype:
@@ -174,17 +179,73 @@ def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
             f"{op}: `meta` must have the compressed shape {meta_shape} for m={m}, k={k}, "
             f"got {tuple(np.shape(meta))}"
         )
-    names = cutlass_configs()
     config = int(config)
+    if not names:
+        raise ValueError(f"{op}: no configuration of this formulation is compiled in this (minimal) build")
     if not -1 <= config < len(names):
         raise ValueError(
             f"{op}: config must be -1 (default) or in [0, {len(names)}) (compiled: {list(names)}), "
             f"got {config}"
         )
+    return dtype, config
+
+
+def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
+    """``d (n, m) = b (n, k) @ A.T`` with A (m, k) 2:4 along k, given as ``cutlass_compress(A)``.
+
+    Args:
+      values, meta: the compressed A (:func:`cutlass_compress`).
+      b: (n, k) array of A's dtype (bfloat16 or float16), read in place as a K-major K×N matrix.
+      m, k: A's logical shape.
+      config: kernel configuration id (index into :func:`cutlass_configs`), or -1 for the
+        measured default for this shape (:func:`cutlass_default_config`).
+
+    Returns:
+      (n, m) array of b's dtype (fp32 accumulation).
+    """
+    op = "cutlass_spmm"
+    if np.ndim(b) != 2:
+        raise ValueError(f"{op}: `b` must be 2-D (n, k), got shape {tuple(np.shape(b))}")
+    n, kb = (int(v) for v in np.shape(b))
+    m, k = int(m), int(k)
+    if kb != k:
+        raise ValueError(f"{op}: `b` must have shape (n, k) with k={k}, got shape {(n, kb)}")
+    dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs())
     out_type = jax.ShapeDtypeStruct((n, m), dtype)
     return _ffi.ffi_call(
         "jax_sparse24_cutlass_spmm",
         out_type,
+        values,
+        meta,
+        b,
+        m=np.int64(m),
+        n=np.int64(n),
+        k=np.int64(k),
+        config=np.int64(config),
+    )
+
+
+def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1):
+    """``d (n, m) = b (k, n).T @ A.T`` with A (m, k) 2:4 along k — ``b`` stored (k, n), N-major.
+
+    The weight-gradient formulation: ``∇W (I, O) = xᵀ · G`` with ``G = MVUE(∇y)`` (T, O) 2:4 along
+    T is ``cutlass_spmm_kn(*compress(Gᵀ), x, m=O, k=T)`` (``b = x`` (T, I) read in place,
+    ``d = ∇W`` in Flax layout). Configurations: :func:`cutlass_configs_kn`.
+
+    Returns:
+      (n, m) array of b's dtype (fp32 accumulation).
+    """
+    op = "cutlass_spmm_kn"
+    if np.ndim(b) != 2:
+        raise ValueError(f"{op}: `b` must be 2-D (k, n), got shape {tuple(np.shape(b))}")
+    kb, n = (int(v) for v in np.shape(b))
+    m, k = int(m), int(k)
+    if kb != k:
+        raise ValueError(f"{op}: `b` must have shape (k, n) with k={k}, got shape {(kb, n)}")
+    dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs_kn())
+    return _ffi.ffi_call(
+        "jax_sparse24_cutlass_spmm_kn",
+        jax.ShapeDtypeStruct((n, m), dtype),
         values,
         meta,
         b,

@@ -10,12 +10,23 @@ Backends:
 * ``dense``     — the same dense GEMM on the masked weight (the math of the sparse kernel);
 * ``cutlass``   — the SM90 sparse tensor-core GEMM on a GPU (the reference on a CPU); raises if the
   extension is missing or the shape/dtype is unsupported;
+* ``cusparselt`` — the cuSPARSELt sparse GEMM (one handle per device, plans cached, algorithm chosen
+  once by ``cusparseLtMatmulSearch``; weights compressed by ``cusparseLtSpMMACompress``); raises if
+  the library or a GPU is missing or the shape is unsupported (m, n, k multiples of 16);
 * ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
   compression included, beats XLA's dense GEMM for the shape, else ``dense``.
 
 Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
 ``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
 ``∇x (T, I) = ∇y · W̃ᵀ`` is D(I×T) = W̃(I×O) · ∇yᵀ (needs W̃ 2:4 along O: a transposable mask).
+The weight operands are compressed by one fused pass over W and the mask
+(:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress`).
+
+``weight_grad_mvue`` (``∇W = xᵀ·MVUE(∇y)``, MVUE groups along tokens) is sparse too:
+D(O×I) = MVUE(∇y)ᵀ(O×T) · x(T×I) with the MVUE sample drawn and compressed in one pass over ∇y
+(:func:`~jax_sparse24._src.cuda_compress_ops.mvue24_compress`, no transpose materialised) and B = x
+read N-major in place (:func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_spmm_kn`), so ∇W comes out
+as (I, O) — Flax layout.
 """
 
 from __future__ import annotations
@@ -25,13 +36,15 @@ import json
 import math
 import os
 
+import jax
 import jax.numpy as jnp
 
 from jax_sparse24._src import ffi
 
-__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "masked_weight", "choose", "lookup"]
+__all__ = ["BACKENDS", "forward", "input_grad", "weight_grad", "weight_grad_mvue", "masked_weight", "choose",
+           "choose_weight_grad", "lookup"]
 
-BACKENDS = ("auto", "cutlass", "dense", "reference")
+BACKENDS = ("auto", "cutlass", "cusparselt", "dense", "reference")
 
 #: Measured per-shape table (``spmm_autotune.json``, made from ``benchmarks/results/spmm.json`` by
 #: ``benchmarks/make_autotune_table.py``): the fastest configuration per (M, N, K, dtype) and its
@@ -74,6 +87,11 @@ def _dot(a, b, precision):
     return jnp.dot(a, b, precision=precision)
 
 
+def _as_bool(mask):
+    mask = jnp.asarray(mask)
+    return mask if mask.dtype == jnp.bool_ else mask != 0
+
+
 def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
     if ffi.extension() is None:
         return False
@@ -92,10 +110,25 @@ def _config(m: int, n: int, k: int, dtype) -> int:
     return -1 if hit is None else hit[1]
 
 
+def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
+    if ffi.extension() is None:
+        raise RuntimeError(f"backend='cusparselt': {ffi.extension_error()}")
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not lt.cusparselt_supports(m, n, k, dtype):
+        reason = lt.cusparselt_error() or (
+            f"cuSPARSELt needs bfloat16/float16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
+            f"dtype={jnp.dtype(dtype)}")
+        raise RuntimeError(f"backend='cusparselt': {reason}")
+    return "cusparselt"
+
+
 def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
     """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"`` or ``"dense"``/``"reference"``."""
     if backend in ("dense", "reference"):
         return backend
+    if backend == "cusparselt":
+        return _choose_cusparselt(m, n, k, dtype)
     ok = _cutlass_ok(m, n, k, dtype)
     if backend == "cutlass":
         if not ok:
@@ -117,15 +150,26 @@ def forward(x2, w, mask, *, backend: str, precision=None):
     t, i = x2.shape
     o = w.shape[1]
     dense = lambda x2, wm: _dot(x2, wm, precision)  # noqa: E731
-    if choose(backend, o, t, i, dtype) != "cutlass":
+    chosen = choose(backend, o, t, i, dtype)
+    if chosen == "cusparselt":
+        from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+        def sparse_lt(x2, wm):  # A = W̃ stored (I, O) = (K, M); B = x (T, I) = (N, K); d = y (T, O)
+            ca = lt.cusparselt_compress(wm, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+            return lt.cusparselt_spmm(ca, x2, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+
+        return ffi.per_platform(dense, sparse_lt, x2, wm)
+    if chosen != "cutlass":
         return dense(x2, wm)
+    from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_spmm_ops as cs
 
-    def sparse(x2, wm):
-        values, meta = cs.cutlass_compress(wm.T)  # W̃ᵀ (O, I), 2:4 along I
+    def sparse(x2, wc, mk):
+        values, meta = cc.masked_compress(wc, mk, transposed=True)  # W̃ᵀ (O, I), 2:4 along I; one pass
         return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
 
-    return ffi.per_platform(dense, sparse, x2, wm)
+    dense3 = lambda x2, wc, mk: dense(x2, masked_weight(wc, mk))  # noqa: E731
+    return ffi.per_platform(dense3, sparse, x2, w.astype(dtype), _as_bool(mask))
 
 
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
@@ -139,21 +183,161 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
         if backend == "cutlass":
             pass  # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
         return dense(g2, wm)
-    if choose(backend, i, t, o, dtype) != "cutlass":
+    chosen = choose(backend, i, t, o, dtype)
+    if chosen == "cusparselt":
+        from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+        def sparse_lt(g2, wm):  # A = W̃ stored (I, O) = (M, K); B = ∇y (T, O) = (N, K); d = ∇x (T, I)
+            ca = lt.cusparselt_compress(wm, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
+            return lt.cusparselt_spmm(ca, g2, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
+
+        return ffi.per_platform(dense, sparse_lt, g2, wm)
+    if chosen != "cutlass":
         return dense(g2, wm)
+    from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_spmm_ops as cs
 
-    def sparse(g2, wm):
-        values, meta = cs.cutlass_compress(wm)  # W̃ (I, O), 2:4 along O
+    def sparse(g2, wc, mk):
+        values, meta = cc.masked_compress(wc, mk, transposed=False)  # W̃ (I, O), 2:4 along O; one pass
         return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
 
-    return ffi.per_platform(dense, sparse, g2, wm)
+    dense3 = lambda g2, wc, mk: dense(g2, masked_weight(wc, mk))  # noqa: E731
+    return ffi.per_platform(dense3, sparse, g2, w.astype(dtype), _as_bool(mask))
 
 
 def weight_grad(x2, g2, *, backend: str, precision=None):
     # Dense GEMM (xᵀ·G): the sparse weight-gradient GEMM needs a fused MVUE+compress kernel.
     dtype = jnp.result_type(x2, g2)
     return _dot(x2.astype(dtype).T, g2.astype(dtype), precision)
+
+
+# --- Sparse weight gradient (issue 4 item 2) ---------------------------------------------------
+#: Token padding of the sparse weight-gradient GEMM: its K (= tokens) must be a multiple of 16.
+_WGRAD_TOKEN_ALIGN = 16
+
+
+def _pad_rows(a, multiple: int):
+    pad = (-a.shape[0]) % multiple
+    if pad:
+        a = jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)], axis=0)
+    return a
+
+
+def lookup_weight_grad(m: int, n: int, k: int, dtype):
+    """Nearest measured weight-gradient shape (``entries_kn`` of the table): ``(speedup, config_id)`` or None.
+
+    Keyed on the sparse GEMM of the weight gradient (M = O, N = I, K = T); the speedup counts the
+    fused MVUE + compress pass against XLA's dense ``xᵀ·MVUE(∇y)`` with the element-wise MVUE kernel.
+    """
+    name = jnp.dtype(dtype).name
+    entries = [e for e in _table().get("entries_kn", []) if e["dtype"] == name]
+    if not entries:
+        return None
+    e = min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+    from jax_sparse24._src import cuda_spmm_ops
+
+    names = cuda_spmm_ops.cutlass_configs_kn()
+    return e["speedup_with_compress"], (names.index(e["config"]) if e["config"] in names else -1)
+
+
+def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
+    """Resolve ``backend`` for the MVUE weight gradient, D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n) with m = O,
+    n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``."""
+    if backend in ("dense", "reference"):
+        return backend
+    if backend == "cusparselt":
+        return _choose_cusparselt(m, n, k, dtype)
+    ok = ffi.extension() is not None
+    if ok:
+        from jax_sparse24._src import cuda_spmm_ops
+
+        if not cuda_spmm_ops.cutlass_configs_kn():
+            return "dense"  # a minimal build has no weight-gradient configuration: today's dense path
+        ok = cuda_spmm_ops.cutlass_supports_kn(m, n, k, dtype)
+    if backend == "cutlass":
+        if not ok:
+            reason = ffi.extension_error() or (
+                f"the sparse weight-gradient GEMM does not support m=O={m}, n=I={n}, k=T={k}, "
+                f"dtype={jnp.dtype(dtype)} (bfloat16/float16; O % 8, I % 8; a compiled 'kn' configuration: "
+                "jax_sparse24._src.cuda_spmm_ops.cutlass_configs_kn())")
+            raise RuntimeError(f"backend='cutlass': {reason}")
+        return "cutlass"
+    hit = lookup_weight_grad(m, n, k, dtype) if ok else None
+    if ok and ffi.cuda_kernels_available() and hit is not None and hit[0] > 1.0:
+        return "cutlass"
+    return "dense"
+
+
+def _mvue_weight_grad_reference(key, x2, g2, precision):
+    """``xᵀ·MVUE(∇y)`` in plain jnp (tokens padded to a multiple of 4 with zero rows)."""
+    from jax_sparse24._src import reference
+
+    xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)
+    return _dot(xp.T, reference.mvue24(key, gp, axis=0), precision)
+
+
+def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
+    """``∇W (I, O) = xᵀ·MVUE(∇y)``, MVUE groups of 4 along the token axis.
+
+    ``cutlass`` (or ``auto`` where the measured table says so): one fused pass draws the MVUE sample
+    of ``∇y`` and writes it compressed as the sparse GEMM's A operand (``MVUE(∇y)ᵀ``, no transpose
+    materialised), then the "kn" sparse GEMM reads ``x`` in place. Otherwise: today's path — the
+    MVUE op (``ops.mvue24``) then the dense :func:`weight_grad`. The CUDA sample is drawn with the
+    same generator in both paths on a GPU (the CPU reference draws differently: same distribution).
+
+    Args:
+      key: PRNG key of the MVUE sample.
+      x2: (T, I) layer input; g2: (T, O) output gradient. Tokens are padded with zero rows (16 for
+        the sparse kernel, 4 otherwise), which changes nothing: a zero gradient row stays zero.
+    """
+    dtype = jnp.result_type(x2, g2)
+    t, i = x2.shape
+    o = g2.shape[1]
+    tp = t + (-t) % _WGRAD_TOKEN_ALIGN
+    chosen = choose_weight_grad(backend, o, i, tp, dtype)
+    if chosen not in ("cutlass", "cusparselt"):
+        from jax_sparse24._src import ops
+
+        gs = ops.mvue24(key, _pad_rows(g2, 4), axis=0)
+        return weight_grad(_pad_rows(x2, 4), gs, backend=backend, precision=precision)
+    x2, g2 = x2.astype(dtype), g2.astype(dtype)
+
+    from jax_sparse24._src import cuda_compress_ops as cc
+    from jax_sparse24._src import cuda_spmm_ops as cs
+    from jax_sparse24._src import sharding as _sh
+
+    def reference_fn(key, x2, g2):
+        return _mvue_weight_grad_reference(key, x2, g2, precision)
+
+    def local(key, x2, g2):  # on the local shards (local token count)
+        tl = x2.shape[0]
+        tlp = tl + (-tl) % _WGRAD_TOKEN_ALIGN
+        cfg = lookup_weight_grad(o, i, tlp, dtype)
+
+        def sparse(key, x2, g2):
+            values, meta = cc.mvue24_compress(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), transposed=True)
+            return cs.cutlass_spmm_kn(values, meta, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, k=tlp,
+                                      config=-1 if cfg is None else cfg[1])  # (I, O)
+
+        def sparse_lt(key, x2, g2):  # MVUE kernel, cuSPARSELt compress, A = MVUE(∇y) (T, O) = (K, M)
+            from jax_sparse24._src import cuda_cusparselt_ops as lt
+            from jax_sparse24._src import cuda_mask_ops
+
+            gs = cuda_mask_ops.mvue24_cuda(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), axis=0)
+            ca = lt.cusparselt_compress(gs, m=o, n=i, k=tlp, a_layout=lt.A_KM, b_layout=lt.B_KN)
+            return lt.cusparselt_spmm(ca, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, n=i, k=tlp, a_layout=lt.A_KM,
+                                      b_layout=lt.B_KN)  # (I, O)
+
+        return ffi.per_platform(reference_fn, sparse_lt if chosen == "cusparselt" else sparse, key, x2, g2)
+
+    # Partitioned like the dense weight gradient (tokens contracted: psum over a sharded token axis),
+    # with the key folded with the index of the token shard as the MVUE op does (sharding.mvue_rule),
+    # so every shard draws its own sample — the same draws as the unfused path.
+    typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
+    kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
+    rule = _sh.Rule("sparse24 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o")), (("i", "o"),),
+                    contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
+    return _sh.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)
 
 
 # --- Sharding (issue 6) -----------------------------------------------------------------------

@@ -74,10 +74,9 @@ def _linear_bwd(cfg: _Config, res, g):
     if key is not None:
         # MVUE groups of 4 along the token axis; zero rows pad T to a multiple of 4 exactly
         # (a zero gradient row stays zero and meets a zero input row).
-        gp = _pad_tokens(g2, 4)
-        xp = _pad_tokens(x2, 4)
-        gs = ops.mvue24(key, gp, axis=0)
-        dw = gemm.weight_grad(xp, gs, backend=cfg.backend, precision=cfg.precision)
+        # gemm.weight_grad_mvue: with the sparse backend one fused pass draws MVUE(∇y) and compresses
+        # it for the sparse weight-gradient GEMM; otherwise ops.mvue24 then the dense GEMM.
+        dw = gemm.weight_grad_mvue(key, x2, g2, backend=cfg.backend, precision=cfg.precision)
     else:
         dw = gemm.weight_grad(x2, g2, backend=cfg.backend, precision=cfg.precision)
     dw = dw.astype(w.dtype)

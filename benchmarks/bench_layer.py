@@ -1,0 +1,423 @@
+"""Benchmark: fused 2:4 compressors, the three GEMMs of a layer per backend, and a Sparse24Dense FFN
+(forward + backward) per backend and recipe against nn.Dense — all ratios measured in the same run.
+
+Sections (FFN shapes of GPT-2-like models, T = 8192 tokens, d in --dims, default 768 1024 1280):
+
+1. ``compress``: effective GB/s (bytes of dense input read + compressed output written) of the fused
+   one-pass compressors — prune+compress, masked compress of W̃ᵀ, of W̃ᵀ and W̃ together, MVUE of
+   ∇y (T, O) + compress of MVUE(∇y)ᵀ, S-STE soft threshold × β + compress — next to CUTLASS's generic
+   compressor and cuSPARSELt's ``cusparseLtSpMMACompress`` of the same operand.
+2. ``gemm``: for the up (d→4d) and down (4d→d) layers, the forward ``y = x·W̃``, input gradient
+   ``∇x = ∇y·W̃ᵀ`` and MVUE weight gradient ``∇W = xᵀ·MVUE(∇y)``: XLA dense (the faster of
+   ``x@w`` and ``x@(w*mask)``), CUTLASS and cuSPARSELt, GEMM only (operand pre-compressed) and with
+   the per-call compression (what ``sparse24_linear`` runs: weights per call, MVUE(∇y) always).
+3. ``layer``: FFN ``down(gelu(up(x)))`` value-and-grad w.r.t. params and x, bf16 compute / f32 params:
+   ``nn.Dense`` vs ``Sparse24Dense(method=recipe, backend=backend)`` for recipes srste / ste / soft,
+   backends dense / cutlass / cusparselt (MVUE weight gradient on), plus a separately compiled
+   ``nn.Dense`` control (noise floor). speedup = nn.Dense time / variant time.
+
+Method (device tool METHOD.md): every timed call runs its op once on each of R input sets (together
+over the 50 MB L2), calls are enqueued back to back then synchronised, variants interleaved within
+each trial, medians over trials after a warm-up; inputs random normal, never zeros.
+
+    python benchmarks/bench_layer.py                 # everything (several minutes on an H100)
+    python benchmarks/bench_layer.py --quick         # d = 1280 only, fewer variants and trials
+    python benchmarks/bench_layer.py --sections compress gemm
+
+Writes DIR/layer.json and DIR/layer.md (--out DIR, default benchmarks/results) and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import math
+import os
+import platform
+import sys
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+from bench_spmm import measure  # noqa: E402  (interleaved medians, same method)
+
+import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
+from jax_sparse24._src import cuda_cusparselt_ops as lt  # noqa: E402
+from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
+from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
+from jax_sparse24._src import ffi as _ffi  # noqa: E402
+
+L2_BYTES = 50 * 2**20
+TOKENS = 8192
+DTYPE = jnp.bfloat16
+
+
+def n_sets(bytes_per_set: int) -> int:
+    return int(min(8, max(3, math.ceil(4 * L2_BYTES / max(bytes_per_set, 1)))))
+
+
+def _nbytes(*arrays) -> int:
+    return int(sum(a.size * jnp.dtype(a.dtype).itemsize for a in jax.tree_util.tree_leaves(arrays)))
+
+
+def _rand(key, shape, scale=1.0):
+    return (jax.random.normal(key, shape, jnp.float32) * scale).astype(DTYPE)
+
+
+def _ffn_layers(d):
+    """(name, I, O) of the FFN's two GEMMs."""
+    return [("up", d, 4 * d), ("down", 4 * d, d)]
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. compressors
+
+
+def bench_compress(dims, trials):
+    records = []
+    for d in dims:
+        for lname, i, o in _ffn_layers(d):
+            key = jax.random.PRNGKey(i * 7 + o)
+            r = n_sets(i * o * 2 * 3)
+            ws, masks, gs = [], [], []
+            for j in range(r):
+                k1, k2, key = jax.random.split(key, 3)
+                w = _rand(k1, (i, o), 1 / math.sqrt(i))
+                ws.append(w)
+                masks.append(cm.transposable_mask24_cuda(w))
+                gs.append(_rand(k2, (TOKENS, o)))
+            ws, masks, gs = tuple(ws), tuple(masks), tuple(gs)
+            wms = tuple(jnp.where(m, w, jnp.zeros((), DTYPE)) for w, m in zip(ws, masks))
+            wmts = tuple(wm.T for wm in wms)
+            beta = jnp.float32(1.1)
+            mkey = jax.random.key(0)
+            jax.block_until_ready((ws, masks, gs, wmts))
+            comp_w = cc.masked_compress(ws[0], masks[0], transposed=True)
+            comp_g = cc.mvue24_compress(mkey, gs[0], transposed=True)
+            cw = _nbytes(comp_w)
+            cg = _nbytes(comp_g)
+            wb, mb, gb = _nbytes(ws[0]), masks[0].size, _nbytes(gs[0])
+            variants = {
+                "prune24_compress (W -> W~^T)": (
+                    jax.jit(lambda ws: tuple(cc.prune24_compress(w, transposed=True) for w in ws)), (ws,), wb + cw),
+                "masked_compress (W, M -> W~^T)": (
+                    jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))),
+                    (ws, masks), wb + mb + cw),
+                "masked_compress_both (W, M -> W~^T, W~)": (
+                    jax.jit(lambda ws, ms: tuple(cc.masked_compress_both(w, m) for w, m in zip(ws, ms))),
+                    (ws, masks), wb + mb + 2 * cw),
+                "soft_threshold24_compress (W -> b*S(W)^T)": (
+                    jax.jit(lambda ws, b: tuple(cc.soft_threshold24_compress(w, b, transposed=True) for w in ws)),
+                    (ws, beta), wb + cw),
+                "mvue24_compress (dy -> MVUE(dy)^T)": (
+                    jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in gs)), (gs,),
+                    gb + cg),
+                "cutlass_compress (generic, W~^T given)": (
+                    jax.jit(lambda a: tuple(cs.cutlass_compress(x) for x in a)), (wmts,), wb + cw),
+                "mvue24_cuda (dense MVUE only)": (
+                    jax.jit(lambda gs: tuple(cm.mvue24_cuda(mkey, g, axis=0) for g in gs)), (gs,), 2 * gb),
+            }
+            if lt.cusparselt_supports(o, TOKENS, i, DTYPE):
+                kw = dict(m=o, n=TOKENS, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+                lt_bytes = lt.cusparselt_compressed_size(o, TOKENS, i, DTYPE, lt.A_KM, lt.B_NK)
+                variants["cusparseLtSpMMACompress (W~ given)"] = (
+                    jax.jit(lambda a: tuple(lt.cusparselt_compress(x, **kw) for x in a)), (wms,), wb + lt_bytes)
+            fns = {n: (f, a) for n, (f, a, _) in variants.items()}
+            med, _ = measure(fns, r, trials)
+            for name, (_, _, nbytes) in variants.items():
+                if name not in med:
+                    continue
+                rec = dict(section="compress", d=d, layer=lname, I=i, O=o, T=TOKENS, op=name,
+                           ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes)
+                records.append(rec)
+                print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s", flush=True)
+    return records
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. the three GEMMs
+
+
+def bench_gemm(dims, trials, backends):
+    records = []
+    t = TOKENS
+    for d in dims:
+        for lname, i, o in _ffn_layers(d):
+            key = jax.random.PRNGKey(1000 + i + o)
+            r = n_sets((t * i + t * o + i * o) * 2)
+            sets = []
+            for j in range(r):
+                k1, k2, k3, key = jax.random.split(key, 4)
+                w = _rand(k1, (i, o), 1 / math.sqrt(i))
+                m = cm.transposable_mask24_cuda(w)
+                sets.append(dict(x=_rand(k2, (t, i)), g=_rand(k3, (t, o)), w=w, m=m,
+                                 wm=jnp.where(m, w, jnp.zeros((), DTYPE))))
+            jax.block_until_ready(sets)
+            X = tuple(s["x"] for s in sets)
+            G = tuple(s["g"] for s in sets)
+            W = tuple(s["w"] for s in sets)
+            M = tuple(s["m"] for s in sets)
+            WM = tuple(s["wm"] for s in sets)
+            mkey = jax.random.key(7)
+            tp = t + (-t) % 16
+            v = {}
+            # dense (XLA)
+            v["fwd dense x@w"] = (jax.jit(lambda X, W: tuple(x @ w for x, w in zip(X, W))), (X, W))
+            v["fwd dense x@(w*m)"] = (jax.jit(lambda X, W, M: tuple(x @ jnp.where(m, w, 0) for x, w, m in zip(X, W, M))),
+                                      (X, W, M))
+            v["fwd dense control"] = (jax.jit(lambda X, W: tuple(jnp.matmul(x, w) for x, w in zip(X, W))), (X, W))
+            v["dx dense g@w.T"] = (jax.jit(lambda G, W: tuple(g @ w.T for g, w in zip(G, W))), (G, W))
+            v["dw dense x.T@g"] = (jax.jit(lambda X, G: tuple(x.T @ g for x, g in zip(X, G))), (X, G))
+            v["dw mvue24 + dense"] = (jax.jit(lambda X, G: tuple(
+                x.T @ cm.mvue24_cuda(mkey, g, axis=0) for x, g in zip(X, G))), (X, G))
+            if "cutlass" in backends and cs.cutlass_supports(o, t, i, DTYPE):
+                ct = tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(W, M))
+                cd = tuple(cc.masked_compress(w, m, transposed=False) for w, m in zip(W, M))
+                v["fwd cutlass gemm"] = (jax.jit(lambda C, X: tuple(
+                    cs.cutlass_spmm(c[0], c[1], x, m=o, k=i) for c, x in zip(C, X))), (ct, X))
+                v["fwd cutlass + fused compress"] = (jax.jit(lambda W, M, X: tuple(
+                    cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=True), x, m=o, k=i)
+                    for w, m, x in zip(W, M, X))), (W, M, X))
+                v["dx cutlass gemm"] = (jax.jit(lambda C, G: tuple(
+                    cs.cutlass_spmm(c[0], c[1], g, m=i, k=o) for c, g in zip(C, G))), (cd, G))
+                v["dx cutlass + fused compress"] = (jax.jit(lambda W, M, G: tuple(
+                    cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=False), g, m=i, k=o)
+                    for w, m, g in zip(W, M, G))), (W, M, G))
+                if cs.cutlass_supports_kn(o, i, tp, DTYPE):
+                    cg = tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in G)
+                    v["dw cutlass kn gemm"] = (jax.jit(lambda C, X: tuple(
+                        cs.cutlass_spmm_kn(c[0], c[1], x, m=o, k=t) for c, x in zip(C, X))), (cg, X))
+                    for c, cname in enumerate(cs.cutlass_configs_kn()):  # sweep, for the auto table
+                        v[f"dw cutlass kn gemm [{cname}]"] = (jax.jit(functools.partial(lambda C, X, c: tuple(
+                            cs.cutlass_spmm_kn(a[0], a[1], x, m=o, k=t, config=c) for a, x in zip(C, X)), c=c)),
+                            (cg, X))
+                    v["dw cutlass + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
+                        cs.cutlass_spmm_kn(*cc.mvue24_compress(mkey, g, transposed=True), x, m=o, k=t)
+                        for x, g in zip(X, G))), (X, G))
+            if "cusparselt" in backends and lt.cusparselt_supports(o, t, i, DTYPE):
+                kf = dict(m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+                kd = dict(m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
+                kw = dict(m=o, n=i, k=t, a_layout=lt.A_KM, b_layout=lt.B_KN)
+                lf = tuple(lt.cusparselt_compress(wm, **kf) for wm in WM)
+                ld = tuple(lt.cusparselt_compress(wm, **kd) for wm in WM)
+                v["fwd cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
+                    lt.cusparselt_spmm(c, x, **kf) for c, x in zip(C, X))), (lf, X))
+                v["fwd cusparselt + compress"] = (jax.jit(lambda WM, X: tuple(
+                    lt.cusparselt_spmm(lt.cusparselt_compress(wm, **kf), x, **kf) for wm, x in zip(WM, X))), (WM, X))
+                v["dx cusparselt gemm"] = (jax.jit(lambda C, G: tuple(
+                    lt.cusparselt_spmm(c, g, **kd) for c, g in zip(C, G))), (ld, G))
+                v["dx cusparselt + compress"] = (jax.jit(lambda WM, G: tuple(
+                    lt.cusparselt_spmm(lt.cusparselt_compress(wm, **kd), g, **kd) for wm, g in zip(WM, G))), (WM, G))
+                v["dw cusparselt + mvue + compress"] = (jax.jit(lambda X, G: tuple(
+                    lt.cusparselt_spmm(lt.cusparselt_compress(cm.mvue24_cuda(mkey, g, axis=0), **kw), x, **kw)
+                    for x, g in zip(X, G))), (X, G))
+            med, _ = measure(v, r, trials)
+            ms = {k: val * 1e3 for k, val in med.items()}
+            fwd_base = min(ms.get("fwd dense x@w", math.inf), ms.get("fwd dense x@(w*m)", math.inf))
+            base = {"fwd": fwd_base, "dx": ms.get("dx dense g@w.T", math.inf), "dw": ms.get("dw dense x.T@g", math.inf)}
+            kn = {k[len("dw cutlass kn gemm ["):-1]: val for k, val in ms.items() if k.startswith("dw cutlass kn gemm [")}
+            rec = dict(section="gemm", d=d, layer=lname, I=i, O=o, T=t, ms=ms,
+                       kn_best_config=min(kn, key=kn.get) if kn else None,
+                       speedup={k: base[k.split()[0]] / val for k, val in ms.items()},
+                       control=ms.get("fwd dense x@w", math.nan) / ms.get("fwd dense control", math.nan))
+            records.append(rec)
+            print(f"gemm d={d} {lname}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)"
+                                                         for k, val in ms.items()), flush=True)
+            del sets, v
+    return records
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. the layer (FFN) forward + backward
+
+
+def _ffn(d, make):
+    from flax import linen as nn
+
+    class FFN(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return make(d, "down")(nn.gelu(make(4 * d, "up")(x)))
+
+    return FFN()
+
+
+def bench_layer(dims, trials, backends, recipes):
+    from flax import linen as nn
+
+    records = []
+    t = TOKENS
+    for d in dims:
+        key = jax.random.PRNGKey(d)
+        r = n_sets(t * d * 2 * 2 + 8 * d * d * 4)
+        xs = []
+        for j in range(r):
+            k1, key = jax.random.split(key)
+            xs.append(_rand(k1, (t, d)))
+        xs = tuple(xs)
+        mrng = jax.random.key(11)
+
+        def dense_make(features, name):
+            return nn.Dense(features, dtype=DTYPE, param_dtype=jnp.float32, name=name)
+
+        def make_variant(model, variables, with_rng):
+            def loss(params, x):
+                v = dict(variables, params=params)
+                kw = {"rngs": {"mvue": mrng}} if with_rng else {}
+                return (model.apply(v, x, **kw).astype(jnp.float32) ** 2).mean()
+
+            g = jax.value_and_grad(loss, argnums=(0, 1))
+
+            def step(params, xs):
+                return tuple(g(params, x) for x in xs)
+
+            return jax.jit(step), (variables["params"], xs)
+
+        variants = {}
+        outputs = {}
+        dense_model = _ffn(d, dense_make)
+        dvars = dense_model.init(jax.random.PRNGKey(0), xs[0][:16])
+        variants["nn.Dense"] = make_variant(dense_model, dvars, False)
+        variants["nn.Dense control"] = make_variant(dense_model, dvars, False)
+        for recipe in recipes:
+            for backend in backends:
+                def sparse_make(features, name, recipe=recipe, backend=backend):
+                    return s24.nn.Sparse24Dense(features, dtype=DTYPE, param_dtype=jnp.float32, method=recipe,
+                                                backend=backend, name=name)
+
+                model = _ffn(d, sparse_make)
+                try:
+                    svars = model.init(jax.random.PRNGKey(0), xs[0][:16])
+                    # same initial kernels as the dense model (so outputs are comparable)
+                    svars = dict(svars, params=dvars["params"])
+                    name = f"{recipe}/{backend}"
+                    variants[name] = make_variant(model, svars, True)
+                    outputs[name] = (model, svars)
+                except Exception as e:
+                    print(f"  layer d={d} {recipe}/{backend} left out: {type(e).__name__}: {str(e)[:200]}",
+                          flush=True)
+        med, samples = measure(variants, r, trials)
+        ms = {k: val * 1e3 for k, val in med.items()}
+        base = ms["nn.Dense"]
+        # agreement of each sparse backend with the dense backend of the same recipe (loss values)
+        agree = {}
+        for name, (model, svars) in outputs.items():
+            recipe, backend = name.split("/")
+            ref = f"{recipe}/dense"
+            if ref in outputs and name != ref and name in ms:
+                y = model.apply(svars, xs[0], rngs={"mvue": mrng}).astype(jnp.float32)
+                yr = outputs[ref][0].apply(outputs[ref][1], xs[0], rngs={"mvue": mrng}).astype(jnp.float32)
+                agree[name] = float(jnp.linalg.norm(y - yr) / jnp.linalg.norm(yr))
+        rec = dict(section="layer", d=d, T=t, ms=ms, speedup={k: base / val for k, val in ms.items()},
+                   control=base / ms.get("nn.Dense control", math.nan), fwd_rel_err_vs_dense_backend=agree)
+        records.append(rec)
+        print(f"layer d={d}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)" for k, val in ms.items()),
+              flush=True)
+    return records
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def markdown(meta, records):
+    lines = [f"# 2:4 layer benchmark — {meta['device']}, jax {meta['jax']}, {meta['date']}", "",
+             f"T = {TOKENS} tokens, bfloat16 compute; FFN layers up (d→4d) and down (4d→d). Speedup = the dense "
+             "baseline of the same run / the variant; control = dense / separately compiled dense (noise floor).", ""]
+    comp = [r for r in records if r["section"] == "compress"]
+    if comp:
+        lines += ["## Fused compressors (effective GB/s = dense bytes read + compressed bytes written)", "",
+                  "| d | layer (I×O) | op | ms | GB/s |", "|---|---|---|---|---|"]
+        for r in comp:
+            lines.append(f"| {r['d']} | {r['layer']} ({r['I']}×{r['O']}) | {r['op']} | {r['ms']:.4f} | "
+                         f"{r['gbs']:.0f} |")
+        lines.append("")
+    gem = [r for r in records if r["section"] == "gemm"]
+    if gem:
+        lines += ["## The three GEMMs (ms, speedup vs XLA dense: fwd vs min(x@w, x@(w*m)), dx vs g@wᵀ, "
+                  "dw vs xᵀ@g)", ""]
+        names = []
+        for r in gem:
+            names += [k for k in r["ms"] if k not in names]
+        lines.append("| d | layer | control | " + " | ".join(names) + " |")
+        lines.append("|---|---|---|" + "---|" * len(names))
+        for r in gem:
+            cells = [f"{r['ms'][n]:.3f} ({r['speedup'][n]:.2f}×)" if n in r["ms"] else "—" for n in names]
+            lines.append(f"| {r['d']} | {r['layer']} | {r['control']:.3f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lay = [r for r in records if r["section"] == "layer"]
+    if lay:
+        lines += ["## Sparse24Dense FFN forward + backward vs nn.Dense (ms, speedup)", ""]
+        names = []
+        for r in lay:
+            names += [k for k in r["ms"] if k not in names]
+        lines.append("| d | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for r in lay:
+            cells = [f"{r['ms'][n]:.3f} (**{r['speedup'][n]:.2f}×**)" if n in r["ms"] else "—" for n in names]
+            lines.append(f"| {r['d']} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append("Forward agreement with the same recipe on backend='dense' (relative error of the output): " +
+                     "; ".join(f"d={r['d']}: " + ", ".join(f"{k} {v:.1e}" for k, v in
+                                                           r["fwd_rel_err_vs_dense_backend"].items()) for r in lay))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--quick", action="store_true", help="d = 1280 only, srste only, 3 trials")
+    p.add_argument("--dims", type=int, nargs="+", default=None)
+    p.add_argument("--sections", nargs="+", default=["compress", "gemm", "layer"],
+                   choices=["compress", "gemm", "layer"])
+    p.add_argument("--backends", nargs="+", default=["dense", "cutlass", "cusparselt"])
+    p.add_argument("--recipes", nargs="+", default=None)
+    p.add_argument("--trials", type=int, default=0)
+    p.add_argument("--smoke-cpu", action="store_true", help=argparse.SUPPRESS)  # script test without a GPU
+    args = p.parse_args(argv)
+    if not _ffi.cuda_kernels_available() and not args.smoke_cpu:
+        raise SystemExit(f"needs a CUDA GPU and the built extension: {_ffi.extension_error() or 'no GPU'}")
+    dims = args.dims or ([1280] if args.quick else [768, 1024, 1280])
+    recipes = args.recipes or (["srste"] if args.quick else ["srste", "ste", "soft"])
+    trials = args.trials or (3 if args.quick else 7)
+    global TOKENS
+    if args.smoke_cpu:
+        TOKENS = 64
+    backends = [b for b in args.backends if b != "cusparselt" or lt.cusparselt_available()]
+    if "cusparselt" in args.backends and "cusparselt" not in backends:
+        print(f"cusparselt left out: {lt.cusparselt_error()}", flush=True)
+    meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, python=platform.python_version(),
+                date=datetime.datetime.now().isoformat(timespec="seconds"), dims=dims, tokens=TOKENS, dtype="bfloat16",
+                backends=backends, recipes=recipes, trials=trials, quick=bool(args.quick),
+                cutlass_configs=list(cs.cutlass_configs()) if _ffi.extension() else [],
+                cutlass_configs_kn=list(cs.cutlass_configs_kn()) if _ffi.extension() else [])
+    print(f"# {meta['device']}, jax {meta['jax']}, dims {dims}, backends {backends}, recipes {recipes}", flush=True)
+    records = []
+    if "compress" in args.sections:
+        records += bench_compress(dims, trials)
+    if "gemm" in args.sections:
+        records += bench_gemm(dims, trials, backends)
+    if "layer" in args.sections:
+        records += bench_layer(dims, trials, backends, recipes)
+    if "cusparselt" in backends:
+        meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "layer.json"), "w") as f:
+        json.dump(dict(meta=meta, records=records), f, indent=1)
+    md = markdown(meta, records)
+    with open(os.path.join(args.out, "layer.md"), "w") as f:
+        f.write(md)
+    print()
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""cuSPARSELt 2:4 sparse GEMM (CUDA only): the second sparse backend, ``backend="cusparselt"``.
+
+Same formulation as the CUTLASS kernels — every array row-major, ``d (n, m) = A (m×k, 2:4 along
+k) · B`` — with the operands read in place in either orientation:
+
+* ``a_layout``: :data:`A_MK` (A stored (m, k), e.g. ``W̃`` for ``∇x``) or :data:`A_KM` (A stored
+  (k, m), e.g. ``W̃`` (I, O) for ``y`` or ``MVUE(∇y)`` (T, O) for ``∇W``);
+* ``b_layout``: :data:`B_NK` (B stored (n, k): ``x`` for ``y``, ``∇y`` for ``∇x``) or :data:`B_KN`
+  (B stored (k, n): ``x`` (T, I) for ``∇W``).
+
+:func:`cusparselt_compress` turns the dense 2:4 operand into cuSPARSELt's opaque compressed bytes
+(``cusparseLtSpMMACompress``), :func:`cusparselt_spmm` multiplies. One handle per device and one
+plan per (shape, dtype, layouts) are created once and cached in the extension; the algorithm is
+chosen once per plan by ``cusparseLtMatmulSearch`` (first call). The library is loaded at first use
+from the ``nvidia-cusparselt-cu13`` wheel; without it, requesting the backend raises
+``RuntimeError`` naming what is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_sparse24._src import ffi as _ffi
+
+__all__ = [
+    "A_KM",
+    "A_MK",
+    "B_KN",
+    "B_NK",
+    "cusparselt_available",
+    "cusparselt_compress",
+    "cusparselt_compressed_size",
+    "cusparselt_error",
+    "cusparselt_plans",
+    "cusparselt_spmm",
+    "cusparselt_supports",
+    "require_cusparselt",
+]
+
+A_MK, A_KM = 0, 1
+B_NK, B_KN = 0, 1
+ALIGN = 16  # m, n, k multiples of 16
+
+_DTYPE_CODES = {jnp.dtype(jnp.bfloat16): 0, jnp.dtype(jnp.float16): 1}
+
+
+def _wheel_lib_dirs() -> list[str]:
+    try:
+        import nvidia.cusparselt as m  # namespace package of the nvidia-cusparselt-cu13 wheel
+    except ImportError:
+        return []
+    return [os.path.join(p, "lib") for p in getattr(m, "__path__", [])]
+
+
+@functools.lru_cache(maxsize=None)
+def _load() -> tuple[bool, str]:
+    ext = _ffi.extension()
+    if ext is None:
+        return False, _ffi.extension_error() or "the CUDA extension is not built"
+    if not hasattr(ext, "cusparselt_load"):
+        return False, "this build of the extension has no cuSPARSELt backend"
+    msg = ""
+    for hint in _wheel_lib_dirs() + [""]:
+        ok, msg = ext.cusparselt_load(hint)
+        if ok:
+            return True, msg
+    return False, msg
+
+
+def cusparselt_available() -> bool:
+    """True when the extension is built and libcusparseLt loads (does not check for a GPU)."""
+    return _load()[0]
+
+
+def cusparselt_error() -> str | None:
+    """Why the backend is unavailable (``None`` when it is)."""
+    ok, msg = _load()
+    return None if ok else msg
+
+
+def require_cusparselt():
+    if not cusparselt_available():
+        raise RuntimeError(f"backend='cusparselt' is unavailable: {cusparselt_error()}")
+
+
+def cusparselt_supports(m: int, n: int, k: int, dtype) -> bool:
+    """Shape/dtype check of the backend (bf16/fp16, m, n, k positive multiples of 16) and availability."""
+    if jnp.dtype(dtype) not in _DTYPE_CODES:
+        return False
+    if min(m, n, k) <= 0 or m % ALIGN or n % ALIGN or k % ALIGN:
+        return False
+    return cusparselt_available()
+
+
+def _gpu_device_id() -> int:
+    devs = [d for d in jax.local_devices() if d.platform == "gpu"]
+    if not devs:
+        raise RuntimeError("backend='cusparselt' needs a CUDA GPU")
+    return int(getattr(devs[0], "local_hardware_id", devs[0].id))
+
+
+@functools.lru_cache(maxsize=None)
+def _compressed_size(m, n, k, code, a_layout, b_layout) -> int:
+    require_cusparselt()
+    ext = _ffi.require_extension()
+    try:
+        return int(ext.cusparselt_compressed_size(_gpu_device_id(), m, n, k, code, a_layout, b_layout))
+    except ValueError as e:
+        raise ValueError(f"cusparselt (m={m}, n={n}, k={k}, a_layout={a_layout}, b_layout={b_layout}): {e}") from None
+
+
+def cusparselt_compressed_size(m: int, n: int, k: int, dtype, a_layout: int, b_layout: int) -> int:
+    """Bytes of cuSPARSELt's compressed A for this plan (creates and caches the plan on the first GPU)."""
+    return _compressed_size(int(m), int(n), int(k), _code(dtype), int(a_layout), int(b_layout))
+
+
+def cusparselt_plans():
+    """The cached plans: ``(device, m, n, k, dtype, a_layout, b_layout, searched, alg_config_id)``."""
+    return list(_ffi.require_extension().cusparselt_plans())
+
+
+def _code(dtype) -> int:
+    d = jnp.dtype(dtype)
+    if d not in _DTYPE_CODES:
+        raise ValueError(f"cusparselt: bfloat16 and float16 only, got {d}")
+    return _DTYPE_CODES[d]
+
+
+def _check_dims(op, m, n, k, a_layout, b_layout):
+    if min(m, n, k) <= 0 or m % ALIGN or n % ALIGN or k % ALIGN:
+        raise ValueError(f"{op}: m, n, k must be positive multiples of {ALIGN}, got m={m}, n={n}, k={k}")
+    if a_layout not in (A_MK, A_KM) or b_layout not in (B_NK, B_KN):
+        raise ValueError(f"{op}: a_layout must be A_MK/A_KM and b_layout B_NK/B_KN, got {a_layout}, {b_layout}")
+
+
+def _attrs(m, n, k, a_layout, b_layout):
+    return dict(m=np.int64(m), n=np.int64(n), k=np.int64(k), a_layout=np.int64(a_layout),
+                b_layout=np.int64(b_layout))
+
+
+def cusparselt_compress(a, *, m: int, n: int, k: int, a_layout: int, b_layout: int = B_NK):
+    """Compress the dense 2:4 operand ``a`` (2:4 along k) for :func:`cusparselt_spmm` with the same plan.
+
+    Args:
+      a: (m, k) for ``A_MK`` or (k, m) for ``A_KM``, bfloat16/float16, at most 2 nonzeros per group
+        of 4 along k.
+      m, n, k, a_layout, b_layout: the plan (n and b_layout too: cuSPARSELt's compressed form belongs
+        to a plan).
+
+    Returns:
+      1-D uint8 array (:func:`cusparselt_compressed_size` bytes).
+    """
+    op = "cusparselt_compress"
+    m, n, k, a_layout, b_layout = int(m), int(n), int(k), int(a_layout), int(b_layout)
+    _check_dims(op, m, n, k, a_layout, b_layout)
+    want = (m, k) if a_layout == A_MK else (k, m)
+    if tuple(np.shape(a)) != want:
+        raise ValueError(f"{op}: `a` must have shape {want} for m={m}, k={k}, a_layout={a_layout}, got {np.shape(a)}")
+    size = cusparselt_compressed_size(m, n, k, jnp.result_type(a), a_layout, b_layout)
+    return _ffi.ffi_call("jax_sparse24_cusparselt_compress", jax.ShapeDtypeStruct((size,), jnp.uint8), a,
+                         **_attrs(m, n, k, a_layout, b_layout))
+
+
+def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_layout: int = B_NK):
+    """``d (n, m) = A·B`` with A given by :func:`cusparselt_compress` (same m, n, k and layouts).
+
+    Args:
+      b: (n, k) for ``B_NK`` or (k, n) for ``B_KN``, A's dtype.
+
+    Returns:
+      (n, m) array of b's dtype (fp32 accumulation).
+    """
+    op = "cusparselt_spmm"
+    m, n, k, a_layout, b_layout = int(m), int(n), int(k), int(a_layout), int(b_layout)
+    _check_dims(op, m, n, k, a_layout, b_layout)
+    want = (n, k) if b_layout == B_NK else (k, n)
+    if tuple(np.shape(b)) != want:
+        raise ValueError(f"{op}: `b` must have shape {want} for n={n}, k={k}, b_layout={b_layout}, got {np.shape(b)}")
+    dtype = jnp.result_type(b)
+    size = cusparselt_compressed_size(m, n, k, dtype, a_layout, b_layout)
+    if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
+        raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "
+                         f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
+    return _ffi.ffi_call("jax_sparse24_cusparselt_spmm", jax.ShapeDtypeStruct((n, m), dtype), compressed, b,
+                         **_attrs(m, n, k, a_layout, b_layout))

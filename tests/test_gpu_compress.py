@@ -1,0 +1,353 @@
+"""GPU tests of the fused 2:4 compressors (xla_ffi/compress_kernels.cu, ``cuda_compress_ops``).
+
+Run on the H100: ``pytest -m gpu tests/test_gpu_compress.py -v``. Skipped without a GPU/extension.
+
+Oracle: CUTLASS's own compressor (``cutlass_compress``, already tested against dense products in
+test_gpu_spmm.py) applied to the dense op result — every fused output must match it **bit for bit**
+(values and metadata, padding included). Dense op results come from numpy (prune, mask) or from the
+element-wise CUDA kernels (MVUE: same Philox draws; soft threshold), so the fused kernel must also
+reproduce their group numbering and rounding. Outputs are written into donated buffers pre-filled
+with poison (NaN values, 0xFF metadata = an illegal nibble), so an unwritten byte fails.
+A numpy decompressor (the closed-form layout of compress_layout.h) checks round trips and MVUE
+statistics; one round trip also goes through the sparse GEMM with B = I.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from jax_sparse24._src import ffi as _ffi
+
+pytestmark = pytest.mark.gpu
+
+if not _ffi.cuda_kernels_available():
+    pytest.skip(
+        f"needs a CUDA GPU and the built extension ({_ffi.extension_error() or 'no CUDA device'})",
+        allow_module_level=True,
+    )
+
+from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
+from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
+from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
+from jax_sparse24._src import reference  # noqa: E402
+
+GPU = jax.devices("gpu")[0]
+DTYPES = [jnp.bfloat16, jnp.float16]
+DT_IDS = ["bf16", "f16"]
+LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
+# (R, C) of x: partial 128x128 tiles with metadata padding in M (not % 64) and K (not % 128), the
+# smallest legal shape, a tall-thin one and a multi-tile shape. Both compressed directions need R, C % 16.
+SHAPES = [(144, 272), (16, 16), (400, 48), (512, 384)]
+SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
+
+
+def _compiled(dtype) -> bool:
+    try:
+        cs.cutlass_compressed_shapes(64, 128, dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def _skip_uncompiled(dtype):
+    if not _compiled(dtype):
+        pytest.skip(f"{jnp.dtype(dtype)} kernels not compiled in this build")
+
+
+def _rng(*parts):
+    seed = int(np.random.SeedSequence().entropy % (2**63))
+    return np.random.default_rng(seed), seed
+
+
+def _x(rng, shape, dtype, special=True):
+    """Normal values rounded to dtype, with exact zeros, -0.0 and ties mixed in (never all zero)."""
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(rng.uniform(0.5, 3.0))
+    if special:
+        u = rng.random(shape)
+        x = np.where(u < 0.04, np.float32(0.0), x)
+        x = np.where((u >= 0.04) & (u < 0.06), np.float32(-0.0), x)
+        x = np.where((u >= 0.06) & (u < 0.09), np.float32(0.75), x)
+        x = np.where((u >= 0.09) & (u < 0.11), np.float32(-0.75), x)
+    return jnp.asarray(x, dtype)
+
+
+def _bits(a) -> np.ndarray:
+    """uint16 bit patterns of a bf16/f16 array."""
+    return np.asarray(jax.lax.bitcast_convert_type(jnp.asarray(a), jnp.uint16))
+
+
+def poisoned(fn):
+    """``jit(fn)`` whose outputs are written into donated buffers pre-filled with poison."""
+
+    def poison_of(sds):
+        if sds.dtype == jnp.uint8:
+            return jnp.full(sds.shape, 0xFF, jnp.uint8, device=GPU)
+        return jnp.full(sds.shape, jnp.nan, sds.dtype, device=GPU)
+
+    @functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
+    def run(poison, *args):
+        del poison
+        return fn(*args)
+
+    def call(*args):
+        poison = jax.tree_util.tree_map(poison_of, jax.eval_shape(fn, *args))
+        return run(poison, *args)
+
+    return call
+
+
+def mask24_np(a: np.ndarray, axis: int) -> np.ndarray:
+    """Top-2 |a| of every 4 consecutive elements along ``axis`` (ties -> lower index)."""
+    a = np.moveaxis(np.abs(a.astype(np.float32)), axis, -1)
+    lead, n = a.shape[:-1], a.shape[-1]
+    g = a.reshape(*lead, n // 4, 4)
+    keep = np.argsort(-g, axis=-1, kind="stable")[..., :2]
+    m = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(m, keep, True, axis=-1)
+    return np.moveaxis(m.reshape(*lead, n), -1, axis)
+
+
+def assert_same_compressed(got, ref, what: str):
+    """Bit-identical values and metadata, and only legal metadata nibbles."""
+    (gv, gm), (rv, rm) = got, ref
+    assert gv.shape == rv.shape and gm.shape == rm.shape, f"{what}: shapes {gv.shape, gm.shape} vs {rv.shape, rm.shape}"
+    gm, rm = np.asarray(gm), np.asarray(rm)
+    nib = np.concatenate([gm & 0xF, gm >> 4]).ravel()
+    bad_nib = sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES)
+    assert not bad_nib, f"{what}: illegal metadata nibbles {bad_nib} (0xF = unwritten poison)"
+    gb, rb = _bits(gv), _bits(rv)
+    if not np.array_equal(gb, rb):
+        r, c = np.nonzero(gb != rb)
+        raise AssertionError(f"{what}: {r.size} value elements differ, first at {(r[0], c[0])}: "
+                             f"{gb[r[0], c[0]]:#06x} vs {rb[r[0], c[0]]:#06x}; rows {np.unique(r)[:8]}")
+    if not np.array_equal(gm, rm):
+        r, c = np.nonzero(gm != rm)
+        raise AssertionError(f"{what}: {r.size} metadata bytes differ, first at {(r[0], c[0])}: "
+                             f"{gm[r[0], c[0]]:#04x} vs {rm[r[0], c[0]]:#04x}; rows {np.unique(r)[:8]}")
+
+
+def decompress_np(values, meta, m: int, k: int) -> np.ndarray:
+    """Dense (m, k) float32 from the CUTLASS SM90 compressed form (closed-form layout)."""
+    v = np.asarray(jnp.asarray(values).astype(jnp.float32)).reshape(m, k // 4, 2)
+    e = np.asarray(meta).reshape(-1)
+    mal = -(-m // 64) * 64
+    rows = np.arange(m)[:, None].astype(np.int64)
+    kk = (4 * np.arange(k // 4))[None, :].astype(np.int64)
+    off = ((kk >> 7) * mal * 16 + (rows >> 4) * 256 + ((kk >> 4) & 1) * 128 + (rows & 7) * 16
+           + ((kk >> 5) & 3) * 4 + ((rows >> 3) & 1) * 2 + ((kk >> 3) & 1))
+    nib = (e[off] >> (4 * ((kk >> 2) & 1))) & 0xF
+    i0, i1 = nib & 3, nib >> 2
+    out = np.zeros((m, k // 4, 4), np.float32)
+    np.put_along_axis(out, i0[..., None], v[..., :1], axis=-1)
+    np.put_along_axis(out, i1[..., None], v[..., 1:], axis=-1)
+    return out.reshape(m, k)
+
+
+def _ref(a):
+    """CUTLASS's compressor on the dense operand a (m, k)."""
+    return jax.jit(cs.cutlass_compress)(jnp.asarray(a))
+
+
+# ------------------------------------------------------------------------------------------------
+# Bit-exact against CUTLASS's compressor.
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_prune24_compress_bit_exact(shape, dtype):
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    x = _x(rng, shape, dtype)
+    xn = np.asarray(x.astype(jnp.float32))
+    for transposed in (False, True):
+        axis = 0 if transposed else 1
+        a = jnp.where(jnp.asarray(mask24_np(xn, axis)), x, jnp.zeros((), dtype))
+        a = a.T if transposed else a
+        got = poisoned(functools.partial(cc.prune24_compress, transposed=transposed))(x)
+        assert_same_compressed(got, _ref(a), f"seed={seed} shape={shape} transposed={transposed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_masked_compress_bit_exact(shape, dtype):
+    """One direction each, and both in one pass, with a transposable mask (2:4 along both axes)."""
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    w = _x(rng, shape, dtype)
+    mask = cm.transposable_mask24_cuda(w)
+    # drop a few kept elements: groups with fewer than 2 nonzeros exercise CUTLASS's corner cases
+    mask = mask & jnp.asarray(rng.random(shape) > 0.1)
+    wm = jnp.where(mask, w, jnp.zeros((), dtype))
+    ref_t, ref_d = _ref(wm.T), _ref(wm)
+    what = f"seed={seed} shape={shape}"
+    assert_same_compressed(poisoned(functools.partial(cc.masked_compress, transposed=True))(w, mask), ref_t,
+                           what + " transposed")
+    assert_same_compressed(poisoned(functools.partial(cc.masked_compress, transposed=False))(w, mask), ref_d,
+                           what + " direct")
+    got_t, got_d = poisoned(cc.masked_compress_both)(w, mask)
+    assert_same_compressed(got_t, ref_t, what + " both/transposed")
+    assert_same_compressed(got_d, ref_d, what + " both/direct")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
+    """Same Philox draws and numbering as the element-wise MVUE kernel, bit for bit."""
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    g = _x(rng, shape, dtype)
+    key = jax.random.key(seed % 2**31)
+    for transposed in (True, False):
+        axis = 0 if transposed else 1
+        dense = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, g)
+        ref = _ref(dense.T if transposed else dense)
+        got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, g)
+        assert_same_compressed(got, ref, f"seed={seed} shape={shape} transposed={transposed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=SHAPE_IDS[:2])
+def test_soft_threshold24_compress_bit_exact(shape, dtype):
+    """β·S(w) as the S-STE layer computes it: S rounded to w's dtype, scaled in float32, rounded."""
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    w = _x(rng, shape, dtype)
+    beta = jnp.float32(rng.uniform(0.5, 2.0))
+    for transposed in (True, False):
+        axis = 0 if transposed else 1
+        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(w)
+        dense = (beta * s.astype(jnp.float32)).astype(dtype)
+        got = poisoned(functools.partial(cc.soft_threshold24_compress, transposed=transposed))(w, beta)
+        assert_same_compressed(got, _ref(dense.T if transposed else dense),
+                               f"seed={seed} shape={shape} transposed={transposed}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Round trips and statistics.
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_round_trip_through_spmm_identity(dtype):
+    """decompress(compress(x)) == the masked input, through the sparse GEMM with B = I (exact)."""
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    r, c = 272, 144  # transposed: A = pruned(x).T is (144, 272): M % 64 != 0, K % 128 != 0
+    x = _x(rng, (r, c), dtype)
+    values, meta = jax.jit(functools.partial(cc.prune24_compress, transposed=True))(x)
+    a = np.where(mask24_np(np.asarray(x.astype(jnp.float32)), 0), np.asarray(x.astype(jnp.float32)), 0.0).T
+    eye = jnp.eye(r, dtype=dtype)
+    d = cs.cutlass_spmm(values, meta, eye, m=c, k=r)  # (K, M) = A.T
+    np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)).T, a, err_msg=f"seed={seed}")
+    np.testing.assert_array_equal(decompress_np(values, meta, c, r), a, err_msg=f"seed={seed} (numpy)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_mvue24_compress_unbiased_two_per_group(dtype):
+    """E[decompress(mvue24_compress(key, g))] = g; exactly 2 kept per group of 4 tokens (g nonzero)."""
+    _skip_uncompiled(dtype)
+    rng, seed = _rng()
+    t, o = 64, 32
+    g = jnp.asarray(rng.standard_normal((t, o)) * rng.uniform(0.2, 5.0, size=(1, o)) + 0.01, dtype)
+    gf = np.asarray(g.astype(jnp.float32)).astype(np.float64)
+    assert (gf != 0).all()
+    n = 256
+    keys = jax.random.split(jax.random.key(seed % 2**31), n)
+    f = jax.jit(lambda k: cc.mvue24_compress(k, g, transposed=True))
+    total = np.zeros((o, t))
+    sq = np.zeros((o, t))
+    for i in range(n):
+        values, meta = f(keys[i])
+        a = decompress_np(values, meta, o, t).astype(np.float64)  # (O, T) = MVUE(g).T
+        kept = (a != 0).reshape(o, t // 4, 4).sum(-1)
+        assert (kept == 2).all(), f"seed={seed} key {i}: kept per group {np.unique(kept)}"
+        total += a
+        sq += a * a
+    mean = total / n
+    # Exact standard error of the mean from the inclusion probabilities, Var = g²(1/p − 1) — not
+    # the sample variance, which is 0 for an element that is rarely kept and never drawn in n
+    # tries (that made this test fail on the H100 with z = 1/half_ulp exactly) — plus the
+    # dtype's rounding of g / p (a fixed bias per configuration).
+    a_abs = np.abs(gf.T).reshape(o, t // 4, 4) + reference.MVUE_EPS
+    p = np.asarray(reference.mvue24_inclusion_probabilities(jnp.asarray(a_abs, jnp.float32)), np.float64)
+    p = p.reshape(o, t)
+    half_ulp = 2.0**-8 if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else 2.0**-11
+    std = np.abs(gf.T) * np.sqrt((1.0 / p - 1.0) / n) + half_ulp * np.abs(gf.T)
+    z = np.abs(mean - gf.T) / std
+    # 2048 elements: a z-score above 6 is a bias, not chance
+    assert z.max() < 6.0, f"seed={seed}: max z-score {z.max():.2f} at {np.unravel_index(z.argmax(), z.shape)}"
+
+
+def test_inside_fori_loop_matches_direct_call():
+    """Under jit in a loop (command buffers) the fused compressor gives the same bytes as a direct call."""
+    dtype = jnp.bfloat16
+    rng, seed = _rng()
+    g = _x(rng, (128, 256), dtype)
+    key = jax.random.key(seed % 2**31)
+    ref = jax.jit(lambda k, g: cc.mvue24_compress(k, g))(key, g)
+
+    @jax.jit
+    def loop(key, g):
+        def body(i, acc):
+            v, m = cc.mvue24_compress(key, g)
+            return acc[0] + v.astype(jnp.float32), acc[1] + m.astype(jnp.int32)
+
+        z = jax.eval_shape(lambda: ref)
+        init = (jnp.zeros(z[0].shape, jnp.float32), jnp.zeros(z[1].shape, jnp.int32))
+        return jax.lax.fori_loop(0, 3, body, init)
+
+    v3, m3 = loop(key, g)
+    np.testing.assert_array_equal(np.asarray(v3), 3 * np.asarray(ref[0].astype(jnp.float32)))
+    np.testing.assert_array_equal(np.asarray(m3), 3 * np.asarray(ref[1]).astype(np.int32))
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors.
+
+
+def test_errors_at_trace_time():
+    x = jnp.ones((128, 120), jnp.bfloat16)
+    with pytest.raises(ValueError, match="k % 16"):
+        cc.prune24_compress(x)  # K = 120
+    assert cc.compress_supports(x, transposed=True) and not cc.compress_supports(x)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        cc.prune24_compress(jnp.ones((100, 128), jnp.bfloat16))
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        cc.prune24_compress(jnp.ones((128, 128), jnp.float32))
+    with pytest.raises(ValueError, match="mask must have"):
+        cc.masked_compress(jnp.ones((128, 128), jnp.bfloat16), jnp.ones((128, 64), bool))
+    with pytest.raises(ValueError, match="k % 16"):
+        cc.masked_compress_both(jnp.ones((128, 136), jnp.bfloat16), jnp.ones((128, 136), bool))
+    with pytest.raises(ValueError, match="scalar"):
+        cc.soft_threshold24_compress(jnp.ones((128, 128), jnp.bfloat16), jnp.ones((2,), jnp.float32))
+    with pytest.raises(ValueError, match="single PRNG key"):
+        cc.mvue24_compress(jax.random.split(jax.random.key(0), 2), jnp.ones((128, 128), jnp.bfloat16))
+
+
+def test_handler_validates_on_its_own():
+    """Bypass the Python checks: the handlers refuse bad output shapes / inputs with clear messages."""
+    x = jnp.ones((128, 256), jnp.bfloat16)
+    (vs, ms) = cs.cutlass_compressed_shapes(128, 256, jnp.bfloat16)
+    good = (jax.ShapeDtypeStruct(vs, jnp.bfloat16), jax.ShapeDtypeStruct(ms, jnp.uint8))
+    bad_values = (jax.ShapeDtypeStruct((vs[0], vs[1] - 8), jnp.bfloat16), good[1])
+    bad_meta = (good[0], jax.ShapeDtypeStruct((ms[0] + 64, ms[1]), jnp.uint8))
+    call = lambda outs, *args, t=0: jax.block_until_ready(  # noqa: E731
+        jax.ffi.ffi_call("jax_sparse24_prune24_compress", outs)(*args, transposed=np.int64(t)))
+    call(good, x)
+    with pytest.raises(Exception, match="values must have shape"):
+        call(bad_values, x)
+    with pytest.raises(Exception, match="meta must have shape"):
+        call(bad_meta, x)
+    with pytest.raises(Exception, match="multiples of 8"):
+        call(good, jnp.ones((124, 256), jnp.bfloat16))
+    with pytest.raises(Exception, match="beta must be a float32 scalar"):
+        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_soft_threshold24_compress", good)(
+            x, jnp.ones((3,), jnp.float32), transposed=np.int64(0)))
+    with pytest.raises(Exception, match="key must be uint32"):
+        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_mvue24_compress", good)(
+            jnp.ones((5,), jnp.uint32), x, transposed=np.int64(0)))

@@ -1,0 +1,652 @@
+// Fused 2:4 compressors: read a dense (R, C) row-major bf16/fp16 array once and write the CUTLASS
+// SM90 compressed operand (values + metadata, compress_layout.h) of the sparse GEMM directly.
+//
+//   Sparse24Prune24Compress    (a) magnitude 2:4 prune (mask24: ties -> lower index) + compress
+//   Sparse24MaskCompress       (b) x * mask + compress (one direction)
+//   Sparse24MaskCompressBoth   (b) x * mask + compress of BOTH x^T and x in one pass (transposable mask)
+//   Sparse24Mvue24Compress     (c) MVUE 2:4 (same Philox draws as Sparse24Mvue24) + compress
+//   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
+//
+// Direction ("transposed" attribute): the compressed operand A is
+//   transposed = false: A = x   (M = R, K = C; groups of 4 along x's columns, axis 1),
+//   transposed = true:  A = x^T (M = C, K = R; groups of 4 along x's rows, axis 0) -- e.g. W (I, O)
+//                       -> W~^T (O, I) for the forward GEMM, or dy (T, O) -> MVUE(dy)^T (O, T) for
+//                       the weight gradient -- read in x's natural layout, nothing transposed in memory.
+//
+// Bit-exactness: every output equals CUTLASS's compressor (+ the all-zero-group fix-up of
+// spmm_cutlass.cu) applied to the dense result of the op rounded to x's dtype, i.e.
+// cutlass_compress(op(x)) -- the GPU tests check this bit for bit. MVUE uses the element-wise
+// kernel's generator and formula (mvue_rng.cuh) with the same group numbering, so
+// Sparse24Mvue24Compress(key, g) == compress(Sparse24Mvue24(key, g along that axis)).
+//
+// Kernel: one CTA (256 threads) per 128 x 128 tile of x; thread (cc = t % 16, gp = t / 16) loads
+// the 8 x 8 patch at rows 8 gp.., columns 8 cc.. with 16-byte loads (a warp reads 2 rows x 256 B).
+// Groups along rows (transposed A) are formed in registers; their values and metadata are staged in
+// (swizzled) shared memory and written with 16-byte stores: the tile's metadata is 2 KB contiguous
+// in the output (8 blocks of 16 rows x 128 columns), the values 128 B per output row. Groups along
+// columns (direct A) write their values straight from registers (8 bytes per thread, 128 B per
+// half-warp) and stage only the metadata. Padding of the metadata (M to 64 rows, K to 128 columns)
+// is written from zero-filled out-of-range patches (nibble 0x4, as CUTLASS + fix-up).
+//
+// All handlers are command-buffer compatible (no allocation, no synchronisation; beta and the key
+// are read on the device).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "compress_layout.h"
+#include "ffi_common.h"
+#include "mvue_rng.cuh"
+#include "spmm_cutlass.h"
+
+namespace jax_sparse24 {
+namespace compress {
+namespace {
+
+using mask_kernels::KeyWords;
+using mask_kernels::MakeKey;
+using mask_kernels::Mask24Keep;
+using mask_kernels::Mvue24;
+using mask_kernels::PhiloxPair;
+using mask_kernels::SoftThreshold24;
+using mask_kernels::U32x4;
+using mask_kernels::Uniform01;
+
+enum class Op { kPrune, kMask, kMvue, kSoft };
+
+constexpr int kThreads = 256;
+constexpr int kTile = 128;  // rows and columns of x per CTA
+
+// ------------------------------------------------------------------------------------------------
+// 16-bit element <-> float (exact up-conversion, round-to-nearest-even down-conversion: the same
+// rounding as the element-wise kernels' stores).
+template <typename T>
+struct Elem16;
+template <>
+struct Elem16<__nv_bfloat16> {
+  SP24_HD static float ToFloat(uint32_t bits) { return mask_kernels::BitsFloat(bits << 16); }
+  SP24_HD static uint32_t FromFloat(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+};
+template <>
+struct Elem16<__half> {
+  SP24_HD static float ToFloat(uint32_t bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+  SP24_HD static uint32_t FromFloat(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+
+// Read-only global loads (the non-coherent path on the device; plain copies in the host
+// emulation used to test this file without a GPU).
+SP24_HD uint4 Load16(const void* ptr) {
+#ifdef __CUDA_ARCH__
+  return __ldg(static_cast<const uint4*>(ptr));
+#else
+  uint4 v;
+  std::memcpy(&v, ptr, sizeof(v));
+  return v;
+#endif
+}
+SP24_HD uint2 Load8(const void* ptr) {
+#ifdef __CUDA_ARCH__
+  return __ldg(static_cast<const uint2*>(ptr));
+#else
+  uint2 v;
+  std::memcpy(&v, ptr, sizeof(v));
+  return v;
+#endif
+}
+template <typename V>
+SP24_HD V LoadScalar(const V* ptr) {
+#ifdef __CUDA_ARCH__
+  return __ldg(ptr);
+#else
+  return *ptr;
+#endif
+}
+
+// Element (i, j) of the 8 x 8 patch packed as 8 rows x 4 words (2 elements per word, low half first).
+SP24_HD uint32_t Get(const uint32_t (&w)[8][4], int i, int j) {
+  return (w[i][j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+}
+SP24_HD void Set(uint32_t (&w)[8][4], int i, int j, uint32_t v) {
+  const int sh = 16 * (j & 1);
+  w[i][j >> 1] = (w[i][j >> 1] & ~(0xFFFFu << sh)) | (v << sh);
+}
+
+// Compress one group (4 element bit patterns, at most 2 nonzero): *pair = v0 | v1 << 16, returns
+// the nibble. CUTLASS's rule (compress_layout.h).
+SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b3,
+                                                  uint32_t* pair) {
+  const uint32_t p = ((b0 & 0x7FFFu) != 0) | (((b1 & 0x7FFFu) != 0) << 1) | (((b2 & 0x7FFFu) != 0) << 2) |
+                     (((b3 & 0x7FFFu) != 0) << 3);
+  const uint32_t nib = static_cast<uint32_t>(kNibbleTable >> (4 * p)) & 0xFu;
+  const uint32_t i0 = nib & 3u, i1 = nib >> 2;
+  const uint64_t packed = uint64_t(b0) | (uint64_t(b1) << 16) | (uint64_t(b2) << 32) | (uint64_t(b3) << 48);
+  const uint32_t v0 = ((p >> i0) & 1u) ? static_cast<uint32_t>(packed >> (16 * i0)) & 0xFFFFu : 0u;
+  const uint32_t v1 = ((p >> i1) & 1u) ? static_cast<uint32_t>(packed >> (16 * i1)) & 0xFFFFu : 0u;
+  *pair = v0 | (v1 << 16);
+  return nib;
+}
+
+// Shared-memory metadata staging: 8 blocks (16 operand rows each) x 256 bytes, laid out as in the
+// output (compress_layout.h MetaInBlock) with the 16-byte chunk index XOR-swizzled by the block.
+SP24_HD int MetaSmemOffset(int a, int kb) {
+  const int blk = a >> 4;
+  const int off = MetaInBlock(a & 15, kb);
+  return blk * 256 + (((off >> 4) ^ blk) << 4) + (off & 15);
+}
+
+struct TileParams {
+  const void* x;
+  int64_t rows, cols;  // x is (rows, cols) row-major
+  const uint8_t* mask;  // kMask: (rows, cols) bool
+  const float* beta;    // kSoft: scalar
+  const uint32_t* key;  // kMvue: key words
+  int nkw;
+  void* d_values;  // direct A = x: (rows, cols / 2)
+  uint8_t* d_meta;
+  int64_t d_meta_rows;  // round_up(rows, 64)
+  void* t_values;  // transposed A = x^T: (cols, rows / 2)
+  uint8_t* t_meta;
+  int64_t t_meta_rows;  // round_up(cols, 64)
+  int64_t col_tiles, tiles;
+};
+
+// Shared-memory staging of one CTA.
+template <bool DIRECT, bool TRANS>
+struct alignas(16) TileSmem {
+  uint8_t tval[TRANS ? kTile * 128 : 16];  // transposed values: 128 A-rows x 64 values (swizzled)
+  uint8_t tmeta[TRANS ? 2048 : 16];        // transposed metadata (MetaSmemOffset)
+  uint8_t dmeta[DIRECT ? 2048 : 16];       // direct metadata
+};
+
+// The work of thread t of CTA `block` (of `grid`): every tile block, block + grid, ... `sync()` is
+// the CTA barrier (__syncthreads on the device, a std::barrier in the host emulation).
+// OP's groups run along rows (TRANS) or along columns (DIRECT); kMask may produce both.
+template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
+SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
+                      Sync&& sync) {
+  static_assert(DIRECT || TRANS, "at least one output");
+  static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold choose one group axis");
+  using E = Elem16<T>;
+  uint8_t* s_tval = sm.tval;
+  uint8_t* s_tmeta = sm.tmeta;
+  uint8_t* s_dmeta = sm.dmeta;
+
+  const int cc = t & 15, gp = t >> 4;
+  const int64_t R = p.rows, C = p.cols;
+
+  KeyWords key;
+  if constexpr (OP == Op::kMvue) {
+    key = MakeKey(LoadScalar(p.key), p.nkw > 1 ? LoadScalar(p.key + 1) : 0u, p.nkw > 2 ? LoadScalar(p.key + 2) : 0u,
+                  p.nkw > 3 ? LoadScalar(p.key + 3) : 0u);
+  }
+  float beta = 1.0f;
+  if constexpr (OP == Op::kSoft) beta = LoadScalar(p.beta);
+
+  for (int64_t tile = block; tile < p.tiles; tile += grid) {
+    const int64_t tr = tile / p.col_tiles;
+    const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
+    const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
+    const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
+
+    // ---- load the 8 x 8 patch (and its mask) ----
+    uint32_t w[8][4];
+    uint32_t mk[8][2];
+    {
+      const T* x = static_cast<const T*>(p.x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (in) v = Load16(x + (rb + i) * C + cb);
+        w[i][0] = v.x;
+        w[i][1] = v.y;
+        w[i][2] = v.z;
+        w[i][3] = v.w;
+      }
+      if constexpr (OP == Op::kMask) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          uint2 m = make_uint2(0u, 0u);
+          if (in) m = Load8(p.mask + (rb + i) * C + cb);
+          mk[i][0] = m.x;
+          mk[i][1] = m.y;
+        }
+      }
+    }
+
+    // ---- the op, in place: w becomes the dense result (x's dtype) ----
+    if constexpr (OP == Op::kMask) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const bool keep = (mk[i][j >> 2] >> (8 * (j & 3))) & 0xFFu;
+          if (!keep) Set(w, i, j, 0u);
+        }
+      }
+    } else {
+      // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
+      float u[8][2][2];  // MVUE uniforms per (line, h)
+      if constexpr (OP == Op::kMvue) {
+        if constexpr (TRANS) {
+          // group (row group gr, column c): index gr * C + c; columns c, c + 1 (c even) share a pair.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t gbase = (rb / 4 + h) * C + cb;
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+              const U32x4 r = PhiloxPair(key, gbase + 2 * jj);
+              u[2 * jj][h][0] = Uniform01(r.x);
+              u[2 * jj][h][1] = Uniform01(r.y);
+              u[2 * jj + 1][h][0] = Uniform01(r.z);
+              u[2 * jj + 1][h][1] = Uniform01(r.w);
+            }
+          }
+        } else {
+          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h, cb / 4 even.
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const U32x4 r = PhiloxPair(key, (rb + i) * (C / 4) + cb / 4);
+            u[i][0][0] = Uniform01(r.x);
+            u[i][0][1] = Uniform01(r.y);
+            u[i][1][0] = Uniform01(r.z);
+            u[i][1][1] = Uniform01(r.w);
+          }
+        }
+      }
+#pragma unroll
+      for (int line = 0; line < 8; ++line) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            v[q] = E::ToFloat(Get(w, i, j));
+          }
+          uint32_t out[4];
+          if constexpr (OP == Op::kPrune) {
+            bool keep[4];
+            Mask24Keep(v, keep);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+              out[q] = keep[q] ? Get(w, i, j) : 0u;
+            }
+          } else if constexpr (OP == Op::kSoft) {
+            float y[4];
+            bool keep[4];
+            SoftThreshold24(v, y, keep);
+            // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
+#pragma unroll
+            for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
+          } else {  // kMvue
+            float y[4];
+            bool keep[4];
+            Mvue24(v, u[line][h][0], u[line][h][1], y, keep);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(y[q]);
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            Set(w, i, j, out[q]);
+          }
+        }
+      }
+    }
+
+    // ---- compress: transposed A (groups along rows) -> shared memory ----
+    if constexpr (TRANS) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        uint32_t pr[2], nib[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j), Get(w, 4 * h + 3, j),
+                                 &pr[h]);
+        }
+        const int a = 8 * cc + j;  // operand row (x column) within the tile
+        // values: 8-byte slot gp of row a (16 slots of 4 values), slot index XOR 2 * ((a >> 3) & 7)
+        const int slot = gp ^ (2 * ((a >> 3) & 7));
+        *reinterpret_cast<uint2*>(s_tval + a * 128 + slot * 8) = make_uint2(pr[0], pr[1]);
+        s_tmeta[MetaSmemOffset(a, gp)] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+      }
+    }
+    // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
+    if constexpr (DIRECT) {
+      T* dv = static_cast<T*>(p.d_values);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t pr[2], nib[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2), Get(w, i, 4 * h + 3),
+                                 &pr[h]);
+        }
+        if (in) *reinterpret_cast<uint2*>(dv + (rb + i) * (C / 2) + cb / 2) = make_uint2(pr[0], pr[1]);
+        s_dmeta[MetaSmemOffset(8 * gp + i, cc)] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+      }
+    }
+    sync();
+
+    // ---- write the staged tiles with 16-byte stores ----
+    if constexpr (TRANS) {
+      T* tv = static_cast<T*>(p.t_values);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int piece = t + kThreads * q;  // 128 rows x 8 pieces of 16 bytes
+        const int a = piece >> 3, s = piece & 7;
+        const int64_t ga = c0 + a, gk = r0 + 16 * s;
+        if (ga < C && gk < R) {
+          const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
+          *reinterpret_cast<uint4*>(tv + ga * (R / 2) + gk / 2) = v;
+        }
+      }
+      if (t < 128) {
+        const int blk = t >> 4, chunk = t & 15;
+        const int64_t m0 = c0 + 16 * blk;
+        if (m0 < p.t_meta_rows) {
+          const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * 256 + ((chunk ^ blk) << 4));
+          *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
+        }
+      }
+    }
+    if constexpr (DIRECT) {
+      const int u = TRANS ? t - 128 : t;
+      if (u >= 0 && u < 128) {
+        const int blk = u >> 4, chunk = u & 15;
+        const int64_t m0 = r0 + 16 * blk;
+        if (m0 < p.d_meta_rows) {
+          const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * 256 + ((chunk ^ blk) << 4));
+          *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
+        }
+      }
+    }
+    sync();  // the staging buffers are reused by the next tile
+  }
+}
+
+template <typename T, Op OP, bool DIRECT, bool TRANS>
+__global__ void __launch_bounds__(kThreads, 2) CompressTileKernel(const TileParams p) {
+  __shared__ TileSmem<DIRECT, TRANS> sm;
+  TileLoop<T, OP, DIRECT, TRANS>(p, static_cast<int>(threadIdx.x), blockIdx.x, gridDim.x, sm,
+                                 []() { __syncthreads(); });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host side.
+
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
+
+ffi::Error SmCount(int device, int* out) {
+  if (device < 0 || device >= kMaxDevices) return Internal("device ordinal " + std::to_string(device) + " out of range");
+  int n = g_sm_count[device].load(std::memory_order_relaxed);
+  if (n <= 0) {
+    SP24_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    g_sm_count[device].store(n, std::memory_order_relaxed);
+  }
+  *out = n;
+  return ffi::Error::Success();
+}
+
+std::string Dims(ffi::AnyBuffer::Dimensions d) {
+  std::string s = "(";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  if (d.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::string Shape2(int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
+
+bool Is2D(ffi::AnyBuffer::Dimensions d, int64_t r, int64_t c) { return d.size() == 2 && d[0] == r && d[1] == c; }
+
+bool Aligned(const void* ptr, uintptr_t n) { return (reinterpret_cast<uintptr_t>(ptr) % n) == 0; }
+
+// Checks one compressed output pair (values, meta) for the operand A (m x k) of dtype `dt`.
+ffi::Error CheckOutputs(const std::string& op, const char* which, ffi::DataType dt, int64_t m, int64_t k,
+                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta) {
+  const int code = dt == ffi::DataType::BF16 ? 0 : 1;
+  CompressedShapes s;
+  std::string error;
+  if (!CutlassCompressedShapes(m, k, code, &s, &error)) {
+    return InvalidArgument(op + ": the " + which + " operand (m=" + std::to_string(m) + ", k=" + std::to_string(k) +
+                           "): " + error);
+  }
+  if (values.element_type() != dt) {
+    return InvalidArgument(op + ": " + which + " values must have x's dtype " + DataTypeName(dt) + ", got " +
+                           DataTypeName(values.element_type()));
+  }
+  if (meta.element_type() != ffi::DataType::U8) {
+    return InvalidArgument(op + ": " + which + " meta must be uint8, got " + DataTypeName(meta.element_type()));
+  }
+  if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
+    return InvalidArgument(op + ": " + which + " values must have shape " + Shape2(s.values_rows, s.values_cols) +
+                           ", got " + Dims(values.dimensions()));
+  }
+  if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
+    return InvalidArgument(op + ": " + which + " meta must have shape " + Shape2(s.meta_rows, s.meta_cols) + ", got " +
+                           Dims(meta.dimensions()));
+  }
+  if (!Aligned(values.untyped_data(), 16) || !Aligned(meta.untyped_data(), 16)) {
+    return InvalidArgument(op + ": " + which + " outputs must be 16-byte aligned");
+  }
+  return ffi::Error::Success();
+}
+
+template <typename T, Op OP, bool DIRECT, bool TRANS>
+ffi::Error Launch(cudaStream_t stream, int sm_count, TileParams p) {
+  p.col_tiles = (p.cols + kTile - 1) / kTile;
+  p.tiles = ((p.rows + kTile - 1) / kTile) * p.col_tiles;
+  if (p.tiles == 0) return ffi::Error::Success();
+  const int64_t max_blocks = int64_t(sm_count) * 16;
+  const unsigned blocks = static_cast<unsigned>(p.tiles < max_blocks ? p.tiles : max_blocks);
+  CompressTileKernel<T, OP, DIRECT, TRANS><<<blocks, kThreads, 0, stream>>>(p);
+  SP24_CHECK_LAUNCH("CompressTileKernel");
+  return ffi::Error::Success();
+}
+
+template <Op OP, bool DIRECT, bool TRANS>
+ffi::Error LaunchTyped(cudaStream_t stream, int sm_count, ffi::DataType dt, const TileParams& p) {
+  if (dt == ffi::DataType::BF16) return Launch<__nv_bfloat16, OP, DIRECT, TRANS>(stream, sm_count, p);
+  return Launch<__half, OP, DIRECT, TRANS>(stream, sm_count, p);
+}
+
+struct Extra {
+  const ffi::AnyBuffer* mask = nullptr;
+  const ffi::AnyBuffer* beta = nullptr;
+  const ffi::AnyBuffer* key = nullptr;
+};
+
+// Validates x / the extra inputs / the outputs and launches. Outputs: direct pair and/or transposed pair.
+template <Op OP>
+ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
+               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta) {
+  const std::string op = op_name;
+  const ffi::DataType dt = x.element_type();
+  if (dt != ffi::DataType::BF16 && dt != ffi::DataType::F16) {
+    return InvalidArgument(op + ": x must be bfloat16 or float16, got " + DataTypeName(dt));
+  }
+  const auto dims = x.dimensions();
+  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D (rows, cols), got shape " + Dims(dims));
+  const int64_t R = dims[0], C = dims[1];
+  if (R % 8 != 0 || C % 8 != 0) {
+    return InvalidArgument(op + ": x's rows and cols must be multiples of 8, got shape " + Dims(dims));
+  }
+  if (!Aligned(x.untyped_data(), 16)) return InvalidArgument(op + ": x must be 16-byte aligned");
+  // Direct A = x is (m = R, k = C); transposed A = x^T is (m = C, k = R). CutlassCompressedShapes
+  // checks the GEMM's constraints (k % 16, m % 8, sizes below 2^31).
+  if (d_values != nullptr) SP24_RETURN_IF_ERROR(CheckOutputs(op, "direct (A = x)", dt, R, C, *d_values, *d_meta));
+  if (t_values != nullptr) SP24_RETURN_IF_ERROR(CheckOutputs(op, "transposed (A = x^T)", dt, C, R, *t_values, *t_meta));
+
+  TileParams p{};
+  p.x = x.untyped_data();
+  p.rows = R;
+  p.cols = C;
+  if constexpr (OP == Op::kMask) {
+    const ffi::AnyBuffer& m = *ex.mask;
+    if (m.element_type() != ffi::DataType::PRED && m.element_type() != ffi::DataType::U8) {
+      return InvalidArgument(op + ": mask must be bool, got " + DataTypeName(m.element_type()));
+    }
+    if (!Is2D(m.dimensions(), R, C)) {
+      return InvalidArgument(op + ": mask must have x's shape " + Shape2(R, C) + ", got " + Dims(m.dimensions()));
+    }
+    if (!Aligned(m.untyped_data(), 8)) return InvalidArgument(op + ": mask must be 8-byte aligned");
+    p.mask = static_cast<const uint8_t*>(m.untyped_data());
+  }
+  if constexpr (OP == Op::kSoft) {
+    const ffi::AnyBuffer& b = *ex.beta;
+    if (b.element_type() != ffi::DataType::F32 || b.element_count() != 1) {
+      return InvalidArgument(op + ": beta must be a float32 scalar, got " + DataTypeName(b.element_type()) +
+                             " of shape " + Dims(b.dimensions()));
+    }
+    p.beta = static_cast<const float*>(b.untyped_data());
+  }
+  if constexpr (OP == Op::kMvue) {
+    const ffi::AnyBuffer& k = *ex.key;
+    const auto kd = k.dimensions();
+    if (k.element_type() != ffi::DataType::U32 || kd.size() != 1 || kd[0] < 1 || kd[0] > 4) {
+      return InvalidArgument(op + ": key must be uint32 key data of shape (n,), 1 <= n <= 4, got " +
+                             DataTypeName(k.element_type()) + " of shape " + Dims(kd));
+    }
+    p.key = static_cast<const uint32_t*>(k.untyped_data());
+    p.nkw = static_cast<int>(kd[0]);
+  }
+  if (d_values != nullptr) {
+    p.d_values = d_values->untyped_data();
+    p.d_meta = static_cast<uint8_t*>(d_meta->untyped_data());
+    p.d_meta_rows = d_meta->dimensions()[0];
+  }
+  if (t_values != nullptr) {
+    p.t_values = t_values->untyped_data();
+    p.t_meta = static_cast<uint8_t*>(t_meta->untyped_data());
+    p.t_meta_rows = t_meta->dimensions()[0];
+  }
+  int sm_count = 0;
+  SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
+  if (d_values != nullptr && t_values != nullptr) {
+    if constexpr (OP == Op::kMask) return LaunchTyped<OP, true, true>(stream, sm_count, dt, p);
+    return Internal(op + ": both directions need a given mask");
+  }
+  if (t_values != nullptr) return LaunchTyped<OP, false, true>(stream, sm_count, dt, p);
+  return LaunchTyped<OP, true, false>(stream, sm_count, dt, p);
+}
+
+// Handlers with one output pair: `transposed` picks A = x^T (true) or A = x (false).
+template <Op OP>
+ffi::Error RunOne(const char* name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
+                  ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed) {
+  if (transposed) return Run<OP>(name, stream, device, x, ex, nullptr, nullptr, &values, &meta);
+  return Run<OP>(name, stream, device, x, ex, &values, &meta, nullptr, nullptr);
+}
+
+ffi::Error Prune24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+                               ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
+  return RunOne<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *values, *meta, transposed);
+}
+
+ffi::Error MaskCompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                            ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
+  Extra ex;
+  ex.mask = &mask;
+  return RunOne<Op::kMask>("masked_compress", stream, device, x, ex, *values, *meta, transposed);
+}
+
+ffi::Error MaskCompressBothImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                                ffi::Result<ffi::AnyBuffer> t_values, ffi::Result<ffi::AnyBuffer> t_meta,
+                                ffi::Result<ffi::AnyBuffer> d_values, ffi::Result<ffi::AnyBuffer> d_meta) {
+  Extra ex;
+  ex.mask = &mask;
+  return Run<Op::kMask>("masked_compress_both", stream, device, x, ex, &(*d_values), &(*d_meta), &(*t_values),
+                        &(*t_meta));
+}
+
+ffi::Error Mvue24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer key, ffi::AnyBuffer x,
+                              ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
+  Extra ex;
+  ex.key = &key;
+  return RunOne<Op::kMvue>("mvue24_compress", stream, device, x, ex, *values, *meta, transposed);
+}
+
+ffi::Error SoftThreshold24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
+                                       ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta,
+                                       int64_t transposed) {
+  Extra ex;
+  ex.beta = &beta;
+  return RunOne<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *values, *meta, transposed);
+}
+
+}  // namespace
+}  // namespace compress
+}  // namespace jax_sparse24
+
+// x (R, C) -> values, meta of A = x (transposed=false) or A = x^T (transposed=true).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Prune24Compress, jax_sparse24::compress::Prune24CompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // x
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// x (R, C), mask (R, C) bool -> values, meta of A = x * mask or (x * mask)^T.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompress, jax_sparse24::compress::MaskCompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // x
+                                  .Arg<::xla::ffi::AnyBuffer>()  // mask
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// x (R, C), mask (R, C) bool (2:4 along both axes) -> (x*mask)^T values, meta, then x*mask values, meta.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressBoth, jax_sparse24::compress::MaskCompressBothImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()   // x
+                                  .Arg<::xla::ffi::AnyBuffer>()   // mask
+                                  .Ret<::xla::ffi::AnyBuffer>()   // transposed values
+                                  .Ret<::xla::ffi::AnyBuffer>()   // transposed meta
+                                  .Ret<::xla::ffi::AnyBuffer>()   // direct values
+                                  .Ret<::xla::ffi::AnyBuffer>(),  // direct meta
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// key (n,) uint32, x (R, C) -> values, meta of MVUE(x) (groups along the compressed K axis).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mvue24Compress, jax_sparse24::compress::Mvue24CompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // key
+                                  .Arg<::xla::ffi::AnyBuffer>()  // x
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// x (R, C), beta float32 scalar -> values, meta of beta * soft_threshold24(x).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::compress::SoftThreshold24CompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // x
+                                  .Arg<::xla::ffi::AnyBuffer>()  // beta
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
