@@ -15,6 +15,13 @@ Parameter tree (per block ``h_<i>``)::
     h_<i>/ln_1, h_<i>/attn/{qkv,proj}/{kernel,bias}, h_<i>/ln_2, h_<i>/mlp/{fc,proj}/{kernel,bias}
 
 The ``"sparsity"`` collection mirrors the sparse layers' paths (masks / β).
+
+With ``linear="lowrank"`` (the ``ast`` recipe of ``train_gpt.py``) the same sparse layers are
+:class:`jax_sparse24.distill.Sparse24LowRankDense` instead, under the same names: a 2:4 mask
+recomputed from the weight on every call (straight-through) plus AST's SLoRB low-rank term, so
+those layers hold ``{kernel, bias, lora_b}`` and there is no ``"sparsity"`` collection. Every
+other parameter has the same path and shape as in the dense model, so a dense checkpoint
+initialises the student (:func:`jax_sparse24.distill.student_params_from_dense`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jax_sparse24.distill import Sparse24LowRankDense
 from jax_sparse24.nn import Sparse24Dense
 
 __all__ = ["GPTConfig", "GPT", "SIZES", "sparse_layer_paths"]
@@ -51,6 +59,10 @@ class GPTConfig:
     mask_every: int = 40
     sparse_attn: bool = False
     backend: str = "auto"
+    # Class of the sparse layers: "sparse24" (Sparse24Dense with `method`) or "lowrank"
+    # (AST: Sparse24LowRankDense, adaptive 2:4 mask + SLoRB term of rank in // slorb_group).
+    linear: str = "sparse24"
+    slorb_group: int = 64
     dtype: Any = jnp.float32  # compute dtype (params are float32)
 
     @property
@@ -81,10 +93,30 @@ def sparse_layer_paths(cfg: GPTConfig) -> list[tuple[str, ...]]:
     return paths
 
 
-def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float):
+def slorb_rank(cfg: GPTConfig, features_in: int) -> int:
+    """Rank of the SLoRB term of a ``linear="lowrank"`` layer with ``features_in`` inputs.
+
+    ``features_in // slorb_group`` (AST's group size ``k``); when the input size is not a
+    multiple of the group size (tiny test models), groups of 4 channels (one 2:4 group).
+    """
+    k = cfg.slorb_group
+    if k >= 1 and features_in % k == 0:
+        return features_in // k
+    return features_in // 4
+
+
+def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float,
+            features_in: int):
     init = nn.initializers.normal(std)
     if cfg.method == "dense" or not sparse_layer:
         return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name)
+    if cfg.linear == "lowrank":
+        return Sparse24LowRankDense(
+            features, rank=slorb_rank(cfg, features_in), use_bias=cfg.use_bias, dtype=cfg.dtype,
+            kernel_init=init, name=name,
+        )
+    if cfg.linear != "sparse24":
+        raise ValueError(f"GPTConfig.linear must be 'sparse24' or 'lowrank', got {cfg.linear!r}")
     return Sparse24Dense(
         features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, method=cfg.method,
         mvue=cfg.mvue, transposable=cfg.transposable, mask_every=cfg.mask_every,
@@ -107,12 +139,12 @@ class CausalSelfAttention(nn.Module):
         b, t, c = x.shape
         hd = c // cfg.n_head
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
-        qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02), x, sparse)
+        qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
         y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
         y = y.reshape(b, t, c)
-        return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std), y, sparse)
+        return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std, c), y, sparse)
 
 
 class MLP(nn.Module):
@@ -124,14 +156,14 @@ class MLP(nn.Module):
         h = cfg.ffn_hidden
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
         if cfg.ffn == "swiglu":
-            ab = _call(_linear(cfg, 2 * h, "fc", True, 0.02), x, sparse)
+            ab = _call(_linear(cfg, 2 * h, "fc", True, 0.02, cfg.n_embd), x, sparse)
             a, g = jnp.split(ab, 2, axis=-1)
             y = nn.silu(a) * g
         elif cfg.ffn == "gelu":
-            y = nn.gelu(_call(_linear(cfg, h, "fc", True, 0.02), x, sparse), approximate=True)
+            y = nn.gelu(_call(_linear(cfg, h, "fc", True, 0.02, cfg.n_embd), x, sparse), approximate=True)
         else:
             raise ValueError(f"GPTConfig.ffn must be 'gelu' or 'swiglu', got {cfg.ffn!r}")
-        return _call(_linear(cfg, cfg.n_embd, "proj", True, proj_std), y, sparse)
+        return _call(_linear(cfg, cfg.n_embd, "proj", True, proj_std, h), y, sparse)
 
 
 class Block(nn.Module):

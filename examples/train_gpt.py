@@ -18,6 +18,16 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
   with hard 2:4 straight-through weights.
 * ``ste`` — hard 2:4 magnitude mask of the weights recomputed every step, straight-through
   (torchao-style runtime weight sparsity).
+* ``ast`` — AST (Adaptive Sparse Trainer): a 2:4 student distilled from a dense teacher,
+  ``--recipe ast --teacher DIR`` where ``DIR`` is the ``--out`` (or its ``ckpt/``) of a
+  ``--recipe dense`` run with the same model flags. The sparse linears are
+  ``jax_sparse24.distill.Sparse24LowRankDense`` (2:4 mask recomputed from the weight on every
+  call, straight-through, plus the SLoRB low-rank term of rank ``in // --slorb-group``); the
+  student starts from the teacher's weights (``student_params_from_dense``) and trains on
+  ``CE + --kd-alpha · KL(teacher ‖ student)`` (teacher forward under ``stop_gradient`` on the
+  same batch) with SR-STE masked decay on the 2:4 kernels (ramped 0 → ``--decay-alpha`` over the
+  first half) before AdamW. The train ``loss`` logged is the task cross-entropy; ``kd`` is logged
+  beside it.
 
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, flip rate, lr; eval val loss),
 ``summary.json``, ``loss.png`` (train/val loss and flip rate), and orbax checkpoints in
@@ -63,6 +73,7 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24 import distill as s24distill  # noqa: E402
 from jax_sparse24 import nn as s24nn  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 
@@ -79,6 +90,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     "sste": dict(method="soft", mvue=True),
     "step": dict(method="ste", mvue=False, step=True),
     "ste": dict(method="ste", mvue=False),
+    # AST: Sparse24LowRankDense layers (mask recomputed every call, like ste), dense teacher.
+    "ast": dict(method="ste", mvue=False, linear="lowrank", ast=True),
 }
 
 #: per-size defaults of the training flags (a flag given on the command line wins).
@@ -97,6 +110,10 @@ CONFIG_KEYS = (
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd",
 )
+#: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
+AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
+#: flags a dense teacher must share with the ast student (they fix the parameter shapes).
+TEACHER_MATCH_KEYS = ("size", "n_layer", "n_head", "n_embd", "seq_len", "ffn", "untied_head")
 
 
 class CLIError(Exception):
@@ -192,6 +209,7 @@ class Experiment:
     recipe: dict
     sparse_paths: list
     switch_step: Optional[int]  # srste: first dense fine-tune step
+    teacher_model: Optional[GPT] = None  # ast: the dense teacher (its params are not in the state)
 
     def sparse_at(self, step: int, phase: int) -> Optional[bool]:
         """The model's ``sparse`` flag for optimizer step ``step`` (host side, a Python value).
@@ -222,6 +240,7 @@ def build_experiment(hp: dict) -> Experiment:
         **size, ffn=hp["ffn"], tie_head=not hp["untied_head"], method=recipe["method"],
         mvue=recipe["mvue"], transposable=recipe.get("transposable", True),
         mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
+        linear=recipe.get("linear", "sparse24"), slorb_group=hp.get("slorb_group", 64),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])
@@ -240,6 +259,15 @@ def build_experiment(hp: dict) -> Experiment:
         switch_step = steps - int(round(steps * hp["finetune_fraction"]))
     if recipe.get("masked_decay"):
         chain.append(s24optim.masked_decay(hp["decay_alpha"], active_until=switch_step))
+    teacher_model = None
+    if recipe.get("ast"):
+        # SR-STE decay of the pruned weights of the 2:4 kernels only (not the head, embeddings or
+        # dense attention), ramped linearly over the first half as in AST; masks from |W|, the
+        # same 2:4 magnitude masks the layers compute.
+        ramp = max(steps // 2, 1)
+        alpha = hp["decay_alpha"]
+        chain.append(s24optim.masked_decay(lambda c: alpha * jnp.minimum(c / ramp, 1.0), where=where_sparse))
+        teacher_model = GPT(dataclasses.replace(cfg, method="dense", linear="sparse24"))
     if recipe.get("step"):
         chain.append(s24optim.adamw_step(
             sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8, weight_decay=hp["weight_decay"],
@@ -250,7 +278,7 @@ def build_experiment(hp: dict) -> Experiment:
                                  weight_decay=hp["weight_decay"], mask=wd_mask))
     tx = optax.chain(*chain)
     return Experiment(hp=hp, cfg=cfg, model=GPT(cfg), tx=tx, recipe=recipe, sparse_paths=paths,
-                      switch_step=switch_step)
+                      switch_step=switch_step, teacher_model=teacher_model)
 
 
 def init_state(exp: Experiment, seed: int):
@@ -286,12 +314,13 @@ def _mask_flip_rate(exp: Experiment, old_params, new_params):
 def make_train_step(exp: Experiment, sparse: Optional[bool]):
     """``train_step(state, tokens) -> (state, metrics)`` with the model's ``sparse`` flag fixed.
 
-    ``tokens`` is ``(B, T + 1)`` int32 (inputs and shifted targets).
+    ``tokens`` is ``(B, T + 1)`` int32 (inputs and shifted targets). For ``ast`` the step is
+    ``train_step(state, tokens, teacher_params)``.
     """
     seed = exp.hp["seed"]
     method = exp.cfg.method
 
-    def train_step(state, tokens):
+    def train_step(state, tokens, teacher_params=None):
         step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
         x, y = tokens[:, :-1], tokens[:, 1:]
         rngs = {}
@@ -301,9 +330,15 @@ def make_train_step(exp: Experiment, sparse: Optional[bool]):
         def loss_fn(p):
             variables = {"params": p, s24nn.SPARSITY: sparsity} if sparsity else {"params": p}
             logits = exp.model.apply(variables, x, sparse=sparse, rngs=rngs)
-            return cross_entropy(logits, y)
+            ce = cross_entropy(logits, y)
+            if exp.teacher_model is None:
+                return ce, (ce, None)
+            teacher = jax.lax.stop_gradient(exp.teacher_model.apply({"params": teacher_params}, x))
+            total, aux = s24distill.ast_loss(ce, logits, teacher, alpha=exp.hp["kd_alpha"],
+                                             temperature=exp.hp["kd_temperature"])
+            return total, (ce, aux["kd"])
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        (_, (loss, kd)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
         extra = {}
         if exp.recipe.get("masked_decay"):
             extra["masks"] = s24nn.masks_for_params(params, sparsity)
@@ -323,6 +358,8 @@ def make_train_step(exp: Experiment, sparse: Optional[bool]):
             "grad_norm": optax.tree.norm(grads) if hasattr(optax, "tree") else optax.global_norm(grads),
             "sparse": jnp.asarray(bool(sparse)),
         }
+        if kd is not None:
+            metrics["kd"] = kd
         if exp.needs_phase():
             st = _step_state(opt_state)
             metrics["step_z"] = st.z_avg
@@ -761,6 +798,16 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--finetune-fraction must be in [0, 1], got {hp['finetune_fraction']}")
     if hp["mask_every"] < 1:
         raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
+    if RECIPES[recipe].get("ast"):
+        if args.teacher is None:
+            raise CLIError("--recipe ast needs --teacher DIR: the --out directory (or its ckpt/) of a "
+                           "`--recipe dense` run of this script with the same model flags")
+        if args.slorb_group < 1:
+            raise CLIError(f"--slorb-group must be >= 1, got {args.slorb_group}")
+        if args.kd_temperature <= 0:
+            raise CLIError(f"--kd-temperature must be > 0, got {args.kd_temperature}")
+        hp.update(teacher=str(Path(args.teacher).resolve()), kd_alpha=args.kd_alpha,
+                  kd_temperature=args.kd_temperature, slorb_group=args.slorb_group)
     return hp
 
 
@@ -776,10 +823,18 @@ class Runtime:
     ``sparse`` flag, built on first use.
     """
 
-    def __init__(self, exp: Experiment, mesh=None):
+    def __init__(self, exp: Experiment, mesh=None, teacher_params=None):
         if mesh is None:
             mesh = single_device_mesh()
         self.exp, self.mesh = exp, mesh
+        self.teacher = self.teacher_shardings = None
+        if exp.teacher_model is not None:
+            if teacher_params is None:
+                raise ValueError("the ast recipe needs the teacher's params (make_runtime(..., teacher_params=))")
+            model = mesh.shape["model"]
+            self.teacher_shardings = jax.tree_util.tree_map_with_path(
+                lambda p, x: NamedSharding(mesh, _leaf_spec(p, x, model)), teacher_params)
+            self.teacher = jax.device_put(teacher_params, self.teacher_shardings)
         init_fn = lambda: init_state(exp, exp.hp["seed"])  # noqa: E731
         self.abstract_state = jax.eval_shape(init_fn)
         self.state_shardings = state_shardings(mesh, self.abstract_state)
@@ -795,10 +850,29 @@ class Runtime:
 
     def train_step(self, sparse: Optional[bool]):
         if sparse not in self._train:
-            self._train[sparse] = jax.jit(
-                make_train_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
-                out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
+            if self.teacher is None:
+                self._train[sparse] = jax.jit(
+                    make_train_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
+                    out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
+            else:
+                step = jax.jit(
+                    make_train_step(self.exp, sparse),
+                    in_shardings=(self.state_shardings, self.data_sharding, self.teacher_shardings),
+                    out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
+                self._train[sparse] = lambda state, tokens: step(state, tokens, self.teacher)
         return self._train[sparse]
+
+    def init_from_teacher(self, state):
+        """ast: the student's params copied from the teacher (SLoRB ``lora_b`` from the pruned
+        weights) and a fresh optimizer state for them."""
+        exp = self.exp
+
+        def fn(st, teacher):
+            params = s24distill.student_params_from_dense(st["params"], teacher)
+            return dict(st, params=params, opt_state=exp.tx.init(params))
+
+        return jax.jit(fn, in_shardings=(self.state_shardings, self.teacher_shardings),
+                       out_shardings=self.state_shardings)(state, self.teacher)
 
     def eval_step(self, sparse: Optional[bool]):
         if sparse not in self._eval:
@@ -816,13 +890,59 @@ class Runtime:
         return st, tok
 
 
-def make_runtime(exp: Experiment, mesh=None) -> Runtime:
+def make_runtime(exp: Experiment, mesh=None, teacher_params=None) -> Runtime:
     """Jit init/train/eval with explicit shardings over ``mesh`` (default: a 1x1 mesh of device 0).
 
     The single-device case uses the same code path as a real mesh, so a resumed run (whose
     restored arrays carry these shardings) runs exactly the programs of a fresh run.
     """
-    return Runtime(exp, mesh)
+    return Runtime(exp, mesh, teacher_params)
+
+
+def run_config(hp: dict, data_sha256: str) -> dict:
+    """The flags stored in (and compared against) a run's checkpoints."""
+    keys = CONFIG_KEYS + (AST_CONFIG_KEYS if RECIPES[hp["recipe"]].get("ast") else ())
+    config = {k: hp[k] for k in keys}
+    config["data_sha256"] = data_sha256
+    return config
+
+
+def check_teacher(hp: dict) -> tuple["Checkpoints", int, dict]:
+    """Validates ``--teacher`` for an ast run: ``(checkpoints, latest step, meta)``.
+
+    The teacher must be a ``--recipe dense`` checkpoint of this script whose model flags
+    (:data:`TEACHER_MATCH_KEYS`) equal the student's; anything else is a :class:`CLIError`.
+    """
+    path = Path(hp["teacher"])
+    if not path.is_dir():
+        raise CLIError(f"--teacher {path}: no such directory")
+    ck = Checkpoints(path / "ckpt" if (path / "ckpt").is_dir() else path)
+    steps = ck.steps()
+    if not steps:
+        raise CLIError(f"--teacher {path}: no checkpoint found (give the --out directory of a "
+                       "`--recipe dense` run of this script, or its ckpt/)")
+    meta = ck.read_meta(steps[-1])
+    saved = meta["config"]
+    if saved.get("recipe") != "dense":
+        raise CLIError(f"--teacher {ck.dir}: the teacher must be a `--recipe dense` checkpoint, this one "
+                       f"is recipe={saved.get('recipe')!r}")
+    diffs = [k for k in TEACHER_MATCH_KEYS if saved.get(k) != hp[k]]
+    if diffs:
+        parts = ", ".join(f"{k}={saved.get(k)!r} in the teacher but {hp[k]!r} now" for k in diffs)
+        raise CLIError(f"--teacher {ck.dir}: the teacher was trained with a different model configuration "
+                       f"({parts}); the student needs the teacher's vocabulary, width, depth, heads and "
+                       "sequence length: train the teacher with the same --size/--n-layer/--n-head/"
+                       "--n-embd/--seq-len/--ffn/--untied-head flags")
+    return ck, steps[-1], meta
+
+
+def load_teacher(hp: dict):
+    """The dense teacher's params from ``hp["teacher"]`` (validated, fingerprints checked)."""
+    ck, step, meta = check_teacher(hp)
+    teacher_exp = build_experiment(dict(meta["config"]))
+    abstract = jax.eval_shape(lambda: init_state(teacher_exp, 0))
+    state, _ = ck.restore(step, abstract)
+    return state["params"]
 
 
 def _precheck_out(out: Path, resume: bool, overwrite: bool) -> None:
@@ -849,14 +969,14 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     if mesh is not None and B % mesh.shape["data"]:
         raise CLIError(f"--batch-size {B} is not divisible by the mesh's data axis ({mesh.shape['data']})")
     ckpts = Checkpoints(out / "ckpt")
+    teacher_params = load_teacher(hp) if exp.teacher_model is not None else None
 
-    rt = make_runtime(exp, mesh)
+    rt = make_runtime(exp, mesh, teacher_params)
     init_jit, put = rt.init, rt.put
     st_sh, abstract = rt.state_shardings, rt.abstract_state
     abstract_sh = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh)
 
-    config = {k: hp[k] for k in CONFIG_KEYS}
-    config["data_sha256"] = data.sha256
+    config = run_config(hp, data.sha256)
     out.mkdir(parents=True, exist_ok=True)
     metrics_path = out / "metrics.jsonl"
     history: list[dict] = []
@@ -873,6 +993,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         if ckpts.dir.exists():
             shutil.rmtree(ckpts.dir)  # --overwrite (checked before)
         state = init_jit()
+        if exp.teacher_model is not None:
+            state = rt.init_from_teacher(state)
         step0, elapsed_prev, tokens_prev = 0, 0.0, 0
 
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
@@ -923,6 +1045,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
                    "grad_norm": float(m["grad_norm"]), "sparse": bool(m["sparse"])}
             if "step_z" in m:
                 row["step_z"] = float(m["step_z"])
+            if "kd" in m:
+                row["kd"] = float(m["kd"])
             history.append(row)
             last["loss"] = row["loss"]
             if row["flip"] is not None:
@@ -1031,6 +1155,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
     ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction")
+    ap.add_argument("--teacher", type=Path, default=None,
+                    help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
+    ap.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
+    ap.add_argument("--kd-temperature", type=float, default=1.0, help="ast: distillation temperature")
+    ap.add_argument("--slorb-group", type=int, default=64,
+                    help="ast: SLoRB group size k (low-rank term of rank in // k; groups of 4 if in %% k)")
     ap.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
     ap.add_argument("--n-head", type=int, default=None, help="override the size's number of heads")
     ap.add_argument("--n-embd", type=int, default=None, help="override the size's width")
@@ -1099,8 +1229,15 @@ def main(argv=None) -> int:
                 raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
+        if args.teacher is not None and not any(RECIPES[r].get("ast") for r in recipes):
+            raise CLIError("--teacher is only used by --recipe ast")
         for r in recipes:
-            resolve_flags(args, r)  # validate every run's flags before writing anything
+            hp = resolve_flags(args, r)  # validate every run's flags before writing anything
+            if RECIPES[r].get("ast"):
+                ck, _, _ = check_teacher(hp)
+                if ck.dir == (outs[r] / "ckpt").resolve():
+                    raise CLIError(f"--teacher {args.teacher} is the output directory of this run; "
+                                   "choose another --out")
         mesh = parse_mesh(args.mesh)
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
@@ -1111,8 +1248,7 @@ def main(argv=None) -> int:
             for r in recipes:
                 ck = Checkpoints(outs[r] / "ckpt")
                 hp = resolve_flags(args, r)
-                cfg = {k: hp[k] for k in CONFIG_KEYS}
-                cfg["data_sha256"] = data.sha256
+                cfg = run_config(hp, data.sha256)
                 check_config(ck.read_meta(ck.steps()[-1])["config"], cfg, ck.dir)
         print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}; "
               f"{jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
