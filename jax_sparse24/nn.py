@@ -29,6 +29,7 @@ from jax import lax
 from jax_sparse24._src import ops
 from jax_sparse24._src import reference
 from jax_sparse24._src.linear import BACKENDS, sparse24_linear
+from jax_sparse24._src.tree_paths import path_tuple
 
 __all__ = [
     "Sparse24Dense",
@@ -200,10 +201,6 @@ class Sparse24Dense(nn.Module):
         )
 
 
-def _path_key(path) -> tuple:
-    return tuple(getattr(k, "key", getattr(k, "name", k)) for k in path)
-
-
 def _layer_states(sparsity):
     """Yield (layer_path, layer_dict) for every Sparse24Dense state in a sparsity tree."""
     def walk(node, path):
@@ -283,7 +280,7 @@ def masks_for_params(params, sparsity):
         masks[path] = layer[name]
 
     def pick(path, leaf):
-        p = _path_key(path)
+        p = path_tuple(path)
         if p and p[-1] == "kernel" and p[:-1] in masks:
             return masks[p[:-1]]
         return None
@@ -298,7 +295,7 @@ def apply_masks(params, sparsity):
         masks[path] = layer[_TMASK if _TMASK in layer else _MASK]
 
     def apply(path, leaf):
-        p = _path_key(path)
+        p = path_tuple(path)
         if p and p[-1] == "kernel" and p[:-1] in masks:
             return jnp.where(masks[p[:-1]], leaf, jnp.zeros((), leaf.dtype))
         return leaf

@@ -27,6 +27,7 @@ import optax
 from jax import lax
 
 from jax_sparse24._src import ops
+from jax_sparse24._src.tree_paths import path_str as _path_str
 
 __all__ = [
     "AdamWStepState",
@@ -52,17 +53,6 @@ _INT32_MAX = np.iinfo(np.int32).max
 # ----------------------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------------------
-
-
-def _key_str(k) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
-def _path_str(path) -> str:
-    return "/".join(_key_str(k) for k in path)
 
 
 def _safe_increment(count):

@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from jax_sparse24._src import ops
+from jax_sparse24._src.tree_paths import path_str
 from jax_sparse24._src import validation as v
 
 MAX_M = v.MAX_M
@@ -349,17 +350,6 @@ def _mask_for_jit(x, spec: PatternSpec, axis: int, norm: str, layer: str | None,
 
 # ---------------------------------------------------------------------------------------------
 # parameter-tree paths
-
-
-def key_str(k) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
-def path_str(path) -> str:
-    return "/".join(key_str(k) for k in path)
 
 
 def _as_list(pats) -> list:
