@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_sparse24._src import gemm
-from jax_sparse24._src import ops
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
@@ -39,14 +38,6 @@ class _Config(NamedTuple):
 
 def _flatten_tokens(x):
     return x.reshape(-1, x.shape[-1])
-
-
-def _pad_tokens(a, multiple: int):
-    t = a.shape[0]
-    pad = (-t) % multiple
-    if pad:
-        a = jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)], axis=0)
-    return a
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -72,10 +63,9 @@ def _linear_bwd(cfg: _Config, res, g):
                           precision=cfg.precision)
     dx = dx2.reshape(x.shape).astype(x.dtype)
     if key is not None:
-        # MVUE groups of 4 along the token axis; zero rows pad T to a multiple of 4 exactly
-        # (a zero gradient row stays zero and meets a zero input row).
-        # gemm.weight_grad_mvue: with the sparse backend one fused pass draws MVUE(∇y) and compresses
-        # it for the sparse weight-gradient GEMM; otherwise ops.mvue24 then the dense GEMM.
+        # MVUE groups of 4 along the token axis (gemm.weight_grad_mvue pads T with zero rows, which
+        # changes nothing). With the sparse backend one fused pass draws MVUE(∇y) and compresses it
+        # for the sparse weight-gradient GEMM; otherwise ops.mvue24 then the dense GEMM.
         dw = gemm.weight_grad_mvue(key, x2, g2, backend=cfg.backend, precision=cfg.precision)
     else:
         dw = gemm.weight_grad(x2, g2, backend=cfg.backend, precision=cfg.precision)

@@ -8,14 +8,14 @@ to the reference everywhere else — chosen by ``lax.platform_dependent`` inside
 
 from __future__ import annotations
 
-import jax
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 
 from jax_sparse24._src import ffi
 from jax_sparse24._src import reference
 from jax_sparse24._src import sharding  # issue 6: ops are custom-partitioned (sharding.per_platform)
-from jax_sparse24._src import validation as v
 
 __all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
 
@@ -26,13 +26,13 @@ def _kernel_dtype_ok(x) -> bool:
     return jnp.result_type(x) in [jnp.dtype(d) for d in _KERNEL_DTYPES]
 
 
-def _cuda():
-    """The CUDA wrappers module, or None when kernels cannot be used in this process."""
-    if not ffi.cuda_kernels_available():
+def _kernel(name: str, x, **kwargs):
+    """``cuda_mask_ops.<name>`` bound to ``kwargs``, or None where no kernel applies to ``x``."""
+    if not ffi.cuda_kernels_available() or not _kernel_dtype_ok(x):
         return None
     from jax_sparse24._src import cuda_mask_ops
 
-    return cuda_mask_ops
+    return functools.partial(getattr(cuda_mask_ops, name), **kwargs)
 
 
 def nm_mask(x, n: int, m: int, axis: int = -1):
@@ -74,10 +74,7 @@ def mask24(x, axis: int = -1):
     # Validates (trace time) and defines the op; the kernel must match it exactly.
     ref = lambda x: reference.mask24(x, axis)  # noqa: E731
     sharding.eval_shape(ref, x)
-    cuda = _cuda()
-    kernel = None
-    if cuda is not None and _kernel_dtype_ok(x):
-        kernel = lambda x: cuda.mask24_cuda(x, axis)  # noqa: E731
+    kernel = _kernel("mask24_cuda", x, axis=axis)
     return sharding.per_platform(sharding.grouped_rule("mask24", np.ndim(x), axis), ref, kernel, jnp.asarray(x))
 
 
@@ -101,8 +98,7 @@ def transposable_mask24(x):
     (4, 4)
     """
     sharding.eval_shape(reference.transposable_mask24, x)
-    cuda = _cuda()
-    kernel = cuda.transposable_mask24_cuda if (cuda is not None and _kernel_dtype_ok(x)) else None
+    kernel = _kernel("transposable_mask24_cuda", x)
     return sharding.per_platform(sharding.transposable_rule(), reference.transposable_mask24, kernel, jnp.asarray(x))
 
 
@@ -123,10 +119,7 @@ def soft_threshold24(x, axis: int = -1):
     """
     ref = lambda x: reference.soft_threshold24(x, axis)  # noqa: E731
     sharding.eval_shape(ref, x)
-    cuda = _cuda()
-    kernel = None
-    if cuda is not None and _kernel_dtype_ok(x):
-        kernel = lambda x: cuda.soft_threshold24_cuda(x, axis)  # noqa: E731
+    kernel = _kernel("soft_threshold24_cuda", x, axis=axis)
     rule = sharding.grouped_rule("soft_threshold24", np.ndim(x), axis, n_results=2)
     return sharding.per_platform(rule, ref, kernel, jnp.asarray(x))
 
@@ -151,10 +144,7 @@ def mvue24(key, x, axis: int = -1):
     """
     ref = lambda k, x: reference.mvue24(k, x, axis)  # noqa: E731
     sharding.eval_shape(ref, key, x)
-    cuda = _cuda()
-    kernel = None
-    if cuda is not None and _kernel_dtype_ok(x):
-        kernel = lambda k, x: cuda.mvue24_cuda(k, x, axis)  # noqa: E731
+    kernel = _kernel("mvue24_cuda", x, axis=axis)
     return sharding.per_platform(sharding.mvue_rule(key, np.ndim(x), axis), ref, kernel, key, jnp.asarray(x))
 
 

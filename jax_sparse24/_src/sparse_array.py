@@ -16,8 +16,6 @@ as its groups run along the contraction axis.
 
 from __future__ import annotations
 
-import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -211,9 +209,9 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
     if transposed:
         x, keep = x.T, keep.T
     shape = x.shape[::-1] if transposed else x.shape
-    use_cutlass = layout == "cutlass" or (layout == "auto" and _cutlass_layout_ok(x.shape, x.dtype))
-    if use_cutlass:
-        if not _cutlass_layout_ok(x.shape, x.dtype):
+    cutlass_ok = layout != "portable" and _cutlass_layout_ok(x.shape, x.dtype)
+    if layout == "cutlass" or cutlass_ok:
+        if not cutlass_ok:
             raise ValueError(
                 f"{op}: layout='cutlass' needs a 2-D bfloat16/float16 array with CUTLASS-aligned shape "
                 f"(rows % 8, groups axis % 16), the CUDA extension and a GPU; got shape {tuple(shape)}, "
@@ -308,11 +306,8 @@ def linear(x, sparse_w, bias=None, *, precision=None):
       bias: optional ``(out,)``.
     """
     op = "linear"
-    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == "cutlass":
-        if sparse_w.ndim != 2 or np.shape(x)[-1] != sparse_w.shape[0]:
-            raise ValueError(f"{op}: x's last axis ({np.shape(x)[-1]}) must equal the weight's in "
-                             f"({sparse_w.shape[0]}), weight shape {sparse_w.shape}")
-        y = _cutlass_matmul(x, sparse_w, op)
+    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == "cutlass":  # always 2-D
+        y = _cutlass_matmul(x, sparse_w, op)  # checks the contraction size
         if y is not None:
             return y if bias is None else y + jnp.asarray(bias, y.dtype)
     w = _dense_operand(sparse_w, "rhs", 0, op) if isinstance(sparse_w, Sparse24Array) else jnp.asarray(sparse_w)
