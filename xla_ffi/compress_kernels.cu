@@ -384,31 +384,8 @@ __global__ void __launch_bounds__(kThreads, 2) CompressTileKernel(const TilePara
 // ------------------------------------------------------------------------------------------------
 // Host side.
 
-constexpr int kMaxDevices = 64;
-std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
 
-ffi::Error SmCount(int device, int* out) {
-  if (device < 0 || device >= kMaxDevices) return Internal("device ordinal " + std::to_string(device) + " out of range");
-  int n = g_sm_count[device].load(std::memory_order_relaxed);
-  if (n <= 0) {
-    SP24_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    g_sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  *out = n;
-  return ffi::Error::Success();
-}
 
-std::string Dims(ffi::AnyBuffer::Dimensions d) {
-  std::string s = "(";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  if (d.size() == 1) s += ",";
-  return s + ")";
-}
-
-std::string Shape2(int64_t a, int64_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
 
 bool Is2D(ffi::AnyBuffer::Dimensions d, int64_t r, int64_t c) { return d.size() == 2 && d[0] == r && d[1] == c; }
 
@@ -433,11 +410,11 @@ ffi::Error CheckOutputs(const std::string& op, const char* which, ffi::DataType 
   }
   if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
     return InvalidArgument(op + ": " + which + " values must have shape " + Shape2(s.values_rows, s.values_cols) +
-                           ", got " + Dims(values.dimensions()));
+                           ", got " + DimsString(values.dimensions()));
   }
   if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
     return InvalidArgument(op + ": " + which + " meta must have shape " + Shape2(s.meta_rows, s.meta_cols) + ", got " +
-                           Dims(meta.dimensions()));
+                           DimsString(meta.dimensions()));
   }
   if (!Aligned(values.untyped_data(), 16) || !Aligned(meta.untyped_data(), 16)) {
     return InvalidArgument(op + ": " + which + " outputs must be 16-byte aligned");
@@ -479,10 +456,10 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     return InvalidArgument(op + ": x must be bfloat16 or float16, got " + DataTypeName(dt));
   }
   const auto dims = x.dimensions();
-  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D (rows, cols), got shape " + Dims(dims));
+  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D (rows, cols), got shape " + DimsString(dims));
   const int64_t R = dims[0], C = dims[1];
   if (R % 8 != 0 || C % 8 != 0) {
-    return InvalidArgument(op + ": x's rows and cols must be multiples of 8, got shape " + Dims(dims));
+    return InvalidArgument(op + ": x's rows and cols must be multiples of 8, got shape " + DimsString(dims));
   }
   if (!Aligned(x.untyped_data(), 16)) return InvalidArgument(op + ": x must be 16-byte aligned");
   // Direct A = x is (m = R, k = C); transposed A = x^T is (m = C, k = R). CutlassCompressedShapes
@@ -500,7 +477,7 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
       return InvalidArgument(op + ": mask must be bool, got " + DataTypeName(m.element_type()));
     }
     if (!Is2D(m.dimensions(), R, C)) {
-      return InvalidArgument(op + ": mask must have x's shape " + Shape2(R, C) + ", got " + Dims(m.dimensions()));
+      return InvalidArgument(op + ": mask must have x's shape " + Shape2(R, C) + ", got " + DimsString(m.dimensions()));
     }
     if (!Aligned(m.untyped_data(), 8)) return InvalidArgument(op + ": mask must be 8-byte aligned");
     p.mask = static_cast<const uint8_t*>(m.untyped_data());
@@ -509,7 +486,7 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     const ffi::AnyBuffer& b = *ex.beta;
     if (b.element_type() != ffi::DataType::F32 || b.element_count() != 1) {
       return InvalidArgument(op + ": beta must be a float32 scalar, got " + DataTypeName(b.element_type()) +
-                             " of shape " + Dims(b.dimensions()));
+                             " of shape " + DimsString(b.dimensions()));
     }
     p.beta = static_cast<const float*>(b.untyped_data());
   }
@@ -518,7 +495,7 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     const auto kd = k.dimensions();
     if (k.element_type() != ffi::DataType::U32 || kd.size() != 1 || kd[0] < 1 || kd[0] > 4) {
       return InvalidArgument(op + ": key must be uint32 key data of shape (n,), 1 <= n <= 4, got " +
-                             DataTypeName(k.element_type()) + " of shape " + Dims(kd));
+                             DataTypeName(k.element_type()) + " of shape " + DimsString(kd));
     }
     p.key = static_cast<const uint32_t*>(k.untyped_data());
     p.nkw = static_cast<int>(kd[0]);

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -62,6 +64,7 @@ inline ffi::Error CudaFailure(cudaError_t err, const char* what) {
 
 inline const char* DataTypeName(ffi::DataType t) {
   switch (t) {
+    case ffi::DataType::F64: return "float64";
     case ffi::DataType::F32: return "float32";
     case ffi::DataType::F16: return "float16";
     case ffi::DataType::BF16: return "bfloat16";
@@ -69,8 +72,45 @@ inline const char* DataTypeName(ffi::DataType t) {
     case ffi::DataType::U8: return "uint8";
     case ffi::DataType::U16: return "uint16";
     case ffi::DataType::U32: return "uint32";
+    case ffi::DataType::U64: return "uint64";
+    case ffi::DataType::S8: return "int8";
+    case ffi::DataType::S16: return "int16";
+    case ffi::DataType::S32: return "int32";
+    case ffi::DataType::S64: return "int64";
     default: return "unsupported dtype";
   }
+}
+
+// "(a, b, c)", "(a,)" — a shape for error messages.
+inline std::string DimsString(ffi::AnyBuffer::Dimensions d) {
+  std::string s = "(";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  if (d.size() == 1) s += ",";
+  return s + ")";
+}
+
+inline std::string Shape2(int64_t rows, int64_t cols) {
+  return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
+}
+
+// Multiprocessor count of a device, queried once per device and cached (persistent grids size
+// themselves from it). One cache for the whole extension (inline: one instance across files).
+inline ffi::Error SmCount(int device, int* out) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> sm_count{};
+  if (device < 0 || device >= kMaxDevices) {
+    return Internal("device ordinal " + std::to_string(device) + " out of range");
+  }
+  int n = sm_count[device].load(std::memory_order_relaxed);
+  if (n <= 0) {
+    SP24_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    sm_count[device].store(n, std::memory_order_relaxed);
+  }
+  *out = n;
+  return ffi::Error::Success();
 }
 
 }  // namespace jax_sparse24

@@ -625,27 +625,7 @@ __global__ void __launch_bounds__(kThreads)
 // ------------------------------------------------------------------------------------------------
 // Host side: validation and launches.
 
-std::string ShapeStr(ffi::AnyBuffer::Dimensions d) {
-  std::string s = "(";
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(d[i]);
-  }
-  if (d.size() == 1) s += ",";
-  return s + ")";
-}
 
-const char* TypeName(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F64: return "float64";
-    case ffi::DataType::S8: return "int8";
-    case ffi::DataType::S16: return "int16";
-    case ffi::DataType::S32: return "int32";
-    case ffi::DataType::S64: return "int64";
-    case ffi::DataType::U64: return "uint64";
-    default: return DataTypeName(t);
-  }
-}
 
 bool IsKernelFloat(ffi::DataType t) {
   return t == ffi::DataType::F32 || t == ffi::DataType::BF16 || t == ffi::DataType::F16;
@@ -666,7 +646,7 @@ ffi::Error CheckSameShape(const char* op, const char* what, ffi::AnyBuffer::Dime
   for (size_t i = 0; same && i < x.size(); ++i) same = x[i] == out[i];
   if (!same) {
     return InvalidArgument(std::string(op) + ": output `" + what + "` must have the input's shape " +
-                           ShapeStr(x) + ", got " + ShapeStr(out));
+                           DimsString(x) + ", got " + DimsString(out));
   }
   return ffi::Error::Success();
 }
@@ -723,29 +703,29 @@ ffi::Error GroupOpImpl(const char* op, cudaStream_t stream, const ffi::AnyBuffer
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (rank < 3) {
     return InvalidArgument(std::string(op) + ": x must have rank >= 3, viewed as (outer..., L, inner) with groups "
-                           "of 4 along L; got shape " + ShapeStr(dims));
+                           "of 4 along L; got shape " + DimsString(dims));
   }
   if (!IsKernelFloat(x.element_type())) {
     return InvalidArgument(std::string(op) + ": x must be float32, bfloat16 or float16, got " +
-                           TypeName(x.element_type()) + " with shape " + ShapeStr(dims));
+                           DataTypeName(x.element_type()) + " with shape " + DimsString(dims));
   }
   const int64_t L = dims[rank - 2], inner = dims[rank - 1];
   if (L % 4 != 0) {
     return InvalidArgument(std::string(op) + ": the grouped axis (dim -2 of the (outer, L, inner) view) must be "
-                           "divisible by 4, got L = " + std::to_string(L) + " in shape " + ShapeStr(dims));
+                           "divisible by 4, got L = " + std::to_string(L) + " in shape " + DimsString(dims));
   }
   if (y != nullptr) {
     SP24_RETURN_IF_ERROR(CheckSameShape(op, "y", dims, y->dimensions()));
     if (y->element_type() != x.element_type()) {
       return InvalidArgument(std::string(op) + ": output `y` must have x's dtype " +
-                             TypeName(x.element_type()) + ", got " + TypeName(y->element_type()));
+                             DataTypeName(x.element_type()) + ", got " + DataTypeName(y->element_type()));
     }
   }
   if (mask != nullptr) {
     SP24_RETURN_IF_ERROR(CheckSameShape(op, "mask", dims, mask->dimensions()));
     if (mask->element_type() != ffi::DataType::PRED) {
       return InvalidArgument(std::string(op) + ": output `mask` must be bool (PRED), got " +
-                             TypeName(mask->element_type()));
+                             DataTypeName(mask->element_type()));
     }
   }
   int64_t total = 1;
@@ -757,11 +737,11 @@ ffi::Error GroupOpImpl(const char* op, cudaStream_t stream, const ffi::AnyBuffer
     const int64_t krank = static_cast<int64_t>(kd.size());
     if (key->element_type() != ffi::DataType::U32) {
       return InvalidArgument(std::string(op) + ": key must be uint32 key data (jax.random.key_data), got " +
-                             TypeName(key->element_type()) + " with shape " + ShapeStr(kd));
+                             DataTypeName(key->element_type()) + " with shape " + DimsString(kd));
     }
     if (krank < 1 || kd[krank - 1] < 1 || kd[krank - 1] > 4) {
       return InvalidArgument(std::string(op) + ": key data must have shape (..., n) with 1 <= n <= 4 words, got " +
-                             ShapeStr(kd));
+                             DimsString(kd));
     }
     // Batched keys (vmap "broadcast_all"): key (B..., n) pairs with x (B..., outer, L, inner).
     bool batch_ok = krank - 1 <= rank - 3;
@@ -771,9 +751,9 @@ ffi::Error GroupOpImpl(const char* op, cudaStream_t stream, const ffi::AnyBuffer
       nb *= kd[i];
     }
     if (!batch_ok || krank - 1 != rank - 3) {
-      return InvalidArgument(std::string(op) + ": key data of shape " + ShapeStr(kd) +
+      return InvalidArgument(std::string(op) + ": key data of shape " + DimsString(kd) +
                              " must be (n,) for x of rank 3, or have x's leading batch dims (B..., n) for x of "
-                             "shape (B..., outer, L, inner); got x of shape " + ShapeStr(dims));
+                             "shape (B..., outer, L, inner); got x of shape " + DimsString(dims));
     }
     rng.key = static_cast<const uint32_t*>(key->untyped_data());
     rng.nkw = static_cast<int>(kd[krank - 1]);
@@ -834,8 +814,6 @@ ffi::Error LaunchTransposable(cudaStream_t stream, const void* x_ptr, void* m_pt
 namespace {
 
 using mask_kernels::GroupOp;
-using mask_kernels::ShapeStr;
-using mask_kernels::TypeName;
 
 ffi::Error Mask24Impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> mask) {
   return mask_kernels::GroupOpImpl<GroupOp::kMask24>("jax_sparse24_mask24", stream, nullptr, x, nullptr,
@@ -858,21 +836,21 @@ ffi::Error TransposableMask24Impl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Re
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (rank < 2) {
     return InvalidArgument(std::string(op) + ": x must have rank >= 2 ((batch..., R, C)), got shape " +
-                           ShapeStr(dims));
+                           DimsString(dims));
   }
   if (!mask_kernels::IsKernelFloat(x.element_type())) {
     return InvalidArgument(std::string(op) + ": x must be float32, bfloat16 or float16, got " +
-                           TypeName(x.element_type()) + " with shape " + ShapeStr(dims));
+                           DataTypeName(x.element_type()) + " with shape " + DimsString(dims));
   }
   const int64_t R = dims[rank - 2], C = dims[rank - 1];
   if (R % 4 != 0 || C % 4 != 0) {
     return InvalidArgument(std::string(op) + ": both matrix dims R and C must be divisible by 4 (4x4 blocks), got "
-                           "shape " + ShapeStr(dims));
+                           "shape " + DimsString(dims));
   }
   SP24_RETURN_IF_ERROR(mask_kernels::CheckSameShape(op, "mask", dims, mask->dimensions()));
   if (mask->element_type() != ffi::DataType::PRED) {
     return InvalidArgument(std::string(op) + ": output `mask` must be bool (PRED), got " +
-                           TypeName(mask->element_type()));
+                           DataTypeName(mask->element_type()));
   }
   int64_t total = 1;
   for (int64_t d : dims) total *= d;

@@ -309,11 +309,6 @@ int DtypeCode(ffi::DataType t) {
   return -1;
 }
 
-std::string Dims(ffi::AnyBuffer::Dimensions d) {
-  std::string s = "(";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + (d.size() == 1 ? ",)" : ")");
-}
 
 bool Is2D(ffi::AnyBuffer::Dimensions d, int64_t r, int64_t c) { return d.size() == 2 && d[0] == r && d[1] == c; }
 
@@ -341,7 +336,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
   if (!Is2D(a.dimensions(), a_mk ? m : k, a_mk ? k : m)) {
     return InvalidArgument("cusparselt_compress: a must have shape " +
                            std::string(a_mk ? "(m, k)" : "(k, m)") + " for m=" + std::to_string(m) +
-                           " k=" + std::to_string(k) + ", got " + Dims(a.dimensions()));
+                           " k=" + std::to_string(k) + ", got " + DimsString(a.dimensions()));
   }
   if (out->element_type() != ffi::DataType::U8 || out->dimensions().size() != 1) {
     return InvalidArgument("cusparselt_compress: the output must be a 1-D uint8 array");
@@ -353,7 +348,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
   SP24_RETURN_IF_ERROR(GetPlan(PlanKey{device, m, n, k, dtype, int(a_layout), int(b_layout)}, &h, &e));
   if (static_cast<size_t>(out->dimensions()[0]) != e->compressed_size) {
     return InvalidArgument("cusparselt_compress: the output must have cuSPARSELt's compressed size " +
-                           std::to_string(e->compressed_size) + " bytes, got " + Dims(out->dimensions()));
+                           std::to_string(e->compressed_size) + " bytes, got " + DimsString(out->dimensions()));
   }
   void* buffer = nullptr;
   SP24_RETURN_IF_ERROR(Scratch(scratch, e->compress_buffer, &buffer, "cuSPARSELt compression buffer"));
@@ -375,10 +370,10 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
   if (!Is2D(b.dimensions(), b_nk ? n : k, b_nk ? k : n)) {
     return InvalidArgument("cusparselt_spmm: b must have shape " + std::string(b_nk ? "(n, k)" : "(k, n)") +
                            " for n=" + std::to_string(n) + " k=" + std::to_string(k) + ", got " +
-                           Dims(b.dimensions()));
+                           DimsString(b.dimensions()));
   }
   if (!Is2D(d->dimensions(), n, m)) {
-    return InvalidArgument("cusparselt_spmm: d must have shape (n, m), got " + Dims(d->dimensions()));
+    return InvalidArgument("cusparselt_spmm: d must have shape (n, m), got " + DimsString(d->dimensions()));
   }
   DeviceGuard guard;
   SP24_RETURN_IF_ERROR(guard.Set(device));
@@ -389,7 +384,7 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
       static_cast<size_t>(compressed.dimensions()[0]) != e->compressed_size) {
     return InvalidArgument("cusparselt_spmm: compressed must be a uint8 array of cuSPARSELt's compressed size " +
                            std::to_string(e->compressed_size) + ", got " + DataTypeName(compressed.element_type()) +
-                           " " + Dims(compressed.dimensions()));
+                           " " + DimsString(compressed.dimensions()));
   }
   const float alpha = 1.0f, beta = 0.0f;
   cudaStream_t streams[1] = {stream};

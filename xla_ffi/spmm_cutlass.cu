@@ -69,21 +69,6 @@ struct Compressor {
 
 // ------------------------------------------------------------------------------------------------
 // Per-device hardware info, queried once (the persistent tile scheduler sizes its grid from it).
-constexpr int kMaxDevices = 64;
-std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
-
-ffi::Error SmCount(int device, int* out) {
-  if (device < 0 || device >= kMaxDevices) {
-    return Internal("device ordinal " + std::to_string(device) + " out of range");
-  }
-  int n = g_sm_count[device].load(std::memory_order_relaxed);
-  if (n <= 0) {
-    SP24_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    g_sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  *out = n;
-  return ffi::Error::Success();
-}
 
 // ------------------------------------------------------------------------------------------------
 // Configuration registry: one line per configuration, id = position. Names follow
@@ -180,23 +165,11 @@ CompressedShapes ShapesFor(int64_t m, int64_t k) {
   return s;
 }
 
-std::string DimsString(ffi::AnyBuffer::Dimensions dims) {
-  std::string s = "(";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(dims[i]);
-  }
-  if (dims.size() == 1) s += ",";
-  return s + ")";
-}
 
 bool Is2D(ffi::AnyBuffer::Dimensions dims, int64_t rows, int64_t cols) {
   return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
 }
 
-std::string Shape2(int64_t rows, int64_t cols) {
-  return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
-}
 
 std::string AlignmentString() {
   return "m % " + std::to_string(kAlignM) + " == 0, n % " + std::to_string(kAlignN) + " == 0, k % " +
