@@ -36,33 +36,15 @@ from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import reference  # noqa: E402
+from gpu_util import LEGAL_NIBBLES, mask24_np, poisoned, skip_uncompiled  # noqa: E402
+from gpu_util import fresh_rng as _rng  # noqa: E402
 
-GPU = jax.devices("gpu")[0]
 DTYPES = [jnp.bfloat16, jnp.float16]
 DT_IDS = ["bf16", "f16"]
-LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
 # (R, C) of x: partial 128x128 tiles with metadata padding in M (not % 64) and K (not % 128), the
 # smallest legal shape, a tall-thin one and a multi-tile shape. Both compressed directions need R, C % 16.
 SHAPES = [(144, 272), (16, 16), (400, 48), (512, 384)]
 SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
-
-
-def _compiled(dtype) -> bool:
-    try:
-        cs.cutlass_compressed_shapes(64, 128, dtype)
-    except ValueError:
-        return False
-    return True
-
-
-def _skip_uncompiled(dtype):
-    if not _compiled(dtype):
-        pytest.skip(f"{jnp.dtype(dtype)} kernels not compiled in this build")
-
-
-def _rng(*parts):
-    seed = int(np.random.SeedSequence().entropy % (2**63))
-    return np.random.default_rng(seed), seed
 
 
 def _x(rng, shape, dtype, special=True):
@@ -80,37 +62,6 @@ def _x(rng, shape, dtype, special=True):
 def _bits(a) -> np.ndarray:
     """uint16 bit patterns of a bf16/f16 array."""
     return np.asarray(jax.lax.bitcast_convert_type(jnp.asarray(a), jnp.uint16))
-
-
-def poisoned(fn):
-    """``jit(fn)`` whose outputs are written into donated buffers pre-filled with poison."""
-
-    def poison_of(sds):
-        if sds.dtype == jnp.uint8:
-            return jnp.full(sds.shape, 0xFF, jnp.uint8, device=GPU)
-        return jnp.full(sds.shape, jnp.nan, sds.dtype, device=GPU)
-
-    @functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
-    def run(poison, *args):
-        del poison
-        return fn(*args)
-
-    def call(*args):
-        poison = jax.tree_util.tree_map(poison_of, jax.eval_shape(fn, *args))
-        return run(poison, *args)
-
-    return call
-
-
-def mask24_np(a: np.ndarray, axis: int) -> np.ndarray:
-    """Top-2 |a| of every 4 consecutive elements along ``axis`` (ties -> lower index)."""
-    a = np.moveaxis(np.abs(a.astype(np.float32)), axis, -1)
-    lead, n = a.shape[:-1], a.shape[-1]
-    g = a.reshape(*lead, n // 4, 4)
-    keep = np.argsort(-g, axis=-1, kind="stable")[..., :2]
-    m = np.zeros_like(g, dtype=bool)
-    np.put_along_axis(m, keep, True, axis=-1)
-    return np.moveaxis(m.reshape(*lead, n), -1, axis)
 
 
 def assert_same_compressed(got, ref, what: str):
@@ -161,7 +112,7 @@ def _ref(a):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_prune24_compress_bit_exact(shape, dtype):
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     x = _x(rng, shape, dtype)
     xn = np.asarray(x.astype(jnp.float32))
@@ -177,7 +128,7 @@ def test_prune24_compress_bit_exact(shape, dtype):
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_masked_compress_bit_exact(shape, dtype):
     """One direction each, and both in one pass, with a transposable mask (2:4 along both axes)."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     w = _x(rng, shape, dtype)
     mask = cm.transposable_mask24_cuda(w)
@@ -199,7 +150,7 @@ def test_masked_compress_bit_exact(shape, dtype):
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
     """Same Philox draws and numbering as the element-wise MVUE kernel, bit for bit."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     g = _x(rng, shape, dtype)
     key = jax.random.key(seed % 2**31)
@@ -215,7 +166,7 @@ def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
 @pytest.mark.parametrize("shape", SHAPES[:2], ids=SHAPE_IDS[:2])
 def test_soft_threshold24_compress_bit_exact(shape, dtype):
     """β·S(w) as the S-STE layer computes it: S rounded to w's dtype, scaled in float32, rounded."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     w = _x(rng, shape, dtype)
     beta = jnp.float32(rng.uniform(0.5, 2.0))
@@ -235,7 +186,7 @@ def test_soft_threshold24_compress_bit_exact(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_round_trip_through_spmm_identity(dtype):
     """decompress(compress(x)) == the masked input, through the sparse GEMM with B = I (exact)."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     r, c = 272, 144  # transposed: A = pruned(x).T is (144, 272): M % 64 != 0, K % 128 != 0
     x = _x(rng, (r, c), dtype)
@@ -250,7 +201,7 @@ def test_round_trip_through_spmm_identity(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_mvue24_compress_unbiased_two_per_group(dtype):
     """E[decompress(mvue24_compress(key, g))] = g; exactly 2 kept per group of 4 tokens (g nonzero)."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     rng, seed = _rng()
     t, o = 64, 32
     g = jnp.asarray(rng.standard_normal((t, o)) * rng.uniform(0.2, 5.0, size=(1, o)) + 0.01, dtype)

@@ -14,7 +14,6 @@ and the checks catch it: floats must be NaN-free and masks must have exactly 2 T
 
 from __future__ import annotations
 
-import functools
 import zlib
 
 import numpy as np
@@ -37,6 +36,7 @@ if not ffi.cuda_kernels_available():
     )
 
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
+from gpu_util import poisoned  # noqa: E402
 
 GPU = jax.devices("gpu")[0]
 CPU = jax.devices("cpu")[0]
@@ -80,27 +80,6 @@ def _rand(shape, dtype, seed, kind="normal"):
 def _seed(*parts) -> int:
     """A different, reproducible seed per test case."""
     return zlib.crc32(repr(parts).encode())
-
-
-def poisoned(fn):
-    """``jit(fn)`` whose outputs are written into donated buffers pre-filled with poison."""
-
-    def poison_of(sds):
-        if sds.dtype == jnp.bool_:
-            return jnp.ones(sds.shape, jnp.bool_, device=GPU)
-        return jnp.full(sds.shape, jnp.nan, sds.dtype, device=GPU)
-
-    @functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
-    def run(poison, *args):
-        del poison
-        return fn(*args)
-
-    def call(*args):
-        shapes = jax.eval_shape(fn, *args)
-        poison = jax.tree_util.tree_map(poison_of, shapes)
-        return run(poison, *args)
-
-    return call
 
 
 def _gpu(x):

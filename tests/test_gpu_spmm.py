@@ -30,6 +30,8 @@ if not _ffi.cuda_kernels_available():
     )
 
 from jax_sparse24._src import cuda_spmm_ops as ops  # noqa: E402
+from gpu_util import LEGAL_NIBBLES, mask24_np, skip_uncompiled  # noqa: E402
+from gpu_util import fresh_rng as _rng  # noqa: E402
 
 DTYPES = [jnp.bfloat16, jnp.float16]
 # (M, N, K): M = rows of the 2:4 operand (O), N = tokens (T), K = contraction (I).
@@ -42,37 +44,7 @@ SHAPES = [
     (8, 8, 16),          # smallest legal problem
 ]
 # Output rounding (2^-8 bf16, 2^-11 f16) dominates; inputs are exact in both.
-# Hopper's legal 4-bit metadata values (index pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)).
-LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
 RTOL = {jnp.dtype(jnp.bfloat16): 1e-2, jnp.dtype(jnp.float16): 2e-3}
-
-
-def _rng():
-    seed = int(np.random.SeedSequence().entropy % (2**63))
-    return np.random.default_rng(seed), seed
-
-
-def _compiled(dtype) -> bool:
-    try:
-        ops.cutlass_compressed_shapes(64, 128, dtype)
-    except ValueError:
-        return False
-    return True
-
-
-def _skip_uncompiled(dtype):
-    if not _compiled(dtype):
-        pytest.skip(f"{jnp.dtype(dtype)} kernels not compiled in this build")
-
-
-def mask24_np(w: np.ndarray) -> np.ndarray:
-    """Top-2-by-magnitude of every group of 4 consecutive elements along the last axis."""
-    m, k = w.shape
-    g = np.abs(w.reshape(m, k // 4, 4))
-    keep = np.argsort(-g, axis=-1, kind="stable")[..., :2]
-    mask = np.zeros_like(g, dtype=bool)
-    np.put_along_axis(mask, keep, True, axis=-1)
-    return mask.reshape(m, k)
 
 
 def nonzero_normal(rng, shape, dtype) -> np.ndarray:
@@ -122,7 +94,7 @@ def _config_ids():
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_spmm_matches_dense_every_config(shape, dtype):
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     m, n, k = shape
     rng, seed = _rng()
     a = sparse_operand(rng, m, k, dtype)
@@ -140,7 +112,7 @@ def test_spmm_matches_dense_every_config(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_no_stale_results(dtype):
     """Same jitted function, new inputs: the second result must match the second inputs."""
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     m, n, k = 384, 264, 256
     rng, seed = _rng()
 
@@ -166,7 +138,7 @@ def test_round_trip_identity_is_exact(mk, dtype):
     The operand includes all-zero groups and single-nonzero groups at every position (the
     compressor's corner cases and the metadata fix-up), and one all-zero row.
     """
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     m, k = mk
     rng, seed = _rng()
     a = sparse_operand(rng, m, k, dtype)
@@ -195,7 +167,7 @@ def test_round_trip_identity_is_exact(mk, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_compress_shapes_and_determinism(dtype):
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     m, k = 3072, 768
     rng, _ = _rng()
     a = jnp.asarray(sparse_operand(rng, m, k, dtype), dtype)
@@ -221,7 +193,7 @@ def test_compress_shapes_and_determinism(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_default_config_is_a_compiled_config(dtype):
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     m, n, k = 768, 256, 512
     cfg = ops.cutlass_default_config(m, n, k)
     assert 0 <= cfg < len(ops.cutlass_configs())
@@ -345,7 +317,7 @@ KN_SHAPES = [(256, 128, 256), (384, 264, 512), (264, 136, 1040), (8, 8, 16)]
 
 
 def _skip_no_kn(dtype):
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     if not ops.cutlass_configs_kn():
         pytest.skip("no 'kn' configuration compiled in this (minimal) build")
 
@@ -450,7 +422,7 @@ def _skip_no_cusparselt():
 @pytest.mark.parametrize("layouts", [(0, 0), (1, 0), (1, 1), (0, 1)], ids=["mk-nk", "km-nk", "km-kn", "mk-kn"])
 def test_cusparselt_matches_dense(layouts, dtype):
     _skip_no_cusparselt()
-    _skip_uncompiled(dtype)
+    skip_uncompiled(dtype)
     a_layout, b_layout = layouts
     rng, seed = _rng()
     m, n, k = 384, 272, 512

@@ -1,0 +1,80 @@
+"""Helpers shared by the GPU test modules (tests/test_gpu_*.py).
+
+Importable on a CPU-only machine: nothing here touches a GPU until it is called.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+# Hopper's legal 4-bit sparse-MMA metadata values (index pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)).
+LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
+
+
+def gpu():
+    """The first GPU device."""
+    return jax.devices("gpu")[0]
+
+
+def fresh_rng():
+    """A generator from a fresh seed; the seed is returned so a failure message can print it."""
+    seed = int(np.random.SeedSequence().entropy % (2**63))
+    return np.random.default_rng(seed), seed
+
+
+def cutlass_compiled(dtype) -> bool:
+    """Whether this build has the CUTLASS kernels for ``dtype`` (a minimal build has bf16 only)."""
+    from jax_sparse24._src import cuda_spmm_ops
+
+    try:
+        cuda_spmm_ops.cutlass_compressed_shapes(64, 128, dtype)
+    except ValueError:
+        return False
+    return True
+
+
+def skip_uncompiled(dtype):
+    if not cutlass_compiled(dtype):
+        pytest.skip(f"{jnp.dtype(dtype)} kernels not compiled in this build")
+
+
+def mask24_np(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Top-2 |a| of every 4 consecutive elements along ``axis`` (ties -> lower index), in NumPy."""
+    a = np.moveaxis(np.abs(a.astype(np.float32)), axis, -1)
+    lead, n = a.shape[:-1], a.shape[-1]
+    g = a.reshape(*lead, n // 4, 4)
+    keep = np.argsort(-g, axis=-1, kind="stable")[..., :2]
+    m = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(m, keep, True, axis=-1)
+    return np.moveaxis(m.reshape(*lead, n), -1, axis)
+
+
+def poisoned(fn):
+    """``jit(fn)`` whose outputs are written into donated buffers pre-filled with poison.
+
+    Poison: NaN for floats, 0xFF for uint8, True for bool — an element the kernel does not write
+    keeps a value no valid output has (or breaks the 2-per-group mask structure).
+    """
+
+    def poison_of(sds):
+        if sds.dtype == jnp.uint8:
+            return jnp.full(sds.shape, 0xFF, jnp.uint8, device=gpu())
+        if sds.dtype == jnp.bool_:
+            return jnp.ones(sds.shape, jnp.bool_, device=gpu())
+        return jnp.full(sds.shape, jnp.nan, sds.dtype, device=gpu())
+
+    @functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
+    def run(poison, *args):
+        del poison
+        return fn(*args)
+
+    def call(*args):
+        poison = jax.tree_util.tree_map(poison_of, jax.eval_shape(fn, *args))
+        return run(poison, *args)
+
+    return call
