@@ -57,6 +57,18 @@ if want sanitize; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-180} compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 7 \
     $PY scripts/sanitize_smoke.py > "$OUT/logs/memcheck.log" 2>&1
   rc=$?; note "memcheck rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck.log" | tail -1)"; [ $rc -eq 0 ] || status=1
+  # racecheck (shared-memory hazards): one process per kernel family (a sanitizer failure names
+  # it), instrumenting our kernels (namespace jax_sparse24) and CUTLASS's sparse GEMM, not XLA's.
+  for kns in ${RACECHECK_KERNELS:-jax_sparse24 cutlass}; do
+    for case in ${RACECHECK_CASES:-$($PY scripts/sanitize_smoke.py --list)}; do
+      [ "$kns" = cutlass ] && [ "$case" != cutlass_linear ] && continue
+      t0=$(date +%s); log="$OUT/logs/racecheck_${kns}_$case.log"
+      XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-180} \
+        compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name kns=$kns --print-limit 20 \
+        --error-exitcode 7 $PY scripts/sanitize_smoke.py $case > "$log" 2>&1
+      rc=$?; note "racecheck[$kns: $case] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|Internal Sanitizer Error' "$log" | tail -1)"; [ $rc -eq 0 ] || status=1
+    done
+  done
 fi
 
 echo; cat "$OUT/logs/summary.txt"

@@ -1,5 +1,6 @@
 """The public 2:4 ops against brute-force NumPy (CPU: the reference lowering)."""
 
+import functools
 import itertools
 
 import jax
@@ -231,3 +232,42 @@ def test_bad_input_errors(call, match):
 def test_errors_raise_at_trace_time():
     with pytest.raises(ValueError, match="divisible by 4"):
         jax.jit(lambda x: s24.mask24(x)).lower(jax.ShapeDtypeStruct((4, 6), jnp.float32))
+
+
+def _opaque_kernel(name, x, **kwargs):
+    """Stand-in for a CUDA custom call: the reference behind ``pure_callback`` (no derivative)."""
+    ref = functools.partial(getattr(reference, name.removesuffix("_cuda")), **kwargs)
+
+    def call(*args):
+        shapes = jax.eval_shape(ref, *args)
+        return jax.pure_callback(lambda *a: jax.tree.map(np.asarray, ref(*a)), shapes, *args)
+
+    return call
+
+
+def test_ops_differentiable_through_the_kernel_branch(monkeypatch):
+    """On one GPU the op lowers to a custom call that has no JVP; gradients must still come from
+    the reference (this failed for the S-STE layer on a single H100 before the fix)."""
+    from jax_sparse24._src import ffi, ops as ops_mod, sharding
+
+    # As on a GPU: the kernel branch is the one traced and differentiated.
+    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a: (cuda or ref)(*a))
+    monkeypatch.setattr(ops_mod, "_kernel", _opaque_kernel)
+    monkeypatch.setattr(sharding, "_single_device", lambda: True)
+    w = jax.random.normal(jax.random.key(0), (8, 12))
+
+    def loss(w):
+        s, m = s24.soft_threshold24(w, axis=0)
+        return (s * s).sum() + (w * s24.mask24(w, axis=0)).sum() + (w[:, :8] * s24.transposable_mask24(w[:, :8])).sum()
+
+    def loss_ref(w):
+        s, m = reference.soft_threshold24(w, axis=0)
+        return (s * s).sum() + (w * reference.mask24(w, axis=0)).sum() + (w[:, :8] * reference.transposable_mask24(w[:, :8])).sum()
+
+    np.testing.assert_allclose(jax.grad(loss)(w), jax.grad(loss_ref)(w), rtol=1e-6)
+    # The layers that differentiate through the ops: S-STE (soft) and STE.
+    for method in ("soft", "ste"):
+        layer = s24.nn.Sparse24Dense(12, method=method, backend="dense")
+        variables = layer.init(jax.random.key(1), jnp.ones((4, 8)))
+        g = jax.grad(lambda p: layer.apply({**variables, "params": p}, jnp.ones((4, 8))).sum())(variables["params"])
+        assert np.isfinite(np.asarray(g["kernel"])).all() and np.abs(np.asarray(g["kernel"])).sum() > 0

@@ -52,7 +52,8 @@ op — the one place where "``shard_map`` inside the op" is the right tool.
 ``custom_partitioning`` has no autodiff or batching rule of its own, so :func:`partitioned`
 adds a ``custom_jvp`` (tangents from the plain-``jnp`` reference, as before) and a
 ``custom_vmap`` (the batch dimension becomes one more pass-through factor, so ops stay
-partitioned under ``vmap``). With a single device in the process the op is called directly.
+partitioned under ``vmap``). With a single device in the process the op is called directly,
+inside the same ``custom_jvp``.
 """
 
 from __future__ import annotations
@@ -545,10 +546,10 @@ def partitioned(rule: Rule, impl: Callable, *, reference_fn: Callable | None = N
       reference_fn: plain-``jnp`` definition of the same math, differentiated for the JVP
         (default: ``impl``). ``rule.tangent`` overrides both.
     """
-    if _single_device():
-        return impl
     ref = reference_fn if reference_fn is not None else impl
-    core = _partitioned_vmappable(rule, impl)
+    # One device: no partitioning, but the same JVP — the custom call itself has no derivative,
+    # so differentiating the op on a single GPU must go through the reference (or rule.tangent).
+    core = impl if _single_device() else _partitioned_vmappable(rule, impl)
 
     @jax.custom_jvp
     def f(*args):
