@@ -69,8 +69,12 @@ class Sparse24Dense(nn.Module):
     * ``"soft"`` — S-STE: ``β·S(kernel)`` with the soft threshold ``S`` and β frozen at init.
     * ``"dense"`` — plain dense layer (e.g. a dense fine-tune, or a baseline).
 
-    With ``mvue=True`` and an ``"mvue"`` RNG stream passed to ``apply`` the weight gradient is
-    ``xᵀ·MVUE(∇y)``; without the stream (evaluation) it is ``xᵀ·∇y``.
+    With ``mvue=True`` and an ``"mvue"`` RNG stream passed to ``apply`` the weight gradient may be
+    ``xᵀ·MVUE(∇y)`` (unbiased, 2:4 along tokens, so its GEMM runs on the sparse tensor cores); with
+    ``backend="auto"`` that happens only where the fused MVUE + sparse GEMM is measured faster than
+    the exact dense ``xᵀ·∇y`` for the shape — elsewhere (and on CPUs) the exact gradient is used.
+    ``backend="dense"`` always samples MVUE (the sparse path's math, for quality studies).
+    Without the stream (evaluation) it is ``xᵀ·∇y``.
 
     Attributes:
       features: number of output features.

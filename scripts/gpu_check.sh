@@ -2,7 +2,7 @@
 # Build the CUDA extension offline, run the GPU tests, compute-sanitizer and the benchmarks on a
 # Hopper machine; logs and JSON go to $OUT (default ./gpu_out).
 #
-#   bash scripts/gpu_check.sh [all|build|test|bench|sanitize ...]   (default: all)
+#   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize ...]   (default: all)
 #
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
 set -uo pipefail
@@ -49,6 +49,14 @@ if want bench; then
       rc=$?; note "$b rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -30 "$OUT/logs/$b.log"; status=1; }
     fi
   done
+fi
+
+if want profile; then
+  # Nsight Compute on the fused compressors (d = 1280 FFN shapes): occupancy, throughput, stalls.
+  t0=$(date +%s)
+  timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full --print-summary none \
+    $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
+  rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
 fi
 
 if want sanitize; then

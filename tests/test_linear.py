@@ -47,7 +47,7 @@ def test_vjp_weight_grad_uses_mvue_along_tokens(t):
     x, w, b, m = _setup(t=t)
     g = jnp.asarray(np.random.default_rng(9).normal(size=(t, 8)), jnp.float32)
     key = jax.random.key(5)
-    _, vjp = jax.vjp(lambda x, w: s24.sparse24_linear(x, w, m, b, key=key), x, w)
+    _, vjp = jax.vjp(lambda x, w: s24.sparse24_linear(x, w, m, b, key=key, backend="dense"), x, w)
     dx, dw = vjp(g)
     pad = (-t) % 4
     gp = jnp.concatenate([g, jnp.zeros((pad, 8))]) if pad else g
@@ -62,7 +62,7 @@ def test_mvue_weight_grad_is_unbiased():
     g = jnp.asarray(np.random.default_rng(3).normal(size=(8, 4)), jnp.float32)
 
     def dw(key):
-        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, m, key=key), w)
+        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, m, key=key, backend="dense"), w)
         return vjp(g)[0]
 
     est = jax.jit(jax.vmap(dw))(jax.random.split(jax.random.key(0), 4000)).mean(0)
@@ -128,3 +128,17 @@ def test_bad_input(call, match):
     x, w, b, m = _setup()
     with pytest.raises(ValueError, match=match):
         call(x, w, m)
+
+
+def test_auto_backend_uses_the_exact_weight_grad_where_mvue_does_not_pay():
+    """backend='auto' samples MVUE only to feed a faster sparse GEMM; on a CPU (no kernels) the
+    weight gradient is the exact xᵀ·∇y even with a key, while backend='dense' samples MVUE."""
+    x, w, b, m = _setup()
+    g = jnp.asarray(np.random.default_rng(9).normal(size=(12, 8)), jnp.float32)
+    key = jax.random.key(5)
+    dws = {}
+    for backend in ("auto", "dense"):
+        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, m, key=key, backend=backend), w)
+        dws[backend] = np.asarray(vjp(g)[0])
+    np.testing.assert_allclose(dws["auto"], np.asarray(x.T @ g), rtol=1e-5, atol=1e-5)
+    assert np.abs(dws["dense"] - np.asarray(x.T @ g)).max() > 1e-2  # the MVUE sample differs

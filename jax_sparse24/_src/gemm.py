@@ -227,7 +227,7 @@ def lookup_weight_grad(m: int, n: int, k: int, dtype):
     """Nearest measured weight-gradient shape (``entries_kn`` of the table): ``(speedup, config_id)`` or None.
 
     Keyed on the sparse GEMM of the weight gradient (M = O, N = I, K = T); the speedup counts the
-    fused MVUE + compress pass against XLA's dense ``xᵀ·MVUE(∇y)`` with the element-wise MVUE kernel.
+    fused MVUE + compress pass against XLA's exact dense ``xᵀ·∇y`` (what ``auto`` runs otherwise).
     """
     name = jnp.dtype(dtype).name
     entries = [e for e in _table().get("entries_kn", []) if e["dtype"] == name]
@@ -242,7 +242,10 @@ def lookup_weight_grad(m: int, n: int, k: int, dtype):
 
 def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
     """Resolve ``backend`` for the MVUE weight gradient, D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n) with m = O,
-    n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``."""
+    n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``.
+
+    ``auto`` picks ``cutlass`` only where the table's ``entries_kn`` show the fused MVUE + sparse
+    GEMM faster than XLA's exact dense ``xᵀ·∇y``."""
     if backend in ("dense", "reference"):
         return backend
     if backend == "cusparselt":
@@ -281,8 +284,10 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
 
     ``cutlass`` (or ``auto`` where the measured table says so): one fused pass draws the MVUE sample
     of ``∇y`` and writes it compressed as the sparse GEMM's A operand (``MVUE(∇y)ᵀ``, no transpose
-    materialised), then the "kn" sparse GEMM reads ``x`` in place. Otherwise: today's path — the
-    MVUE op (``ops.mvue24``) then the dense :func:`weight_grad`. The CUDA sample is drawn with the
+    materialised), then the "kn" sparse GEMM reads ``x`` in place. ``auto`` elsewhere (every CPU,
+    and GPU shapes where the sparse path is measured slower than XLA's dense ``xᵀ·∇y``): the exact
+    dense gradient, no MVUE. ``dense`` / ``reference``: the MVUE op (``ops.mvue24``) then the dense
+    :func:`weight_grad` (the sparse path's math, for tests and quality studies). The CUDA sample is drawn with the
     same generator in both paths on a GPU (the CPU reference draws differently: same distribution).
 
     Args:
@@ -296,6 +301,11 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     tp = t + (-t) % _WGRAD_TOKEN_ALIGN
     chosen = choose_weight_grad(backend, o, i, tp, dtype)
     if chosen not in ("cutlass", "cusparselt"):
+        if backend == "auto":
+            # MVUE exists to feed the sparse weight-gradient GEMM. Where the measured table says that
+            # GEMM (MVUE pass included) is not faster than XLA's exact xᵀ·∇y, the exact gradient is
+            # both faster and noise-free.
+            return weight_grad(x2, g2, backend="dense", precision=precision)
         from jax_sparse24._src import ops
 
         gs = ops.mvue24(key, _pad_rows(g2, 4), axis=0)
