@@ -5,7 +5,7 @@
 writes ``jax_sparse24/_src/spmm_autotune.json``: per measured (M, N, K, dtype) the fastest
 configuration and its speedup over the faster XLA dense GEMM *with the per-call compression of
 the sparse operand counted* (what ``sparse24_linear`` pays today). ``auto`` uses the sparse kernel
-for a shape only where the nearest measured shape shows a speedup > 1 — so it never loses to dense
+for a shape only where the nearest measured shape shows a speedup > gemm.MIN_GAIN (1.03, the noise floor) — so it never loses to dense
 by the table's own measurement.
 
 With ``--layer`` (a bench_layer.py result, the FFN shapes at T tokens): the forward and input-gradient
