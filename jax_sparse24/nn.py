@@ -17,6 +17,8 @@ Typical use::
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable, Optional
 
 import jax
@@ -236,8 +238,9 @@ def refresh_masks(params, sparsity, *, step=None):
     """Recompute every ``srste`` mask from the current kernels; return ``(sparsity, flip_rate)``.
 
     Call once per optimizer step (not per micro-batch) after the update. With ``step`` given a
-    layer refreshes only when ``step % mask_every == 0`` (its own period, chosen with ``lax.cond``
-    so this is ``jit``-friendly); with ``step=None`` every mask is refreshed.
+    layer refreshes only when ``step % mask_every == 0`` (its own period; one ``lax.cond`` for the
+    whole model skips the mask computation on steps where no layer refreshes, ``jit``-friendly);
+    with ``step=None`` every mask is refreshed.
 
     Args:
       params: the model's ``params`` (kernels in Flax (in, out) layout).
@@ -248,22 +251,29 @@ def refresh_masks(params, sparsity, *, step=None):
       The new sparsity collection and the flip rate: the fraction of mask entries (over all
       refreshed layers) that changed; 0 when no layer refreshed.
     """
+    layers = list(_layer_states(sparsity))
+    names = [_TMASK if _TMASK in layer else _MASK for _, layer in layers]
+    kernels = [_get(params, path)["kernel"] for path, _ in layers]
+    olds = [layer[name] for (_, layer), name in zip(layers, names)]
+
+    def compute_all(ks):
+        return [ops.transposable_mask24(k) if name == _TMASK else ops.mask24(k, axis=0) for k, name in zip(ks, names)]
+
+    if step is None:
+        dos = [jnp.asarray(True)] * len(layers)
+        masks = compute_all(kernels)
+    else:
+        step = jnp.asarray(step, jnp.int32)
+        dos = [(step % jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)) == 0 for _, layer in layers]
+        # One lax.cond for the whole model (a conditional per layer costs a host round trip each on
+        # a GPU: ~11 ms of a GPT-2 step with 24 layers): masks are only computed on refresh steps.
+        any_do = functools.reduce(jnp.logical_or, dos, jnp.asarray(False))
+        masks = lax.cond(any_do, compute_all, lambda ks: olds, kernels) if layers else []
+        masks = [jnp.where(do, m, old) for do, m, old in zip(dos, masks, olds)]
     new = sparsity
     flips = jnp.zeros((), jnp.float32)
     total = jnp.zeros((), jnp.float32)
-    for path, layer in _layer_states(sparsity):
-        kernel = _get(params, path)["kernel"]
-        name = _TMASK if _TMASK in layer else _MASK
-        old = layer[name]
-        compute = (lambda k: ops.transposable_mask24(k)) if name == _TMASK else (lambda k: ops.mask24(k, axis=0))
-        if step is None:
-            do = jnp.asarray(True)
-            mask = compute(kernel)
-        else:
-            every = jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)
-            do = (jnp.asarray(step, jnp.int32) % every) == 0
-            # lax.cond: the mask is only computed on refresh steps.
-            mask = lax.cond(do, compute, lambda k: old, kernel)
+    for (path, layer), name, do, mask, old in zip(layers, names, dos, masks, olds):
         flips = flips + jnp.where(do, jnp.sum(mask != old, dtype=jnp.float32), 0.0)
         total = total + jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0)
         layer_new = dict(layer)

@@ -108,6 +108,34 @@ def test_refresh_masks_and_flip_rate():
     assert float(rate) == pytest.approx(want) and want > 0
 
 
+def test_refresh_masks_per_layer_periods():
+    """Layers with different mask_every refresh on their own steps (one cond for the model)."""
+
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = Sparse24Dense(16, mask_every=2, name="a")(x)
+            return Sparse24Dense(8, transposable=False, mask_every=3, name="b")(x)
+
+    x = _x()
+    v = Two().init(jax.random.key(0), x)
+    params = jax.tree_util.tree_map(lambda a: a + 0.5 * jnp.asarray(
+        np.random.default_rng(2).normal(size=a.shape), a.dtype), v["params"])
+    fresh_a = np.asarray(s24.transposable_mask24(params["a"]["kernel"]))
+    fresh_b = np.asarray(s24.mask24(params["b"]["kernel"], axis=0))
+    old_a, old_b = np.asarray(v["sparsity"]["a"]["transposable_mask"]), np.asarray(v["sparsity"]["b"]["mask"])
+    assert (fresh_a != old_a).any() and (fresh_b != old_b).any()
+    f = jax.jit(refresh_masks)
+    for step, (want_a, want_b) in {4: (fresh_a, old_b), 9: (old_a, fresh_b), 6: (fresh_a, fresh_b),
+                                   7: (old_a, old_b)}.items():
+        new, rate = f(params, v["sparsity"], step=step)
+        np.testing.assert_array_equal(np.asarray(new["a"]["transposable_mask"]), want_a, err_msg=f"step {step}")
+        np.testing.assert_array_equal(np.asarray(new["b"]["mask"]), want_b, err_msg=f"step {step}")
+        flips = (want_a != old_a).sum() + (want_b != old_b).sum()
+        total = old_a.size * (want_a is fresh_a) + old_b.size * (want_b is fresh_b)
+        assert float(rate) == pytest.approx(flips / total if total else 0.0)
+
+
 def test_masks_for_params_and_apply_masks_in_a_model():
     class MLP(nn.Module):
         @nn.compact
