@@ -251,6 +251,13 @@ def main(argv=None) -> int:
            "command": "python benchmarks/bench_train_gpt.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "throughput": [], "quality": None}
     t_start = time.perf_counter()
+
+    def write():  # after every size too, so a run cut short keeps what it measured
+        res["total_time_s"] = time.perf_counter() - t_start
+        a.out.mkdir(parents=True, exist_ok=True)
+        (a.out / f"train_gpt_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
+        (a.out / f"train_gpt_{tag}.md").write_text(to_markdown(res))
+
     for size in sizes:
         d = train_gpt.SIZE_DEFAULTS[size]
         batch = a.batch_size or (max(1, d["batch_size"] // 2) if a.quick else d["batch_size"])
@@ -261,9 +268,12 @@ def main(argv=None) -> int:
         data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra)) for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log)
+        t0 = time.perf_counter()
         tp = throughput(rts, exes, data, iters, rounds, a.warmup, log)
+        log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         res["throughput"].append(tp)
+        write()
         if do_quality:
             q = quality(rts, exes, data, qsteps, log)
             res["quality"] = {"size": size, "steps": qsteps, "batch_size": batch, "seq_len": seq,
@@ -272,12 +282,8 @@ def main(argv=None) -> int:
             train_gpt.plot_compare({r: v["history"] for r, v in q.items()}, a.out / f"train_gpt_{tag}_quality.png",
                                    f"{size}, {qsteps} steps")
         del rts, exes
-    res["total_time_s"] = time.perf_counter() - t_start
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"train_gpt_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
-    md = to_markdown(res)
-    (a.out / f"train_gpt_{tag}.md").write_text(md)
-    print(md)
+    write()
+    print(to_markdown(res))
     log(f"wrote {a.out / f'train_gpt_{tag}.json'} and .md ({res['total_time_s']:.0f}s)")
     return 0
 

@@ -54,7 +54,7 @@ fi
 if want profile; then
   # Nsight Compute on the fused compressors (d = 1280 FFN shapes): occupancy, throughput, stalls.
   t0=$(date +%s)
-  timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full --print-summary none \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full \
     $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
   rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
 fi
