@@ -85,6 +85,7 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
     """Lower every needed program serially, compile them concurrently; {(recipe, kind, sparse): exe}."""
     lowered = {}
     for recipe, rt in rts.items():
+        lowered[(recipe, "init", None)] = rt.init.lower()  # compiled with the rest, not serially later
         st, tok = rt.abstract_args()
         for kind, sparse in _programs(rt.exp, quality):
             fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
@@ -93,6 +94,8 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futs = {k: pool.submit(lw.compile) for k, lw in lowered.items()}
         exes = {k: f.result() for k, f in futs.items()}
+    for recipe, rt in rts.items():
+        rt.init = exes.pop((recipe, "init", None))
     log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers)")
     return exes
 
