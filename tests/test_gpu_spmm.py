@@ -414,7 +414,8 @@ def test_sparse24dense_every_method_differentiates_on_gpu(method):
     for name in ("kernel", "bias"):
         got, ref = np.asarray(g_gpu[name], np.float64), np.asarray(g_cpu[name], np.float64)
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        assert np.isfinite(got).all() and rel < 1e-4, f"seed={seed} {method} d{name}: rel {rel:.3g}"
+        # f32 GEMMs run as TF32 on the GPU (~4e-4 here); a wrong mask or a missing gradient is O(0.1).
+        assert np.isfinite(got).all() and rel < 3e-3, f"seed={seed} {method} d{name}: rel {rel:.3g}"
 
 
 def test_error_kn_shapes():
