@@ -67,9 +67,14 @@ if want sanitize; then
   rc=$?; note "memcheck rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY' "$OUT/logs/memcheck.log" | tail -1)"; [ $rc -eq 0 ] || status=1
   # racecheck (shared-memory hazards): one process per kernel family (a sanitizer failure names
   # it), instrumenting our kernels (namespace jax_sparse24) and CUTLASS's sparse GEMM, not XLA's.
+  # Our kernels are checked in the cases without a vendor GEMM: with the filter on our namespace,
+  # an *uninstrumented* TMA GEMM (CUTLASS's or cuSPARSELt's) in the same process ends in "Internal
+  # Sanitizer Error: failed to handle a hardware exception" (H100, CUDA 13.0), while the same CUTLASS
+  # kernel instrumented (kns=cutlass) is clean. cuSPARSELt's kernels are not racechecked (memcheck is).
   for kns in ${RACECHECK_KERNELS:-jax_sparse24 cutlass}; do
-    for case in ${RACECHECK_CASES:-$($PY scripts/sanitize_smoke.py --list)}; do
+    for case in ${RACECHECK_CASES:-masks mvue compress cutlass_linear}; do
       [ "$kns" = cutlass ] && [ "$case" != cutlass_linear ] && continue
+      [ "$kns" = jax_sparse24 ] && [ "$case" = cutlass_linear ] && continue
       t0=$(date +%s); log="$OUT/logs/racecheck_${kns}_$case.log"
       XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-180} \
         compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name kns=$kns --print-limit 20 \
