@@ -1,0 +1,105 @@
+"""Where a GPT train step's time goes: GPU kernel time by kernel name, dense vs a 2:4 recipe.
+
+    python scripts/profile_step.py --size gpt2 --recipes dense,srste --out DIR
+
+Builds each recipe's train program exactly as benchmarks/bench_train_gpt.py does (sparse phase),
+runs a few steps under ``jax.profiler.trace``, then sums the device-side events of the trace per
+kernel name and writes ``DIR/profile_step.md``: per recipe the total kernel time per step and the
+kernels whose time differs most from the first recipe's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import jax  # noqa: E402
+
+import bench_train_gpt as btg  # noqa: E402  (puts examples/ on sys.path)
+import train_gpt  # noqa: E402
+
+
+def kernel_times(trace_dir: str) -> tuple[dict, float]:
+    """{kernel name: total µs} over the device streams of the newest trace, and the device span."""
+    path = max(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime)
+    with gzip.open(path) as f:
+        trace = json.load(f)
+    pids = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device = {p for p, n in pids.items() if re.search(r"/device:GPU|GPU:\d|stream", n, re.I)}
+    times = collections.Counter()
+    t_min, t_max = float("inf"), 0.0
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("pid") in device and "dur" in e:
+            name = re.sub(r"\.\d+$", "", e["name"])[:90]
+            times[name] += float(e["dur"])
+            t_min, t_max = min(t_min, e["ts"]), max(t_max, e["ts"] + e["dur"])
+    return dict(times), max(0.0, t_max - t_min)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="gpt2")
+    ap.add_argument("--recipes", default="dense,srste")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    d = train_gpt.SIZE_DEFAULTS[a.size]
+    batch, seq = d["batch_size"], d["seq_len"]
+    data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=1)
+    results = {}
+    for recipe in a.recipes.split(","):
+        rt = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, []))
+        exe = rt.train_step(None if rt.exp.cfg.method == "dense" else True)
+        state = rt.init()
+        if rt.exp.needs_phase():
+            state = dict(state, opt_state=btg._force_step_phase(state["opt_state"]))
+        batches = [rt.put(data.batch(i)) for i in range(2)]
+        for i in range(3):
+            state, _ = exe(state, batches[i % 2])
+        jax.block_until_ready(state)
+        tdir = tempfile.mkdtemp(prefix=f"trace_{recipe}_")
+        with jax.profiler.trace(tdir):
+            for i in range(a.steps):
+                state, _ = exe(state, batches[i % 2])
+            jax.block_until_ready(state)
+        times, span = kernel_times(tdir)
+        results[recipe] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
+        print(f"{recipe}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
+              f"{span / a.steps / 1e3:.2f} ms device span per step, {len(times)} kernel names", flush=True)
+        del rt, exe, state
+    names = list(results)
+    base = results[names[0]][0]
+    lines = [f"# Train-step kernel time by kernel, {a.size} (batch {batch} x {seq}), {jax.devices()[0].device_kind}",
+             "", "| recipe | kernel time / step (ms) | device span / step (ms) |", "|---|---|---|"]
+    for r in names:
+        lines.append(f"| {r} | {sum(results[r][0].values()) / 1e3:.2f} | {results[r][1] / 1e3:.2f} |")
+    for r in names[1:]:
+        cur = results[r][0]
+        keys = set(base) | set(cur)
+        diff = sorted(keys, key=lambda k: -abs(cur.get(k, 0.0) - base.get(k, 0.0)))[: a.top]
+        lines += ["", f"## {r} vs {names[0]}: largest differences (µs per step)", "",
+                  f"| kernel | {names[0]} | {r} | difference |", "|---|---|---|---|"]
+        for k in diff:
+            lines.append(f"| `{k}` | {base.get(k, 0.0):.1f} | {cur.get(k, 0.0):.1f} | "
+                         f"{cur.get(k, 0.0) - base.get(k, 0.0):+.1f} |")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "profile_step.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
