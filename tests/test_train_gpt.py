@@ -293,3 +293,26 @@ def test_corpus_generator_reproduces_bundled_file():
     import make_corpus
 
     assert make_corpus.generate().encode("ascii") == (ROOT / "examples" / "data" / "corpus.txt").read_bytes()
+
+
+def test_one_hot_embed_matches_nn_embed():
+    """The example's byte embedding (one-hot matmul, a GEMM gradient) equals nn.Embed's lookup and
+    gradient on the same parameter, and keeps its tied-head ``attend``."""
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    import gpt_model
+
+    idx = jax.random.randint(jax.random.key(0), (3, 17), 0, 256)
+    ref, ours = nn.Embed(256, 32, dtype=jnp.bfloat16), gpt_model.OneHotEmbed(256, 32, dtype=jnp.bfloat16)
+    v = ref.init(jax.random.key(1), idx)
+    np.testing.assert_array_equal(np.asarray(ours.apply(v, idx), np.float32), np.asarray(ref.apply(v, idx), np.float32))
+    loss = lambda m: lambda v: (m.apply(v, idx).astype(jnp.float32) ** 2).sum()  # noqa: E731
+    g_ref, g_ours = jax.grad(loss(ref))(v), jax.grad(loss(ours))(v)
+    np.testing.assert_allclose(np.asarray(g_ours["params"]["embedding"]), np.asarray(g_ref["params"]["embedding"]),
+                               rtol=1e-2, atol=1e-3)
+    x = jnp.ones((2, 32), jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(ours.apply(v, x, method="attend"), np.float32),
+                                  np.asarray(ref.apply(v, x, method="attend"), np.float32))
+    with pytest.raises(ValueError, match="integer"):
+        ours.apply(v, jnp.ones((2, 3)))
