@@ -57,6 +57,11 @@ if want profile; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full \
     $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
   rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
+  # GPU kernel time of a GPT train step by kernel, dense vs 2:4 recipes (jax.profiler trace).
+  t0=$(date +%s)
+  timeout ${PROFILE_TIMEOUT:-180} $PY scripts/profile_step.py --size ${PROFILE_SIZE:-gpt2} \
+    --recipes ${PROFILE_RECIPES:-dense,srste} --out "$OUT" > "$OUT/logs/profile_step.log" 2>&1
+  rc=$?; note "profile_step rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -m2 'kernel time per step' "$OUT/logs/profile_step.log" | tr '\n' ' ')"; [ $rc -eq 0 ] || status=1
 fi
 
 if want sanitize; then
