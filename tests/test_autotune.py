@@ -1,0 +1,102 @@
+"""backend="auto": the table made from benchmark results, and the choices read from it (CPU-only:
+the table and the choice logic, with the GPU-side availability checks stubbed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import pytest
+
+from jax_sparse24._src import ffi, gemm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path):
+    spmm = {"meta": {"device": "test", "date": "now", "configs": ["a", "b"]}, "records": [
+        # GEMM 1.25x alone; with the fused compressor 0.1 / (0.08 + 0.01) = 1.11x
+        dict(O=3072, T=8192, I=768, dtype="bfloat16", config_ms={"a": 0.09, "b": 0.08}, baseline_ms=0.1,
+             fused_compress_ms=0.01, compress_ms=0.05),
+        # measured again by the layer run below, whose fused-compressor measurement replaces this one
+        dict(O=1024, T=8192, I=4096, dtype="bfloat16", config_ms={"a": 0.08, "b": 0.09}, baseline_ms=0.1,
+             fused_compress_ms=0.005),
+    ]}
+    ms = {"fwd dense x@w": 0.2, "fwd dense x@(w*m)": 0.21, "fwd cutlass + fused compress": 0.25,
+          "dx dense g@w.T": 0.2, "dx cutlass + fused compress": 0.1,
+          "dw dense x.T@g": 0.2, "dw mvue24 + dense": 0.3, "dw cutlass + fused mvue compress": 0.25,
+          "dw cutlass kn gemm": 0.1, "dw cutlass kn gemm [k1]": 0.1}
+    layer = {"meta": {"dtype": "bfloat16"}, "records": [
+        dict(section="gemm", d=1024, layer="down", I=4096, O=1024, T=8192, ms=ms, kn_best_config="k1"),
+        # the up layer's forward (O, T, I) = (4096, 8192, 1024) is the down layer's input-gradient shape
+        dict(section="gemm", d=1024, layer="up", I=1024, O=4096, T=8192,
+             ms={"fwd dense x@w": 0.2, "fwd cutlass + fused compress": 0.16}, kn_best_config=None)]}
+    (tmp_path / "spmm.json").write_text(json.dumps(spmm))
+    (tmp_path / "layer.json").write_text(json.dumps(layer))
+    out = tmp_path / "table.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_autotune_table.py"), str(tmp_path / "spmm.json"),
+                    "--layer", str(tmp_path / "layer.json"), "--out", str(out)], check=True, capture_output=True)
+    return json.loads(out.read_text())
+
+
+def test_table_counts_the_fused_compressor_and_the_exact_weight_grad(tmp_path):
+    t = _write(tmp_path)
+    e = {(x["m"], x["n"], x["k"]): x for x in t["entries"]}
+    assert e[(3072, 8192, 768)]["config"] == "b"
+    assert e[(3072, 8192, 768)]["speedup_with_compress"] == pytest.approx(0.1 / 0.09)
+    # forward of the layer (O, T, I) = (1024, 8192, 4096): 0.2 / 0.25 replaces spmm.json's 0.1 / 0.085,
+    # the spmm.json configuration is kept
+    assert e[(1024, 8192, 4096)]["speedup_with_compress"] == pytest.approx(0.8)
+    assert e[(1024, 8192, 4096)]["config"] == "a" and e[(1024, 8192, 4096)]["compress_source"].startswith("layer")
+    # (4096, 8192, 1024), a shape spmm.json lacks: the down layer's input gradient (0.2 / 0.1) and the
+    # up layer's forward (0.2 / 0.16) -> the smaller
+    assert e[(4096, 8192, 1024)]["speedup_with_compress"] == pytest.approx(0.2 / 0.16)
+    assert e[(4096, 8192, 1024)]["config_id"] == -1
+    (kn,) = t["entries_kn"]
+    # against the exact dense xᵀ·∇y (0.2 ms), not the MVUE + dense path (0.3 ms)
+    assert (kn["m"], kn["n"], kn["k"], kn["config"]) == (1024, 4096, 8192, "k1")
+    assert kn["speedup_with_compress"] == pytest.approx(0.2 / 0.25)
+
+
+@pytest.fixture
+def gpu_stubs(monkeypatch):
+    """Pretend kernels are available; the table comes from each test."""
+    from jax_sparse24._src import cuda_spmm_ops
+
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+    monkeypatch.setattr(ffi, "extension", lambda: object())
+    monkeypatch.setattr(gemm, "_cutlass_ok", lambda *a: True)
+    monkeypatch.setattr(gemm, "_config_id", lambda name: -1)
+    monkeypatch.setattr(cuda_spmm_ops, "cutlass_configs_kn", lambda: ["k1"])
+    monkeypatch.setattr(cuda_spmm_ops, "cutlass_supports_kn", lambda *a: True)
+
+    def use(entries, entries_kn=()):
+        table = {"entries": list(entries), "entries_kn": list(entries_kn)}
+        monkeypatch.setattr(gemm, "_table", lambda: table)
+
+    return use
+
+
+def _entry(m, n, k, speedup):
+    return dict(m=m, n=n, k=k, dtype="bfloat16", config="k1", speedup_with_compress=speedup)
+
+
+def test_auto_goes_sparse_only_above_the_noise_floor(gpu_stubs):
+    gpu_stubs([_entry(4096, 8192, 1024, 1.10), _entry(1024, 8192, 4096, 1.02)])
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+    assert gemm.choose("auto", 4000, 9000, 1000, jnp.bfloat16) == "cutlass"  # nearest measured shape
+    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "dense"  # 1.02 < MIN_GAIN
+    assert gemm.MIN_GAIN > 1.0
+    assert gemm.choose("cutlass", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # forced
+    assert gemm.choose("dense", 4096, 8192, 1024, jnp.bfloat16) == "dense"
+
+
+def test_auto_weight_grad(gpu_stubs):
+    gpu_stubs([], [_entry(1024, 4096, 8192, 1.2), _entry(4096, 1024, 8192, 0.8)])
+    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
+    assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "dense"
+    gpu_stubs([])
+    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "dense"  # nothing measured
