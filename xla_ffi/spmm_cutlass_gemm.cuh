@@ -64,7 +64,8 @@
   X(cooperative, 128, 128, 128, 2, 1) \
   X(cooperative, 256, 128, 128, 2, 1) \
   X(cooperative, 256, 128, 128, 1, 1) \
-  X(cooperative, 128, 256, 128, 1, 2)
+  X(cooperative, 128, 256, 128, 1, 2) \
+  X(cooperative_streamk, 128, 128, 128, 1, 1)
 
 // Weight-gradient formulation (M = O, N = I, K = T: long K). Untuned first set: the shapes of the
 // forward sweep's winners.
@@ -109,10 +110,19 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 struct pingpong {
   using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using Scheduler = void;  // CUTLASS's default persistent tile scheduler
 };
 struct cooperative {
   using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = void;
+};
+// Stream-K: work units split along K across CTAs (partial tiles reduced through a workspace), for
+// the wave quantisation of small-K GEMMs (GPT-2 FFN shapes: K = 768..1280, ~10 K-blocks per tile).
+struct cooperative_streamk {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::StreamKScheduler;
 };
 
 using ProblemShape = Shape<int, int, int, int>;  // (M, N, K, L)
@@ -142,7 +152,8 @@ struct SparseGemmConfig {
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
 
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,
+                                                          typename Schedule::Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   using SparseConfig = typename CollectiveMainloop::SparseConfig;
 };
@@ -213,8 +224,8 @@ ffi::Error RunGemm(const GemmCall& c) {
                            std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
                            " (can_implement: " + StatusStr(st) + ")");
   }
-  // Zero for every compiled configuration (persistent tile scheduler without stream-K, TMA epilogue
-  // with a plain linear combination), so in practice nothing is allocated; kept for safety.
+  // Zero for the persistent-scheduler configurations; the stream-K one reduces partial tiles (and
+  // keeps its locks) in this workspace, which CUTLASS's initialize() clears on the stream.
   const size_t workspace_bytes = Gemm::get_workspace_size(args);
   void* workspace = nullptr;
   if (workspace_bytes > 0) {
