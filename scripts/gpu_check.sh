@@ -77,9 +77,11 @@ if want sanitize; then
   # Sanitizer Error: failed to handle a hardware exception" (H100, CUDA 13.0), while the same CUTLASS
   # kernel instrumented (kns=cutlass) is clean. cuSPARSELt's kernels are not racechecked (memcheck is).
   for kns in ${RACECHECK_KERNELS:-jax_sparse24 cutlass}; do
-    for case in ${RACECHECK_CASES:-masks mvue compress cutlass_linear}; do
-      [ "$kns" = cutlass ] && [ "$case" != cutlass_linear ] && continue
-      [ "$kns" = jax_sparse24 ] && [ "$case" = cutlass_linear ] && continue
+    for case in ${RACECHECK_CASES:-masks mvue compress cutlass_linear cutlass_configs}; do
+      case "$kns:$case" in
+        cutlass:cutlass_linear|cutlass:cutlass_configs|jax_sparse24:masks|jax_sparse24:mvue|jax_sparse24:compress) ;;
+        *) continue ;;
+      esac
       t0=$(date +%s); log="$OUT/logs/racecheck_${kns}_$case.log"
       XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${SANITIZE_TIMEOUT:-180} \
         compute-sanitizer --tool racecheck --racecheck-report hazard --kernel-name kns=$kns --print-limit 20 \

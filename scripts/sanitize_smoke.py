@@ -59,6 +59,18 @@ def cutlass_linear():
     _linear("cutlass")
 
 
+def cutlass_configs():
+    """Every compiled sparse-GEMM configuration (incl. stream-K, which uses a workspace), bf16,
+    with a partial tile in M and N."""
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    w = jnp.asarray(rng.normal(size=(256, 200)), jnp.bfloat16)  # (I, O): A = W~^T is (200, 256)
+    x = jnp.asarray(rng.normal(size=(136, 256)), jnp.bfloat16)
+    values, meta = cc.masked_compress(w, s24.mask24(w, axis=0), transposed=True)
+    for config in range(len(cs.cutlass_configs())):
+        jax.block_until_ready(cs.cutlass_spmm(values, meta, x, m=200, k=256, config=config))
+
+
 def cusparselt_linear():
     if not lt.cusparselt_available():
         print("cuSPARSELt not loadable; case skipped")
@@ -66,7 +78,7 @@ def cusparselt_linear():
     _linear("cusparselt")
 
 
-CASES = {f.__name__: f for f in (masks, mvue, compress, cutlass_linear, cusparselt_linear)}
+CASES = {f.__name__: f for f in (masks, mvue, compress, cutlass_linear, cutlass_configs, cusparselt_linear)}
 
 if __name__ == "__main__":
     if "--list" in sys.argv:
