@@ -190,6 +190,12 @@ def _check_spmm(op, values, meta, b, m, k, n, config, names):
     return dtype, config
 
 
+def _spmm_call(target: str, values, meta, b, dtype, m: int, n: int, k: int, config: int):
+    """The custom call of both sparse-GEMM formulations (arguments already checked): d (n, m)."""
+    return _ffi.ffi_call(target, jax.ShapeDtypeStruct((n, m), dtype), values, meta, b,
+                         m=np.int64(m), n=np.int64(n), k=np.int64(k), config=np.int64(config))
+
+
 def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
     """``d (n, m) = b (n, k) @ A.T`` with A (m, k) 2:4 along k, given as ``cutlass_compress(A)``.
 
@@ -211,18 +217,7 @@ def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
     if kb != k:
         raise ValueError(f"{op}: `b` must have shape (n, k) with k={k}, got shape {(n, kb)}")
     dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs())
-    out_type = jax.ShapeDtypeStruct((n, m), dtype)
-    return _ffi.ffi_call(
-        "jax_sparse24_cutlass_spmm",
-        out_type,
-        values,
-        meta,
-        b,
-        m=np.int64(m),
-        n=np.int64(n),
-        k=np.int64(k),
-        config=np.int64(config),
-    )
+    return _spmm_call("jax_sparse24_cutlass_spmm", values, meta, b, dtype, m, n, k, config)
 
 
 def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1):
@@ -243,14 +238,4 @@ def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1):
     if kb != k:
         raise ValueError(f"{op}: `b` must have shape (k, n) with k={k}, got shape {(kb, n)}")
     dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs_kn())
-    return _ffi.ffi_call(
-        "jax_sparse24_cutlass_spmm_kn",
-        jax.ShapeDtypeStruct((n, m), dtype),
-        values,
-        meta,
-        b,
-        m=np.int64(m),
-        n=np.int64(n),
-        k=np.int64(k),
-        config=np.int64(config),
-    )
+    return _spmm_call("jax_sparse24_cutlass_spmm_kn", values, meta, b, dtype, m, n, k, config)
