@@ -16,6 +16,15 @@ import pytest
 LEGAL_NIBBLES = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE}
 
 
+def skip_module_without_kernels():
+    """Skip the calling test module (call it at module level) unless the CUDA kernels can run."""
+    from jax_sparse24._src import ffi
+
+    if not ffi.cuda_kernels_available():
+        pytest.skip("CUDA kernels unavailable (no GPU, extension not built, or JAX_SPARSE24_BACKEND=reference): "
+                    f"{ffi.extension_error() or 'no CUDA device'}", allow_module_level=True)
+
+
 def gpu():
     """The first GPU device."""
     return jax.devices("gpu")[0]

@@ -22,15 +22,12 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import ffi as _ffi
 
 pytestmark = pytest.mark.gpu
 
-if not _ffi.cuda_kernels_available():
-    pytest.skip(
-        f"needs a CUDA GPU and the built extension ({_ffi.extension_error() or 'no CUDA device'})",
-        allow_module_level=True,
-    )
+from gpu_util import skip_module_without_kernels  # noqa: E402
+
+skip_module_without_kernels()
 
 from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402

@@ -28,12 +28,9 @@ from jax_sparse24._src import reference
 
 pytestmark = pytest.mark.gpu
 
-if not ffi.cuda_kernels_available():
-    pytest.skip(
-        "CUDA kernels unavailable (no GPU, extension not built, or JAX_SPARSE24_BACKEND=reference): "
-        f"{ffi.extension_error()}",
-        allow_module_level=True,
-    )
+from gpu_util import skip_module_without_kernels  # noqa: E402
+
+skip_module_without_kernels()
 
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from gpu_util import poisoned  # noqa: E402

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 import jax_sparse24 as s24
-from jax_sparse24._src import ffi
+from gpu_util import skip_module_without_kernels
 
 pytestmark = pytest.mark.gpu
-if not ffi.cuda_kernels_available():
-    pytest.skip("needs a CUDA GPU and the built extension", allow_module_level=True)
+skip_module_without_kernels()
 
 
 def _x(shape, seed, dtype):

@@ -19,15 +19,12 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import ffi as _ffi
 
 pytestmark = pytest.mark.gpu
 
-if not _ffi.cuda_kernels_available():
-    pytest.skip(
-        f"needs a CUDA GPU and the built extension ({_ffi.extension_error() or 'no CUDA device'})",
-        allow_module_level=True,
-    )
+from gpu_util import skip_module_without_kernels  # noqa: E402
+
+skip_module_without_kernels()
 
 from jax_sparse24._src import cuda_spmm_ops as ops  # noqa: E402
 from gpu_util import LEGAL_NIBBLES, mask24_np, skip_uncompiled  # noqa: E402
@@ -365,14 +362,14 @@ def test_weight_grad_mvue_fused_is_the_gemm_of_the_mvue_sample(dtype):
     check_close(dw_dense, ref, dtype, f"seed={seed} dense weight_grad_mvue")
 
 
-def test_sparse24_linear_cutlass_backward_matches_dense():
-    """Whole layer, backend='cutlass' (fused compressors, three sparse GEMMs) vs 'dense', same key."""
+def _layer_grads_vs_dense(backend, t):
+    """Loss and (dx, dW) of sparse24_linear with ``backend`` and with 'dense' (same inputs, same
+    MVUE key); the gradients are checked against each other here, the losses are returned."""
     import jax_sparse24 as s24
 
     dtype = jnp.bfloat16
-    _skip_no_kn(dtype)
     rng, seed = _rng()
-    t, i, o = 264, 256, 384
+    i, o = 256, 384
     x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
     w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
     mask = s24.transposable_mask24(w)
@@ -383,12 +380,19 @@ def test_sparse24_linear_cutlass_backward_matches_dense():
                           .astype(jnp.float32) ** 2).sum()
         return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(x, w)
 
-    (v1, (dx1, dw1)), (v0, (dx0, dw0)) = grads("cutlass"), grads("dense")
-    for got, ref, what in ((dx1, dx0, "dx"), (dw1, dw0, "dW")):
+    (v1, g1), (v0, g0) = grads(backend), grads("dense")
+    for got, ref, what in zip(g1, g0, ("dx", "dW")):
         ref = np.asarray(ref.astype(jnp.float32), dtype=np.float64)
         got = np.asarray(got.astype(jnp.float32), dtype=np.float64)
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        assert np.isfinite(got).all() and rel < 2e-2, f"seed={seed} {what}: rel {rel:.3g}"
+        assert np.isfinite(got).all() and rel < 2e-2, f"seed={seed} {backend} {what}: rel {rel:.3g}"
+    return v1, v0, seed
+
+
+def test_sparse24_linear_cutlass_backward_matches_dense():
+    """Whole layer, backend='cutlass' (fused compressors, three sparse GEMMs) vs 'dense', same key."""
+    _skip_no_kn(jnp.bfloat16)
+    v1, v0, seed = _layer_grads_vs_dense("cutlass", t=264)
     assert abs(float(v1) - float(v0)) <= 2e-2 * abs(float(v0)), f"seed={seed} loss {v1} vs {v0}"
 
 
@@ -472,28 +476,8 @@ def test_cusparselt_matches_dense(layouts, dtype):
 
 
 def test_cusparselt_layer_matches_dense():
-    import jax_sparse24 as s24
-
     _skip_no_cusparselt()
-    dtype = jnp.bfloat16
-    rng, seed = _rng()
-    t, i, o = 256, 256, 384
-    x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
-    w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
-    mask = s24.transposable_mask24(w)
-    key = jax.random.key(seed % 2**31)
-
-    def grads(backend):
-        f = lambda x, w: (s24.sparse24_linear(x, w, mask, key=key, backend=backend, transposable=True)  # noqa: E731
-                          .astype(jnp.float32) ** 2).sum()
-        return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(x, w)
-
-    (v1, g1), (v0, g0) = grads("cusparselt"), grads("dense")
-    for got, ref, what in zip(g1, g0, ("dx", "dW")):
-        ref = np.asarray(ref.astype(jnp.float32), dtype=np.float64)
-        got = np.asarray(got.astype(jnp.float32), dtype=np.float64)
-        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        assert np.isfinite(got).all() and rel < 2e-2, f"seed={seed} {what}: rel {rel:.3g}"
+    _layer_grads_vs_dense("cusparselt", t=256)
 
 
 def test_cusparselt_errors():
