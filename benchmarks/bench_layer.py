@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import math
 import os
 import platform
@@ -47,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from bench_spmm import measure  # noqa: E402  (interleaved medians, same method)
+from bench_spmm import measure, write_results  # noqa: E402  (interleaved medians, same method)
 
 import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
@@ -409,14 +408,7 @@ def main(argv=None):
         records += bench_layer(dims, trials, backends, recipes)
     if "cusparselt" in backends:
         meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "layer.json"), "w") as f:
-        json.dump(dict(meta=meta, records=records), f, indent=1)
-    md = markdown(meta, records)
-    with open(os.path.join(args.out, "layer.md"), "w") as f:
-        f.write(md)
-    print()
-    print(md)
+    write_results(args.out, "layer", meta, records, markdown(meta, records))
 
 
 if __name__ == "__main__":

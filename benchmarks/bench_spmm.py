@@ -306,11 +306,15 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=0, help="trials per variant (default 7, quick 3)")
     args = p.parse_args(argv)
     meta, records = run(args)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "spmm.json"), "w") as f:
+    write_results(args.out, "spmm", meta, records, markdown(meta, records))
+
+
+def write_results(out_dir: str, name: str, meta: dict, records: list, md: str) -> None:
+    """``out_dir/<name>.json`` ({"meta", "records"}) and ``<name>.md``; the table is printed too."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(dict(meta=meta, records=records), f, indent=1)
-    md = markdown(meta, records)
-    with open(os.path.join(args.out, "spmm.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write(md)
     print()
     print(md)
