@@ -185,7 +185,8 @@ def to_markdown(res: dict) -> str:
              f"Command: `{res['command']}` (kernels built: {res['cuda_kernels']})", ""]
     for tp in res["throughput"]:
         lines += [f"## Throughput: {tp['size']} ({tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
-                  f"{tp['seq_len']} tokens, median of {tp['rounds']} interleaved rounds x {tp['iters']} steps)", "",
+                  f"{tp['seq_len']} tokens, {tp.get('attention', 'xla')} attention, median of {tp['rounds']} interleaved "
+                  f"rounds x {tp['iters']} steps)", "",
                   "| variant | step (ms) | tokens/s | vs dense | spread |", "|---|---|---|---|---|"]
         for r in tp["rows"]:
             vs = "-" if r["vs_dense"] is None else f"{r['vs_dense']:.3f}x"
@@ -223,6 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
     ap.add_argument("--ffn", choices=("gelu", "swiglu"), default="gelu")
     ap.add_argument("--sparse-attn", action="store_true")
+    ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
+                    help="attention kernel of every recipe (dense included)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: train_gpt_<tag>.json/.md")
     a = ap.parse_args(argv)
@@ -240,7 +243,7 @@ def main(argv=None) -> int:
     rounds = a.rounds or (3 if a.quick else 5)
     qsteps = a.quality_steps if a.quality_steps is not None else (30 if a.quick else 150)
     tag = a.tag or (backend + ("_quick" if a.quick else ""))
-    extra = ["--ffn", a.ffn] + (["--sparse-attn"] if a.sparse_attn else [])
+    extra = ["--ffn", a.ffn, "--attention", a.attention] + (["--sparse-attn"] if a.sparse_attn else [])
     if qsteps and qsize not in sizes:
         sizes.append(qsize)
 
@@ -275,6 +278,8 @@ def main(argv=None) -> int:
         tp = throughput(rts, exes, data, iters, rounds, a.warmup, log)
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
+        cfg = next(iter(rts.values())).exp.cfg
+        tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
         res["throughput"].append(tp)
         write()
         if do_quality:

@@ -37,7 +37,7 @@ from flax import linen as nn
 from jax_sparse24.distill import Sparse24LowRankDense
 from jax_sparse24.nn import Sparse24Dense
 
-__all__ = ["GPTConfig", "GPT", "SIZES", "sparse_layer_paths"]
+__all__ = ["GPTConfig", "GPT", "SIZES", "attention_implementation", "sparse_layer_paths"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,9 @@ class GPTConfig:
     linear: str = "sparse24"
     slorb_group: int = 64
     dtype: Any = jnp.float32  # compute dtype (params are float32)
+    # Attention kernel: "xla" (XLA's fused softmax attention), "cudnn" (cuDNN flash attention:
+    # GPU, float16/bfloat16 only) or "auto" (cuDNN where it applies, else XLA).
+    attention: str = "xla"
 
     @property
     def ffn_hidden(self) -> int:
@@ -142,9 +145,42 @@ class CausalSelfAttention(nn.Module):
         qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        y = jax.nn.dot_product_attention(
+            q, k, v, is_causal=True, implementation=attention_implementation(cfg.attention, q.dtype, hd))
         y = y.reshape(b, t, c)
         return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std, c), y, sparse)
+
+
+def _cudnn_head_dim_ok(hd: int) -> bool:
+    """Head dimensions cuDNN's flash attention accepts: multiples of 8 up to 256."""
+    return hd % 8 == 0 and hd <= 256
+
+
+def attention_implementation(attention: str, dtype, head_dim: int) -> Optional[str]:
+    """The ``implementation=`` of ``jax.nn.dot_product_attention`` for ``GPTConfig.attention``.
+
+    ``"auto"`` picks cuDNN on a GPU for float16/bfloat16 and a supported head dimension, XLA
+    otherwise; ``"cudnn"`` where cuDNN cannot run raises a ``ValueError`` naming the reason.
+
+    >>> attention_implementation("auto", jnp.float32, 64)
+    'xla'
+    """
+    if attention not in ("xla", "cudnn", "auto"):
+        raise ValueError(f"GPTConfig.attention must be 'xla', 'cudnn' or 'auto', got {attention!r}")
+    if attention == "xla":
+        return "xla"
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+    gpu = jax.default_backend() == "gpu"
+    if attention == "auto":
+        return "cudnn" if (gpu and half and _cudnn_head_dim_ok(head_dim)) else "xla"
+    if not gpu:
+        raise ValueError("attention='cudnn' needs a GPU backend (use 'auto' or 'xla' on CPU)")
+    if not half:
+        raise ValueError(f"attention='cudnn' needs float16/bfloat16 compute, got {jnp.dtype(dtype).name}")
+    if not _cudnn_head_dim_ok(head_dim):
+        raise ValueError(f"attention='cudnn' needs a head dimension that is a multiple of 8 and <= 256, "
+                         f"got {head_dim}")
+    return "cudnn"
 
 
 #: Vocabularies up to this size embed by a one-hot matmul (see :class:`OneHotEmbed`).

@@ -77,7 +77,7 @@ from jax_sparse24 import distill as s24distill  # noqa: E402
 from jax_sparse24 import nn as s24nn  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 
-from gpt_model import GPT, GPTConfig, SIZES, sparse_layer_paths  # noqa: E402
+from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_layer_paths  # noqa: E402
 
 PROG = "train_gpt.py"
 DEFAULT_DATA = _HERE / "data" / "corpus.txt"
@@ -240,7 +240,7 @@ def build_experiment(hp: dict) -> Experiment:
         **size, ffn=hp["ffn"], tie_head=not hp["untied_head"], method=recipe["method"],
         mvue=recipe["mvue"], transposable=recipe.get("transposable", True),
         mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
-        linear=recipe.get("linear", "sparse24"), slorb_group=hp.get("slorb_group", 64),
+        attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"), slorb_group=hp.get("slorb_group", 64),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])
@@ -780,6 +780,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         decay_alpha=args.decay_alpha, mask_every=args.mask_every,
         finetune_fraction=args.finetune_fraction, ffn=args.ffn, sparse_attn=args.sparse_attn,
         untied_head=args.untied_head, dtype=args.dtype, seed=args.seed,
+        attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
     )
     for k in ("n_layer", "n_head", "n_embd"):
         v = getattr(args, k)
@@ -789,6 +790,10 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
     if hp["n_embd"] % 4 or hp["n_embd"] % hp["n_head"]:
         raise CLIError(f"--n-embd {hp['n_embd']} must be a multiple of 4 (2:4 groups) and of n_head "
                        f"({hp['n_head']})")
+    try:
+        attention_implementation(hp["attention"], _resolve_dtype(hp["dtype"]), hp["n_embd"] // hp["n_head"])
+    except ValueError as e:
+        raise CLIError(f"--attention {hp['attention']}: {e}") from None
     for k in ("steps", "batch_size", "seq_len"):
         if hp[k] < 1:
             raise CLIError(f"--{k.replace('_', '-')} must be >= 1, got {hp[k]}")
@@ -1167,6 +1172,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ffn", choices=("gelu", "swiglu"), default="gelu",
                     help="FFN activation; swiglu fuses gate+up into one GEMM (plain jnp, no custom kernel)")
     ap.add_argument("--sparse-attn", action="store_true", help="2:4 attention projections too")
+    ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
+                    help="attention kernel: cudnn (flash attention; GPU, bfloat16), xla, or auto (cudnn "
+                         "where it applies)")
     ap.add_argument("--untied-head", action="store_true", help="separate output head (default: tied to wte)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                     help="compute dtype (auto: bfloat16 on GPU, float32 on CPU); params are float32")

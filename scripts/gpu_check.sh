@@ -53,11 +53,14 @@ fi
 
 if want profile; then
   # Nsight Compute on the fused compressors (d = 1280 FFN shapes): occupancy, throughput, stalls.
-  t0=$(date +%s)
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full \
-    $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
-  rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
-  # GPU kernel time of a GPT train step by kernel, dense vs 2:4 recipes (jax.profiler trace).
+  if [ "${NCU:-1}" != 0 ]; then
+    t0=$(date +%s)
+    XLA_PYTHON_CLIENT_PREALLOCATE=false timeout ${PROFILE_TIMEOUT:-180} ncu --kernel-name regex:CompressTile --set full \
+      $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
+    rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
+  fi
+  # GPU kernel time of a GPT train step by kernel, dense vs 2:4 recipes (jax.profiler trace);
+  # PROFILE_RECIPES takes RECIPE[@ATTENTION] names (scripts/profile_step.py --help).
   t0=$(date +%s)
   timeout ${PROFILE_TIMEOUT:-180} $PY scripts/profile_step.py --size ${PROFILE_SIZE:-gpt2} \
     --recipes ${PROFILE_RECIPES:-dense,srste} --out "$OUT" > "$OUT/logs/profile_step.log" 2>&1

@@ -50,7 +50,9 @@ def kernel_times(trace_dir: str) -> tuple[dict, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="gpt2")
-    ap.add_argument("--recipes", default="dense,srste")
+    ap.add_argument("--recipes", default="dense,srste",
+                    help="comma-separated; RECIPE@ATTENTION picks the attention kernel (auto|xla|cudnn), "
+                         "e.g. dense@xla,dense@cudnn,srste@cudnn")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", default=".")
@@ -59,8 +61,10 @@ def main() -> int:
     batch, seq = d["batch_size"], d["seq_len"]
     data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=1)
     results = {}
-    for recipe in a.recipes.split(","):
-        rt = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, []))
+    for name in a.recipes.split(","):
+        recipe, _, attention = name.partition("@")
+        extra = ["--attention", attention] if attention else []
+        rt = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, extra))
         exe = rt.train_step(None if rt.exp.cfg.method == "dense" else True)
         state = rt.init()
         if rt.exp.needs_phase():
@@ -75,8 +79,8 @@ def main() -> int:
                 state, _ = exe(state, batches[i % 2])
             jax.block_until_ready(state)
         times, span = kernel_times(tdir)
-        results[recipe] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
-        print(f"{recipe}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
+        results[name] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
+        print(f"{name}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
               f"{span / a.steps / 1e3:.2f} ms device span per step, {len(times)} kernel names", flush=True)
         del rt, exe, state
     names = list(results)
@@ -85,6 +89,10 @@ def main() -> int:
              "", "| recipe | kernel time / step (ms) | device span / step (ms) |", "|---|---|---|"]
     for r in names:
         lines.append(f"| {r} | {sum(results[r][0].values()) / 1e3:.2f} | {results[r][1] / 1e3:.2f} |")
+    lines += ["", f"## {names[0]}: largest kernels (µs per step)", "", "| kernel | µs | share |", "|---|---|---|"]
+    total = sum(base.values())
+    for k in sorted(base, key=lambda k: -base[k])[: a.top]:
+        lines.append(f"| `{k}` | {base[k]:.1f} | {100 * base[k] / total:.1f}% |")
     for r in names[1:]:
         cur = results[r][0]
         keys = set(base) | set(cur)

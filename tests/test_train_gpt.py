@@ -316,3 +316,56 @@ def test_one_hot_embed_matches_nn_embed():
                                   np.asarray(ref.apply(v, x, method="attend"), np.float32))
     with pytest.raises(ValueError, match="integer"):
         ours.apply(v, jnp.ones((2, 3)))
+
+
+def test_attention_choice(capsys, monkeypatch):
+    """``--attention``: auto falls back to XLA where cuDNN cannot run; cudnn there is a clear
+    CLI error (exit 2); an unknown GPTConfig.attention is a ValueError naming the choices."""
+    import jax.numpy as jnp
+
+    import gpt_model
+
+    impl = gpt_model.attention_implementation
+    assert impl("xla", jnp.bfloat16, 64) == "xla"
+    assert impl("auto", jnp.float32, 64) == "xla"
+    monkeypatch.setattr(gpt_model.jax, "default_backend", lambda: "gpu")
+    assert impl("auto", jnp.bfloat16, 64) == "cudnn"
+    assert impl("auto", jnp.bfloat16, 12) == "xla"  # head dim not a multiple of 8
+    assert impl("cudnn", jnp.float16, 256) == "cudnn"
+    with pytest.raises(ValueError, match="float16/bfloat16"):
+        impl("cudnn", jnp.float32, 64)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        impl("cudnn", jnp.bfloat16, 260)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="'xla', 'cudnn' or 'auto'"):
+        impl("flash", jnp.bfloat16, 64)
+    if jax.default_backend() != "gpu":
+        with pytest.raises(ValueError, match="needs a GPU"):
+            impl("cudnn", jnp.bfloat16, 64)
+        assert run("--attention", "cudnn", "--steps", 2) == 2
+        assert "--attention cudnn" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cudnn_attention_matches_xla():
+    """On a GPU the cuDNN attention model gives the XLA attention model's loss and gradients."""
+    import jax.numpy as jnp
+    import optax
+
+    import gpt_model
+
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU")
+    base = dict(n_layer=2, n_head=4, n_embd=256, block_size=256, dtype=jnp.bfloat16)
+    idx = jax.random.randint(jax.random.key(0), (4, 256), 0, 256)
+    models = {a: gpt_model.GPT(gpt_model.GPTConfig(**base, attention=a)) for a in ("xla", "cudnn")}
+    v = models["xla"].init(jax.random.key(1), idx)
+
+    def loss(m):
+        return lambda p: optax.softmax_cross_entropy_with_integer_labels(
+            m.apply(dict(v, params=p), idx)[:, :-1], idx[:, 1:]).mean()
+
+    (lx, gx), (lc, gc) = (jax.jit(jax.value_and_grad(loss(models[a])))(v["params"]) for a in ("xla", "cudnn"))
+    np.testing.assert_allclose(float(lc), float(lx), rtol=2e-3)
+    for a, b in zip(jax.tree.leaves(gc), jax.tree.leaves(gx)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0.1, atol=2e-3 * float(np.abs(b).max()) + 1e-6)
