@@ -368,4 +368,7 @@ def test_cudnn_attention_matches_xla():
     (lx, gx), (lc, gc) = (jax.jit(jax.value_and_grad(loss(models[a])))(v["params"]) for a in ("xla", "cudnn"))
     np.testing.assert_allclose(float(lc), float(lx), rtol=2e-3)
     for a, b in zip(jax.tree.leaves(gc), jax.tree.leaves(gx)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0.1, atol=2e-3 * float(np.abs(b).max()) + 1e-6)
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        # bf16 attention kernels differ elementwise at bf16 precision: compare relative norms
+        # (a wrong kernel — e.g. not causal — is off by O(1)).
+        assert np.linalg.norm(a - b) <= 0.03 * np.linalg.norm(b) + 1e-6, np.linalg.norm(a - b) / np.linalg.norm(b)
