@@ -47,42 +47,8 @@ def kernel_times(trace_dir: str) -> tuple[dict, float]:
     return dict(times), max(0.0, t_max - t_min)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", default="gpt2")
-    ap.add_argument("--recipes", default="dense,srste",
-                    help="comma-separated; RECIPE@ATTENTION picks the attention kernel (auto|xla|cudnn), "
-                         "e.g. dense@xla,dense@cudnn,srste@cudnn")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--out", default=".")
-    a = ap.parse_args()
-    d = train_gpt.SIZE_DEFAULTS[a.size]
-    batch, seq = d["batch_size"], d["seq_len"]
-    data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=1)
-    results = {}
-    for name in a.recipes.split(","):
-        recipe, _, attention = name.partition("@")
-        extra = ["--attention", attention] if attention else []
-        rt = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, extra))
-        exe = rt.train_step(None if rt.exp.cfg.method == "dense" else True)
-        state = rt.init()
-        if rt.exp.needs_phase():
-            state = dict(state, opt_state=btg._force_step_phase(state["opt_state"]))
-        batches = [rt.put(data.batch(i)) for i in range(2)]
-        for i in range(3):
-            state, _ = exe(state, batches[i % 2])
-        jax.block_until_ready(state)
-        tdir = tempfile.mkdtemp(prefix=f"trace_{recipe}_")
-        with jax.profiler.trace(tdir):
-            for i in range(a.steps):
-                state, _ = exe(state, batches[i % 2])
-            jax.block_until_ready(state)
-        times, span = kernel_times(tdir)
-        results[name] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
-        print(f"{name}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
-              f"{span / a.steps / 1e3:.2f} ms device span per step, {len(times)} kernel names", flush=True)
-        del rt, exe, state
+def write_report(results: dict, a, batch: int, seq: int, final: bool) -> None:
+    """Write ``profile_step.md`` (after every recipe, so a run cut short keeps what it measured)."""
     names = list(results)
     base = results[names[0]][0]
     lines = [f"# Train-step kernel time by kernel, {a.size} (batch {batch} x {seq}), {jax.devices()[0].device_kind}",
@@ -105,7 +71,54 @@ def main() -> int:
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "profile_step.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if final:
+        print("\n".join(lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="gpt2")
+    ap.add_argument("--recipes", default="dense,srste",
+                    help="comma-separated; RECIPE@ATTENTION picks the attention kernel (auto|xla|cudnn), "
+                         "e.g. dense@xla,dense@cudnn,srste@cudnn")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    d = train_gpt.SIZE_DEFAULTS[a.size]
+    batch, seq = d["batch_size"], d["seq_len"]
+    data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=1)
+    rts = {}
+    for name in a.recipes.split(","):
+        recipe, _, attention = name.partition("@")
+        extra = ["--attention", attention] if attention else []
+        rts[name] = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, extra))
+    exes = btg.compile_all(rts, False, a.compile_workers, lambda m: print(m, flush=True))  # concurrently
+    results = {}
+    for name, rt in rts.items():
+        recipe = name.partition("@")[0]
+        exe = exes.pop((name, "train", None if rt.exp.cfg.method == "dense" else True))
+        state = rt.init()
+        if rt.exp.needs_phase():
+            state = dict(state, opt_state=btg._force_step_phase(state["opt_state"]))
+        batches = [rt.put(data.batch(i)) for i in range(2)]
+        for i in range(3):
+            state, _ = exe(state, batches[i % 2])
+        jax.block_until_ready(state)
+        tdir = tempfile.mkdtemp(prefix=f"trace_{recipe}_")
+        with jax.profiler.trace(tdir):
+            for i in range(a.steps):
+                state, _ = exe(state, batches[i % 2])
+            jax.block_until_ready(state)
+        times, span = kernel_times(tdir)
+        results[name] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
+        print(f"{name}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
+              f"{span / a.steps / 1e3:.2f} ms device span per step, {len(times)} kernel names", flush=True)
+        del exe, state
+        rts[name] = None
+        write_report(results, a, batch, seq, final=False)
+    write_report(results, a, batch, seq, final=True)
     return 0
 
 
