@@ -11,11 +11,11 @@ PY=${PYTHON:-python3}
 if [ "${1:-}" = build ]; then OUT=$OUT bash scripts/gpu_check.sh build; mkdir -p "$OUT/logs"; fi
 run() {  # tag timeout args...
   local tag=$1 t=$2; shift 2; local t0=$(date +%s)
-  timeout "$t" $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --rounds 3 --iters 5 "$@" > "$OUT/logs/$tag.log" 2>&1
+  timeout "$t" $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --rounds 3 --iters ${ITERS:-20} "$@" > "$OUT/logs/$tag.log" 2>&1
   echo "== $tag rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/logs/summary.txt"
   tar -C "$OUT" -czf "$OUT/logs.tgz" logs
 }
-run h100_gpt2 ${GPT2_TIMEOUT:-240} --size gpt2 --quality-steps 150
+run h100_gpt2 ${GPT2_TIMEOUT:-240} --size gpt2 --quality-steps ${QUALITY_STEPS:-150}
 run h100_gpt2-medium ${MEDIUM_TIMEOUT:-170} --size gpt2-medium --quality-steps 0
 run h100_gpt2-medium_sparse-attn ${MEDIUM_TIMEOUT:-170} --size gpt2-medium --quality-steps 0 --sparse-attn --recipes dense,srste,sste,ste
 rm -rf "$OUT/logs"
