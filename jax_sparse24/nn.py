@@ -259,23 +259,30 @@ def refresh_masks(params, sparsity, *, step=None):
     def compute_all(ks):
         return [ops.transposable_mask24(k) if name == _TMASK else ops.mask24(k, axis=0) for k, name in zip(ks, names)]
 
+    def refresh(dos, ks, olds):
+        """New masks (a layer not due keeps its old one), changed entries, entries refreshed."""
+        masks = compute_all(ks)
+        masks = [jnp.where(do, m, old) for do, m, old in zip(dos, masks, olds)]
+        flips = sum((jnp.where(do, jnp.sum(m != old, dtype=jnp.float32), 0.0)
+                     for do, m, old in zip(dos, masks, olds)), jnp.zeros((), jnp.float32))
+        total = sum((jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0) for do, old in zip(dos, olds)),
+                    jnp.zeros((), jnp.float32))
+        return masks, flips, total
+
     if step is None:
-        dos = [jnp.asarray(True)] * len(layers)
-        masks = compute_all(kernels)
+        masks, flips, total = refresh([jnp.asarray(True)] * len(layers), kernels, olds)
     else:
         step = jnp.asarray(step, jnp.int32)
         dos = [(step % jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)) == 0 for _, layer in layers]
         # One lax.cond for the whole model (a conditional per layer costs a host round trip each on
-        # a GPU: ~11 ms of a GPT-2 step with 24 layers): masks are only computed on refresh steps.
+        # a GPU: ~11 ms of a GPT-2 step with 24 layers). Mask computation, per-layer selection and
+        # the flip count all run inside it: a step where no layer refreshes only passes masks through.
         any_do = functools.reduce(jnp.logical_or, dos, jnp.asarray(False))
-        masks = lax.cond(any_do, compute_all, lambda ks: olds, kernels) if layers else []
-        masks = [jnp.where(do, m, old) for do, m, old in zip(dos, masks, olds)]
+        zero = jnp.zeros((), jnp.float32)
+        masks, flips, total = (lax.cond(any_do, refresh, lambda dos, ks, olds: (olds, zero, zero), dos, kernels, olds)
+                               if layers else ([], zero, zero))
     new = sparsity
-    flips = jnp.zeros((), jnp.float32)
-    total = jnp.zeros((), jnp.float32)
-    for (path, layer), name, do, mask, old in zip(layers, names, dos, masks, olds):
-        flips = flips + jnp.where(do, jnp.sum(mask != old, dtype=jnp.float32), 0.0)
-        total = total + jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0)
+    for (path, layer), name, mask in zip(layers, names, masks):
         layer_new = dict(layer)
         layer_new[name] = mask
         new = _set(new, path, layer_new)
