@@ -75,7 +75,7 @@ def write_report(results: dict, a, batch: int, seq: int, final: bool) -> None:
         print("\n".join(lines))
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="gpt2")
     ap.add_argument("--recipes", default="dense,srste",
@@ -85,7 +85,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
     ap.add_argument("--out", default=".")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     d = train_gpt.SIZE_DEFAULTS[a.size]
     batch, seq = d["batch_size"], d["seq_len"]
     data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=1)

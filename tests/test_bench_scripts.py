@@ -1,0 +1,40 @@
+"""The end-to-end benchmark scripts run on the CPU (tiny model) and write what they promise."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_train_gpt  # noqa: E402
+
+SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
+
+
+def test_bench_train_gpt_width_override_and_quality(tmp_path):
+    argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "2", "--rounds", "2",
+            "--iters", "1", "--compile-workers", "2", *SHAPE, "--out", str(tmp_path), "--tag", "t"]
+    assert bench_train_gpt.main(argv) == 0
+    res = json.loads((tmp_path / "train_gpt_t.json").read_text())
+    tp = res["throughput"][0]
+    assert (tp["n_embd"], tp["n_layer"], tp["n_head"], tp["attention"]) == (32, 1, 2, "xla")
+    assert [r["variant"] for r in tp["rows"]] == ["dense", "srste", "dense (control)"]
+    assert all(r["median_step_s"] > 0 for r in tp["rows"])
+    assert set(res["quality"]["recipes"]) == {"dense", "srste"}
+    md = (tmp_path / "train_gpt_t.md").read_text()
+    assert "d=32, 1 layers" in md and "xla attention" in md
+    assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
+
+
+def test_profile_step_writes_report(tmp_path):
+    import profile_step
+
+    # tiny preset at full width (its shape overrides are not flags of profile_step): 2 steps each
+    assert profile_step.main(["--size", "tiny", "--recipes", "dense,srste@xla", "--steps", "2",
+                              "--compile-workers", "2", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "profile_step.md").read_text()
+    assert "| dense |" in md and "| srste@xla |" in md and "## srste@xla vs dense" in md
