@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")
     ap.add_argument("--iters", type=int, default=None, help="steps per timed round (default 20; quick 3). Each round ends in a sync whose "
                          "dispatch latency is spread over its steps: 5-step rounds on the H100 cost "
-                         "recipes with larger optimizer states up to 2%% more than dense")
+                         "recipes with larger optimizer states 2-3%% more than dense (same code, gpt2-medium)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 5; quick 3)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation (>= 1)")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
