@@ -185,6 +185,8 @@ def to_markdown(res: dict) -> str:
              f"Command: `{res['command']}` (kernels built: {res['cuda_kernels']})", ""]
     for tp in res["throughput"]:
         shape = f"d={tp['n_embd']}, {tp['n_layer']} layers, " if "n_embd" in tp else ""
+        if tp.get("grad_accum", 1) > 1:
+            shape += f"{tp['grad_accum']} micro-batches, "
         lines += [f"## Throughput: {tp['size']} ({shape}{tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
                   f"{tp['seq_len']} tokens, {tp.get('attention', 'xla')} attention, median of {tp['rounds']} interleaved "
                   f"rounds x {tp['iters']} steps)", "",
@@ -229,6 +231,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sparse-attn", action="store_true")
     ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
                     help="attention kernel of every recipe (dense included)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (the example's --grad-accum)")
     for flag in ("n-layer", "n-head", "n-embd"):
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"override every size's {flag} (width sweeps)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -249,6 +252,7 @@ def main(argv=None) -> int:
     qsteps = a.quality_steps if a.quality_steps is not None else (30 if a.quick else 150)
     tag = a.tag or (backend + ("_quick" if a.quick else ""))
     extra = ["--ffn", a.ffn, "--attention", a.attention] + (["--sparse-attn"] if a.sparse_attn else [])
+    extra += ["--grad-accum", str(a.grad_accum)]
     for flag in ("n_layer", "n_head", "n_embd"):
         if getattr(a, flag) is not None:
             extra += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
@@ -288,7 +292,7 @@ def main(argv=None) -> int:
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg
         tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
-        tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd)
+        tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum)
         res["throughput"].append(tp)
         write()
         if do_quality:

@@ -42,6 +42,10 @@ so the data position is the step. ``--compare dense,srste,...`` trains several r
 linear layers Megatron-style over ``model`` (column-parallel ``qkv``/``fc``, row-parallel
 ``proj``); on a CPU try it with ``XLA_FLAGS=--xla_force_host_platform_device_count=2``.
 
+``--grad-accum N`` splits each step's batch into N micro-batches (a ``lax.scan`` inside the step;
+gradients averaged, each micro-batch its own MVUE key): the same update with 1/N of the activation
+memory.
+
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
 requires it, ``xla`` never uses it. It is a kernel choice, not part of the checkpointed config.
@@ -113,7 +117,7 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
 CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
-    "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd",
+    "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -328,25 +332,45 @@ def make_train_step(exp: Experiment, sparse: Optional[bool]):
     seed = exp.hp["seed"]
     method = exp.cfg.method
 
+    accum = int(exp.hp.get("grad_accum", 1))
+
     def train_step(state, tokens, teacher_params=None):
         step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
-        x, y = tokens[:, :-1], tokens[:, 1:]
-        rngs = {}
-        if exp.cfg.mvue:
-            rngs["mvue"] = jax.random.fold_in(jax.random.key(seed + 1), step)
+        mvue_key = jax.random.fold_in(jax.random.key(seed + 1), step) if exp.cfg.mvue else None
 
-        def loss_fn(p):
+        def loss_fn(p, tokens, key):
+            x, y = tokens[:, :-1], tokens[:, 1:]
+            rngs = {} if key is None else {"mvue": key}
             variables = {"params": p, s24nn.SPARSITY: sparsity} if sparsity else {"params": p}
             logits = exp.model.apply(variables, x, sparse=sparse, rngs=rngs)
             ce = cross_entropy(logits, y)
             if exp.teacher_model is None:
-                return ce, (ce, None)
+                return ce, (ce, jnp.zeros((), jnp.float32))
             teacher = jax.lax.stop_gradient(exp.teacher_model.apply({"params": teacher_params}, x))
             total, aux = s24distill.ast_loss(ce, logits, teacher, alpha=exp.hp["kd_alpha"],
                                              temperature=exp.hp["kd_temperature"])
             return total, (ce, aux["kd"])
 
-        (_, (loss, kd)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        if accum == 1:
+            (_, (loss, kd)), grads = grad_fn(params, tokens, mvue_key)
+        else:
+            # Gradient accumulation: micro-batch j holds rows j, j + accum, ... (the leading axis
+            # keeps its data-parallel sharding), its own MVUE key; the mean over micro-batches is
+            # the gradient of the mean loss of the whole batch.
+            micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
+
+            def body(acc, inp):
+                j, tok = inp
+                key = None if mvue_key is None else jax.random.fold_in(mvue_key, j)
+                (_, aux), g = grad_fn(params, tok, key)
+                return jax.tree.map(jnp.add, acc, (aux, g)), None
+
+            zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
+            ((loss, kd), grads), _ = jax.lax.scan(body, zero, (jnp.arange(accum), micro))
+            loss, kd, grads = loss / accum, kd / accum, jax.tree.map(lambda g: g / accum, grads)
+        if exp.teacher_model is None:
+            kd = None
         extra = {}
         if exp.recipe.get("masked_decay"):
             extra["masks"] = s24nn.masks_for_params(params, sparsity)
@@ -795,6 +819,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         finetune_fraction=args.finetune_fraction, ffn=args.ffn, sparse_attn=args.sparse_attn,
         untied_head=args.untied_head, dtype=args.dtype, seed=args.seed,
         attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
+        grad_accum=args.grad_accum,
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
     for k in ("n_layer", "n_head", "n_embd"):
@@ -809,9 +834,11 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         attention_implementation(hp["attention"], _resolve_dtype(hp["dtype"]), hp["n_embd"] // hp["n_head"])
     except ValueError as e:
         raise CLIError(f"--attention {hp['attention']}: {e}") from None
-    for k in ("steps", "batch_size", "seq_len"):
+    for k in ("steps", "batch_size", "seq_len", "grad_accum"):
         if hp[k] < 1:
             raise CLIError(f"--{k.replace('_', '-')} must be >= 1, got {hp[k]}")
+    if hp["batch_size"] % hp["grad_accum"]:
+        raise CLIError(f"--batch-size {hp['batch_size']} must be a multiple of --grad-accum {hp['grad_accum']}")
     if hp["lr"] <= 0:
         raise CLIError(f"--lr must be > 0, got {hp['lr']}")
     if not 0 <= hp["finetune_fraction"] <= 1:
@@ -986,8 +1013,9 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     stop = steps if args.stop_at is None else min(steps, args.stop_at)
     eval_every, ckpt_every, log_every = (_every(args, n) for n in ("eval_every", "ckpt_every", "log_every"))
     B, T = hp["batch_size"], hp["seq_len"]
-    if mesh is not None and B % mesh.shape["data"]:
-        raise CLIError(f"--batch-size {B} is not divisible by the mesh's data axis ({mesh.shape['data']})")
+    if mesh is not None and (B // hp["grad_accum"]) % mesh.shape["data"]:
+        raise CLIError(f"--batch-size {B} / --grad-accum {hp['grad_accum']} is not divisible by the mesh's data "
+                       f"axis ({mesh.shape['data']})")
     ckpts = Checkpoints(out / "ckpt")
     teacher_params = load_teacher(hp) if exp.teacher_model is not None else None
 
@@ -1164,6 +1192,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text corpus (bytes are the tokens)")
     ap.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="split each step's batch into this many micro-batches (gradients averaged; "
+                         "activation memory of one micro-batch)")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")

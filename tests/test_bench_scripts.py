@@ -17,7 +17,7 @@ SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
 def test_bench_train_gpt_width_override_and_quality(tmp_path):
     argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "2", "--rounds", "2",
-            "--iters", "1", "--compile-workers", "2", *SHAPE, "--out", str(tmp_path), "--tag", "t"]
+            "--iters", "1", "--compile-workers", "2", "--grad-accum", "2", *SHAPE, "--out", str(tmp_path), "--tag", "t"]
     assert bench_train_gpt.main(argv) == 0
     res = json.loads((tmp_path / "train_gpt_t.json").read_text())
     tp = res["throughput"][0]
@@ -26,7 +26,7 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert all(r["median_step_s"] > 0 for r in tp["rows"])
     assert set(res["quality"]["recipes"]) == {"dense", "srste"}
     md = (tmp_path / "train_gpt_t.md").read_text()
-    assert "d=32, 1 layers" in md and "xla attention" in md
+    assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
 
 

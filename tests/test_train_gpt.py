@@ -273,7 +273,8 @@ def test_mesh_mismatch(tmp_path, capsys):
 
 
 def test_mesh_on_four_cpu_devices(tmp_path):
-    """Data parallel x Megatron model parallel (2 x 2 forced host devices), sparse attention too."""
+    """Data parallel x Megatron model parallel (2 x 2 forced host devices), sparse attention and
+    gradient accumulation (micro-batches keep the data sharding) too."""
     out = tmp_path / "mesh"
     code = f"""
 import sys
@@ -281,7 +282,7 @@ sys.path.insert(0, {str(ROOT / 'examples')!r})
 import jax, train_gpt
 assert jax.device_count() == 4
 sys.exit(train_gpt.main({TINY!r} + ["--recipe", "srste", "--steps", "4", "--eval-every", "4", "--sparse-attn",
-                                   "--mesh", "data=2,model=2", "--out", {str(out)!r}]))
+                                   "--mesh", "data=2,model=2", "--grad-accum", "2", "--out", {str(out)!r}]))
 """
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -375,3 +376,40 @@ def test_cudnn_attention_matches_xla():
         # bf16 attention kernels differ elementwise at bf16 precision: compare relative norms
         # (a wrong kernel — e.g. not causal — is off by O(1)).
         assert np.linalg.norm(a - b) <= 0.03 * np.linalg.norm(b) + 1e-6, np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def test_grad_accum_matches_one_batch(tmp_path, capsys):
+    """--grad-accum 4 (micro-batches of 2) trains the same dense model as one batch of 8, up to
+    float summation order; a batch not divisible by it is a CLI error."""
+    import jax.numpy as jnp
+
+    def params_after(accum):
+        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
+            [*TINY, "--steps", "3", "--grad-accum", str(accum)]), "dense")
+        hp["data_sha256"] = "test"
+        exp = train_gpt.build_experiment(hp)
+        step = jax.jit(train_gpt.make_train_step(exp, None))
+        state = train_gpt.init_state(exp, 0)
+        tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
+        losses = []
+        for _ in range(3):
+            state, m = step(state, tok)
+            losses.append((float(m["loss"]), float(m["grad_norm"])))
+        return state["params"], losses
+
+    (p1, l1), (p4, l4) = params_after(1), params_after(4)
+    np.testing.assert_allclose(l4, l1, rtol=1e-5)  # mean loss and the norm of the mean gradient
+    for a, b in zip(jax.tree.leaves(p4), jax.tree.leaves(p1)):  # Adam: tiny gradients flip sign in noise
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    assert l1[-1][0] < l1[0][0]  # the steps did update the model
+    assert run("--grad-accum", 3, "--steps", 2, "--out", tmp_path / "g") == 2
+    assert "multiple of --grad-accum 3" in capsys.readouterr().err
+    assert run("--grad-accum", 0, "--steps", 2, "--out", tmp_path / "g") == 2
+
+
+def test_grad_accum_sparse_recipe_trains(tmp_path):
+    """srste with MVUE (a key per micro-batch) and --grad-accum 2: trains, and resumes."""
+    out = tmp_path / "ga"
+    assert run("--recipe", "srste", "--grad-accum", 2, "--steps", 8, "--eval-every", 8, "--out", out) == 0
+    vals = [r["val_loss"] for r in history(out) if "val_loss" in r]
+    assert vals[-1] < vals[0] - 0.3, vals
