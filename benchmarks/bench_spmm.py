@@ -48,6 +48,10 @@ SHAPES = [  # (T, I, O)
     (8192, 1280, 5120),
     (8192, 5120, 1280),
     (13008, 1024, 4096),
+    (8192, 2048, 8192),  # d = 2048 and d = 4096 FFNs: the widths where a GPT train step gains
+    (8192, 8192, 2048),  # (train_gpt_h100_width*.md); measured so `auto`'s table covers them
+    (8192, 4096, 16384),
+    (8192, 16384, 4096),
     (16384, 4096, 11008),
     (8192, 8192, 8192),
 ]

@@ -4,6 +4,7 @@
 #   gpt2 (throughput + 150-step quality run), gpt2-medium, gpt2-medium with 2:4 attention projections.
 #   OUT=dir bash scripts/gpu_bench_gpt.sh [build]
 #   WIDTHS="2048:8:16 4096:4:32" bash scripts/gpu_bench_gpt.sh build   # width sweep instead
+#   EXTRA_ARGS="--grad-accum 4" ...   # extra bench_train_gpt.py flags for every run
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -12,7 +13,7 @@ PY=${PYTHON:-python3}
 if [ "${1:-}" = build ]; then OUT=$OUT bash scripts/gpu_check.sh build; mkdir -p "$OUT/logs"; fi
 run() {  # tag timeout args...
   local tag=$1 t=$2; shift 2; local t0=$(date +%s)
-  timeout "$t" $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --rounds 3 --iters ${ITERS:-20} "$@" > "$OUT/logs/$tag.log" 2>&1
+  timeout "$t" $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --rounds 3 --iters ${ITERS:-20} "$@" ${EXTRA_ARGS:-} > "$OUT/logs/$tag.log" 2>&1
   echo "== $tag rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/logs/summary.txt"
   tar -C "$OUT" -czf "$OUT/logs.tgz" logs
 }
