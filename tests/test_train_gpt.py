@@ -413,3 +413,11 @@ def test_grad_accum_sparse_recipe_trains(tmp_path):
     assert run("--recipe", "srste", "--grad-accum", 2, "--steps", 8, "--eval-every", 8, "--out", out) == 0
     vals = [r["val_loss"] for r in history(out) if "val_loss" in r]
     assert vals[-1] < vals[0] - 0.3, vals
+
+
+def test_checkpoint_config_without_grad_accum(tmp_path):
+    """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
+    now = {"recipe": "dense", "grad_accum": 1}
+    train_gpt.check_config({"recipe": "dense"}, now, tmp_path)
+    with pytest.raises(train_gpt.CLIError, match="grad_accum=1 in the checkpoint but 2 now"):
+        train_gpt.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
