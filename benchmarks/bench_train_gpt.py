@@ -142,6 +142,28 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
             "iters": iters, "rounds": rounds, "n_params": rows[0]["n_params"], "rows": rows}
 
 
+def auto_plan(rts) -> dict:
+    """``{"IxO": jax_sparse24.linear_plan(...)}`` for every sparse layer shape of the first sparse recipe:
+    which kernel ``backend="auto"`` runs for each GEMM (tokens per micro-batch; transposable mask and
+    MVUE on, as srste)."""
+    import jax_sparse24 as s24
+
+    rt = next((rt for rt in rts.values() if rt.exp.sparse_paths), None)
+    if rt is None:
+        return {}
+    hp, cfg = rt.exp.hp, rt.exp.cfg
+    tokens = hp["batch_size"] // hp.get("grad_accum", 1) * hp["seq_len"]
+    params = rt.abstract_args()[0]["params"]
+    plan = {}
+    for path in rt.exp.sparse_paths:
+        leaf = params
+        for k in path:
+            leaf = leaf[k]
+        i, o = leaf["kernel"].shape
+        plan.setdefault(f"{i}x{o}", s24.linear_plan(tokens, i, o, cfg.dtype, backend=cfg.backend))
+    return plan
+
+
 def quality(rts, exes, data, steps, log) -> dict:
     """Train every recipe ``steps`` steps on identical batches; histories in train_gpt's format."""
     out = {}
@@ -195,6 +217,10 @@ def to_markdown(res: dict) -> str:
             vs = "-" if r["vs_dense"] is None else f"{r['vs_dense']:.3f}x"
             lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
                          f"{100 * r['spread']:.1f}% |")
+        if tp.get("auto_plan"):
+            lines += ["", "`backend=\"auto\"` per sparse layer (in x out; srste: transposable mask, MVUE): " + "; ".join(
+                f"{shape}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}"
+                for shape, p in tp["auto_plan"].items())]
         lines.append("")
     q = res.get("quality")
     if q:
@@ -292,7 +318,8 @@ def main(argv=None) -> int:
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg
         tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
-        tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum)
+        tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum,
+                  auto_plan=auto_plan(rts))
         res["throughput"].append(tp)
         write()
         if do_quality:

@@ -16,7 +16,7 @@ Public API:
 """
 
 from jax_sparse24._src.ffi import cuda_kernels_available
-from jax_sparse24._src.linear import BACKENDS, sparse24_linear
+from jax_sparse24._src.linear import BACKENDS, linear_plan, sparse24_linear
 from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
@@ -32,6 +32,7 @@ __all__ = [
     "cuda_kernels_available",
     "flip_rate",
     "linear",
+    "linear_plan",
     "mask24",
     "matmul",
     "mvue24",

@@ -100,3 +100,37 @@ def test_auto_weight_grad(gpu_stubs):
     assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "dense"
     gpu_stubs([])
     assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "dense"  # nothing measured
+
+
+def test_linear_plan_follows_the_table(gpu_stubs):
+    """linear_plan reports the choices sparse24_linear makes (same functions, same table)."""
+    import jax_sparse24 as s24
+
+    gpu_stubs([_entry(4096, 8192, 1024, 1.10), _entry(1024, 8192, 4096, 1.02)],
+              [_entry(4096, 1024, 8192, 1.2)])
+    # up projection 1024 -> 4096 at 8192 tokens: forward (4096, 8192, 1024) sparse, input gradient
+    # (1024, 8192, 4096) below the noise floor, weight gradient measured faster with MVUE
+    assert s24.linear_plan(8192, 1024, 4096) == {
+        "forward": "cutlass", "input_grad": "dense", "weight_grad": "cutlass (MVUE)"}
+    assert s24.linear_plan(8192, 1024, 4096, mvue=False)["weight_grad"] == "dense (exact)"
+    assert s24.linear_plan(8192, 1024, 4096, transposable=False)["input_grad"] == "dense"
+    assert s24.linear_plan(8192, 1024, 4096, backend="cutlass")["input_grad"] == "cutlass"
+    gpu_stubs([], [_entry(4096, 1024, 8192, 0.8)])
+    assert s24.linear_plan(8192, 1024, 4096)["weight_grad"] == "dense (exact)"  # auto: exact, no MVUE
+    assert s24.linear_plan(8192, 1024, 4096, backend="dense")["weight_grad"] == "dense (MVUE)"
+
+
+def test_linear_plan_on_cpu_and_bad_input():
+    import jax_sparse24 as s24
+
+    if not ffi.cuda_kernels_available():
+        assert s24.linear_plan(8192, 768, 3072) == {
+            "forward": "dense", "input_grad": "dense", "weight_grad": "dense (exact)"}
+    assert s24.linear_plan(64, 8, 8, backend="reference") == {
+        "forward": "reference", "input_grad": "reference", "weight_grad": "reference (MVUE)"}
+    with pytest.raises(ValueError, match="backend must be one of"):
+        s24.linear_plan(64, 8, 8, backend="fast")
+    with pytest.raises(ValueError, match="multiple of 4"):
+        s24.linear_plan(64, 6, 8)
+    with pytest.raises(ValueError, match="tokens must be a positive integer"):
+        s24.linear_plan(0, 8, 8)

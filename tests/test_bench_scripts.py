@@ -26,6 +26,9 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert all(r["median_step_s"] > 0 for r in tp["rows"])
     assert set(res["quality"]["recipes"]) == {"dense", "srste"}
     md = (tmp_path / "train_gpt_t.md").read_text()
+    assert tp["auto_plan"] == {shape: {"forward": "dense", "input_grad": "dense", "weight_grad": "dense (exact)"}
+                               for shape in ("32x128", "128x32")}  # CPU: every GEMM dense
+    assert "32x128: fwd dense, dx dense, dW dense (exact)" in md
     assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
 

@@ -25,7 +25,7 @@ from jax_sparse24._src import gemm
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
-__all__ = ["sparse24_linear", "BACKENDS"]
+__all__ = ["sparse24_linear", "linear_plan", "BACKENDS"]
 
 BACKENDS = gemm.BACKENDS
 
@@ -137,3 +137,55 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, cfg)
+
+
+def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bfloat16, *, backend: str = "auto",
+                transposable: bool = True, mvue: bool = True) -> dict:
+    """Which kernel each GEMM of :func:`sparse24_linear` runs for this layer shape on this machine.
+
+    The same choices the op makes at trace time (``backend="auto"``: the measured table
+    ``spmm_autotune.json``), without tracing anything — to see whether a model is large enough for
+    the sparse kernels (``docs/performance.md``). Under ``jit`` + sharding the op decides on the
+    local shard shapes: pass those (e.g. ``tokens`` per device).
+
+    Args:
+      tokens: rows of ``x`` per call (all leading axes together).
+      features_in, features_out: the weight's ``(in, out)``.
+      dtype: compute dtype of the GEMMs.
+      backend, transposable: as in :func:`sparse24_linear`.
+      mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
+
+    Returns:
+      ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
+      ``"cusparselt"``, ``"dense"``, ``"reference"``, and for the weight gradient also
+      ``"dense (exact)"`` (``xᵀ·∇y``) or ``"<k> (MVUE)"``. Sparse kernels run on CUDA devices only;
+      elsewhere every GEMM is the dense reference (``auto`` then plans ``"dense"``).
+
+    >>> plan = linear_plan(8192, 1024, 4096)
+    >>> sorted(plan)
+    ['forward', 'input_grad', 'weight_grad']
+    """
+    op = "linear_plan"
+    if backend not in BACKENDS:
+        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    for name, n in (("tokens", tokens), ("features_in", features_in), ("features_out", features_out)):
+        if int(n) != n or n < 1:
+            raise ValueError(f"{op}: {name} must be a positive integer, got {n!r}")
+    if features_in % 4:
+        raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
+    t, i, o = int(tokens), int(features_in), int(features_out)
+    forward = gemm.choose(backend, o, t, i, dtype)
+    input_grad = gemm.choose(backend, i, t, o, dtype) if transposable else (
+        "reference" if backend == "reference" else "dense")
+    if not mvue:
+        weight_grad = "reference" if backend == "reference" else "dense (exact)"
+    else:
+        tp = t + (-t) % gemm._WGRAD_TOKEN_ALIGN
+        chosen = gemm.choose_weight_grad(backend, o, i, tp, dtype)
+        if chosen in ("cutlass", "cusparselt"):
+            weight_grad = f"{chosen} (MVUE)"
+        elif backend == "auto":
+            weight_grad = "dense (exact)"
+        else:
+            weight_grad = f"{chosen} (MVUE)"
+    return {"forward": forward, "input_grad": input_grad, "weight_grad": weight_grad}
