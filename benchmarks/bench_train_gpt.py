@@ -143,25 +143,8 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
 
 
 def auto_plan(rts) -> dict:
-    """``{"IxO": jax_sparse24.linear_plan(...)}`` for every sparse layer shape of the first sparse recipe:
-    which kernel ``backend="auto"`` runs for each GEMM (tokens per micro-batch; transposable mask and
-    MVUE on, as srste)."""
-    import jax_sparse24 as s24
-
-    rt = next((rt for rt in rts.values() if rt.exp.sparse_paths), None)
-    if rt is None:
-        return {}
-    hp, cfg = rt.exp.hp, rt.exp.cfg
-    tokens = hp["batch_size"] // hp.get("grad_accum", 1) * hp["seq_len"]
-    params = rt.abstract_args()[0]["params"]
-    plan = {}
-    for path in rt.exp.sparse_paths:
-        leaf = params
-        for k in path:
-            leaf = leaf[k]
-        i, o = leaf["kernel"].shape
-        plan.setdefault(f"{i}x{o}", s24.linear_plan(tokens, i, o, cfg.dtype, backend=cfg.backend))
-    return plan
+    """The example's :func:`train_gpt.kernel_plan` of the first sparse recipe (single device)."""
+    return next((p for p in (train_gpt.kernel_plan(rt.exp) for rt in rts.values()) if p), {})
 
 
 def quality(rts, exes, data, steps, log) -> dict:
@@ -218,7 +201,7 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
                          f"{100 * r['spread']:.1f}% |")
         if tp.get("auto_plan"):
-            lines += ["", "`backend=\"auto\"` per sparse layer (in x out; srste: transposable mask, MVUE): " + "; ".join(
+            lines += ["", "`backend=\"auto\"` per sparse layer of the first sparse recipe (in x out): " + "; ".join(
                 f"{shape}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}"
                 for shape, p in tp["auto_plan"].items())]
         lines.append("")

@@ -421,3 +421,35 @@ def test_checkpoint_config_without_grad_accum(tmp_path):
     train_gpt.check_config({"recipe": "dense"}, now, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="grad_accum=1 in the checkpoint but 2 now"):
         train_gpt.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
+
+
+def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
+    """The example prints which kernel each GEMM of its sparse layers runs; with a mesh the plan is
+    made for the per-device shapes (tokens over data, Megatron split over model)."""
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
+        [*TINY, "--steps", "2", "--sparse-attn", "--grad-accum", "2"]), "srste")
+    hp["data_sha256"] = "test"
+    exp = train_gpt.build_experiment(hp)
+    seen = []
+    monkeypatch.setattr(train_gpt.s24, "linear_plan", lambda t, i, o, *a, **k: seen.append((t, i, o, k)) or
+                        {"forward": "f", "input_grad": "x", "weight_grad": "w"})
+    plan = train_gpt.kernel_plan(exp)
+    assert sorted(plan) == ["128x32", "32x128", "32x32", "32x96"]  # fc, proj, attn proj, qkv
+    assert {s[0] for s in seen} == {8 // 2 * 32}  # tokens of one micro-batch
+    assert all(k["transposable"] and k["mvue"] for *_, k in seen)
+
+    class Mesh:
+        shape = {"data": 2, "model": 2}
+
+    seen.clear()
+    train_gpt.kernel_plan(exp, Mesh())
+    local = {(i, o) for _, i, o, _ in seen}
+    assert {s[0] for s in seen} == {8 // 2 // 2 * 32}
+    assert local == {(32, 64), (64, 32), (32, 48), (16, 32)}  # fc, proj, qkv split out; proj in
+    monkeypatch.undo()
+    assert run("--recipe", "ste", "--steps", 1, "--out", tmp_path / "p") == 0  # TINY is --quiet
+    assert "GEMMs per sparse layer" not in capsys.readouterr().err
+    argv = [a for a in TINY if a != "--quiet"] + ["--recipe", "ste", "--steps", "1", "--out", str(tmp_path / "q")]
+    assert train_gpt.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "ste GEMMs per sparse layer" in err and "32x128: fwd dense, dx dense, dW dense (exact)" in err
