@@ -276,6 +276,17 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
     return "dense"
 
 
+def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
+    """How :func:`weight_grad_mvue` computes ``∇W (I, O)`` from ``t`` tokens: ``"cutlass"`` /
+    ``"cusparselt"`` (fused MVUE + sparse GEMM), ``"exact"`` (``auto`` where that sparse path is not
+    measured faster: MVUE exists to feed it, so XLA's exact ``xᵀ·∇y`` is both faster and noise-free)
+    or ``"dense"`` / ``"reference"`` (the MVUE op, then the dense GEMM)."""
+    chosen = choose_weight_grad(backend, o, i, t + (-t) % _WGRAD_TOKEN_ALIGN, dtype)
+    if chosen not in ("cutlass", "cusparselt") and backend == "auto":
+        return "exact"
+    return chosen
+
+
 def _mvue_weight_grad_reference(key, x2, g2, precision):
     """``xᵀ·MVUE(∇y)`` in plain jnp (tokens padded to a multiple of 4 with zero rows)."""
     from jax_sparse24._src import reference
@@ -303,13 +314,9 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     dtype = jnp.result_type(x2, g2)
     t, i = x2.shape
     o = g2.shape[1]
-    tp = t + (-t) % _WGRAD_TOKEN_ALIGN
-    chosen = choose_weight_grad(backend, o, i, tp, dtype)
+    chosen = weight_grad_path(backend, o, i, t, dtype)
     if chosen not in ("cutlass", "cusparselt"):
-        if backend == "auto":
-            # MVUE exists to feed the sparse weight-gradient GEMM. Where the measured table says that
-            # GEMM (MVUE pass included) is not faster than XLA's exact xᵀ·∇y, the exact gradient is
-            # both faster and noise-free.
+        if chosen == "exact":
             return weight_grad(x2, g2, backend="dense", precision=precision)
         from jax_sparse24._src import ops
 

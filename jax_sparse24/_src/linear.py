@@ -180,12 +180,6 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:
-        tp = t + (-t) % gemm._WGRAD_TOKEN_ALIGN
-        chosen = gemm.choose_weight_grad(backend, o, i, tp, dtype)
-        if chosen in ("cutlass", "cusparselt"):
-            weight_grad = f"{chosen} (MVUE)"
-        elif backend == "auto":
-            weight_grad = "dense (exact)"
-        else:
-            weight_grad = f"{chosen} (MVUE)"
+        path = gemm.weight_grad_path(backend, o, i, t, dtype)
+        weight_grad = "dense (exact)" if path == "exact" else f"{path} (MVUE)"
     return {"forward": forward, "input_grad": input_grad, "weight_grad": weight_grad}
