@@ -144,7 +144,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
 
 def auto_plan(rts) -> dict:
     """The example's :func:`train_gpt.kernel_plan` of the first sparse recipe (single device)."""
-    return next((p for p in (train_gpt.kernel_plan(rt.exp) for rt in rts.values()) if p), {})
+    return next((p for p in map(train_gpt.kernel_plan, rts.values()) if p), {})
 
 
 def quality(rts, exes, data, steps, log) -> dict:
@@ -201,9 +201,8 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
                          f"{100 * r['spread']:.1f}% |")
         if tp.get("auto_plan"):
-            lines += ["", "`backend=\"auto\"` per sparse layer of the first sparse recipe (in x out): " + "; ".join(
-                f"{shape}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}"
-                for shape, p in tp["auto_plan"].items())]
+            lines += ["", "`backend=\"auto\"` per sparse layer of the first sparse recipe (in x out): "
+                      + train_gpt.format_plan(tp["auto_plan"])]
         lines.append("")
     q = res.get("quality")
     if q:

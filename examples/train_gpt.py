@@ -324,28 +324,31 @@ def _mask_flip_rate(old_kernels, new_kernels):
     return flips / max(total, 1)
 
 
-def kernel_plan(exp: Experiment, mesh=None) -> dict:
+def kernel_plan(rt: "Runtime") -> dict:
     """``{"IxO": jax_sparse24.linear_plan(...)}`` per distinct sparse layer shape: which kernel each
-    GEMM of the layer runs (``backend="auto"`` decides on the per-device shapes: tokens of one
-    micro-batch over the ``data`` axis; Megatron ``qkv``/``fc`` split ``out``, ``proj`` splits ``in``
-    over ``model``). Empty for dense models and for ``ast`` (its layers are not ``sparse24_linear``)."""
+    GEMM of the layer runs. ``backend="auto"`` decides on the per-device shapes, so they come from
+    the runtime's shardings (tokens of one micro-batch on a ``data`` shard, the kernel's local
+    block). Empty for dense models and for ``ast`` (its layers are not ``sparse24_linear``)."""
+    exp = rt.exp
     if not exp.sparse_paths or exp.cfg.linear != "sparse24":
         return {}
     hp, cfg = exp.hp, exp.cfg
-    shape = dict(mesh.shape) if mesh is not None else {}
-    data, model = shape.get("data", 1), shape.get("model", 1)
-    tokens = max(1, hp["batch_size"] // hp.get("grad_accum", 1) // data) * hp["seq_len"]
-    d, h = cfg.n_embd, cfg.ffn_hidden
-    full = {"qkv": (d, 3 * d), "proj_attn": (d, d), "fc": (d, 2 * h if cfg.ffn == "swiglu" else h), "proj": (h, d)}
+    rows = rt.data_sharding.shard_shape((hp["batch_size"], hp["seq_len"] + 1))[0]
+    tokens = max(1, rows // hp.get("grad_accum", 1)) * hp["seq_len"]
+    params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
-        name = "proj_attn" if path[-2:] == ("attn", "proj") else path[-1]
-        i, o = full[name]
-        li, lo = (i, o // model) if name in ("qkv", "fc") else (i // model, o)
-        plan.setdefault(f"{i}x{o}", s24.linear_plan(tokens, li, lo, cfg.dtype, backend=cfg.backend,
-                                                    transposable=cfg.transposable and cfg.method == "srste",
-                                                    mvue=cfg.mvue))
+        kernel = _get(params, path)["kernel"]
+        i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
+        plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
+            tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
+            mvue=cfg.mvue))
     return plan
+
+
+def format_plan(plan: dict) -> str:
+    """One line of :func:`kernel_plan`: ``IxO: fwd K, dx K, dW K; ...``."""
+    return "; ".join(f"{k}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}" for k, p in plan.items())
 
 
 def make_train_step(exp: Experiment, sparse: Optional[bool]):
@@ -1051,11 +1054,10 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 
     rt = make_runtime(exp, mesh, teacher_params)
     init_jit, put = rt.init, rt.put
-    if kernel_plan(exp, mesh) and not args.quiet:
+    plan = {} if args.quiet else kernel_plan(rt)
+    if plan:
         where = "GPU kernels" if s24.cuda_kernels_available() else "no GPU kernels: dense reference"
-        print(f"{PROG}: {recipe} GEMMs per sparse layer ({where}): " + "; ".join(
-            f"{k}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}"
-            for k, p in kernel_plan(exp, mesh).items()), file=sys.stderr)
+        print(f"{PROG}: {recipe} GEMMs per sparse layer ({where}): {format_plan(plan)}", file=sys.stderr)
     st_sh, abstract = rt.state_shardings, rt.abstract_state
     abstract_sh = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh)
 

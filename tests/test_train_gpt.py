@@ -426,24 +426,35 @@ def test_checkpoint_config_without_grad_accum(tmp_path):
 def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     """The example prints which kernel each GEMM of its sparse layers runs; with a mesh the plan is
     made for the per-device shapes (tokens over data, Megatron split over model)."""
-    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
-        [*TINY, "--steps", "2", "--sparse-attn", "--grad-accum", "2"]), "srste")
+    argv = [*TINY, "--steps", "2", "--sparse-attn", "--grad-accum", "2"]
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(argv), "srste")
     hp["data_sha256"] = "test"
     exp = train_gpt.build_experiment(hp)
     seen = []
     monkeypatch.setattr(train_gpt.s24, "linear_plan", lambda t, i, o, *a, **k: seen.append((t, i, o, k)) or
                         {"forward": "f", "input_grad": "x", "weight_grad": "w"})
-    plan = train_gpt.kernel_plan(exp)
+    plan = train_gpt.kernel_plan(train_gpt.make_runtime(exp))
     assert sorted(plan) == ["128x32", "32x128", "32x32", "32x96"]  # fc, proj, attn proj, qkv
     assert {s[0] for s in seen} == {8 // 2 * 32}  # tokens of one micro-batch
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
 
-    class Mesh:
-        shape = {"data": 2, "model": 2}
-
-    seen.clear()
-    train_gpt.kernel_plan(exp, Mesh())
-    local = {(i, o) for _, i, o, _ in seen}
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / 'examples')!r})
+import train_gpt
+hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args({argv!r}), "srste")
+hp["data_sha256"] = "test"
+seen = []
+train_gpt.s24.linear_plan = lambda t, i, o, *a, **k: seen.append((t, i, o)) or {{}}
+train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(hp), train_gpt.parse_mesh("data=2,model=2")))
+print(json.dumps(seen))
+"""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    local = {(i, o) for _, i, o in seen}
     assert {s[0] for s in seen} == {8 // 2 // 2 * 32}
     assert local == {(32, 64), (64, 32), (32, 48), (16, 32)}  # fc, proj, qkv split out; proj in
     monkeypatch.undo()
