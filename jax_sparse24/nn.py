@@ -18,7 +18,6 @@ Typical use::
 from __future__ import annotations
 
 import functools
-
 from typing import Any, Callable, Optional
 
 import jax

@@ -80,8 +80,8 @@ if want sanitize; then
   # Sanitizer Error: failed to handle a hardware exception" (H100, CUDA 13.0), while the same CUTLASS
   # kernel instrumented (kns=cutlass) is clean. cuSPARSELt's kernels are not racechecked (memcheck is).
   for kns in ${RACECHECK_KERNELS:-jax_sparse24 cutlass}; do
-    for case in ${RACECHECK_CASES:-masks mvue compress cutlass_linear cutlass_configs}; do
-      case "$kns:$case" in
+    for case in ${RACECHECK_CASES:-$($PY scripts/sanitize_smoke.py --list)}; do
+      case "$kns:$case" in  # which family each case instruments (cusparselt_linear: none, see above)
         cutlass:cutlass_linear|cutlass:cutlass_configs|jax_sparse24:masks|jax_sparse24:mvue|jax_sparse24:compress) ;;
         *) continue ;;
       esac
