@@ -67,13 +67,13 @@ def ffn_fwd_bwd(x, w_up, w_down, dout):
     return (out,) + vjp(dout)
 
 
-def bench(d: int, trials: int) -> dict:
+def bench(d: int, trials: int, tokens: int = TOKENS) -> dict:
     h = swiglu_hidden(d)
     ks = jax.random.split(jax.random.key(d), 6)
     rnd = lambda k, shape, s=1.0: (jax.random.normal(k, shape, jnp.float32) * s).astype(DTYPE)  # noqa: E731
-    x, dout = rnd(ks[0], (TOKENS, d)), rnd(ks[1], (TOKENS, d))
+    x, dout = rnd(ks[0], (tokens, d)), rnd(ks[1], (tokens, d))
     w_up, w_down = rnd(ks[2], (d, 2 * h), d ** -0.5), rnd(ks[3], (h, d), h ** -0.5)
-    ab, dy = rnd(ks[4], (TOKENS, 2 * h)), rnd(ks[5], (TOKENS, h))
+    ab, dy = rnd(ks[4], (tokens, 2 * h)), rnd(ks[5], (tokens, h))
     variants = {
         "ffn": (jax.jit(ffn_fwd_bwd), (x, w_up, w_down, dout)),
         "gate": (jax.jit(gate_fwd_bwd), (ab, dy)),
@@ -81,11 +81,11 @@ def bench(d: int, trials: int) -> dict:
     }
     med, _ = measure(variants, 1, trials)
     item = jnp.dtype(DTYPE).itemsize
-    gate_bytes = 6 * TOKENS * h * item  # read ab (2h) + dy (h), write y (h) + dab (2h): 6·T·h elements
-    copy_bytes = 2 * TOKENS * 2 * h * item
-    flops = 3 * 2 * TOKENS * (d * 2 * h + h * d)  # forward + 2 backward GEMMs of both layers
+    gate_bytes = 6 * tokens * h * item  # read ab (2h) + dy (h), write y (h) + dab (2h): 6·T·h elements
+    copy_bytes = 2 * tokens * 2 * h * item
+    flops = 3 * 2 * tokens * (d * 2 * h + h * d)  # forward + 2 backward GEMMs of both layers
     return dict(
-        d=d, hidden=h, tokens=TOKENS, dtype=jnp.dtype(DTYPE).name,
+        d=d, hidden=h, tokens=tokens, dtype=jnp.dtype(DTYPE).name,
         ffn_ms=1e3 * med["ffn"], gate_ms=1e3 * med["gate"], copy_ms=1e3 * med["copy"],
         gate_share=med["gate"] / med["ffn"],
         gate_gbs=gate_bytes / med["gate"] / 1e9, copy_gbs=copy_bytes / med["copy"] / 1e9,
@@ -112,20 +112,18 @@ def markdown(meta: dict, records: list) -> str:
 
 
 def main(argv=None):
-    global TOKENS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--dims", type=int, nargs="+", default=[768, 1024, 1280])
     p.add_argument("--trials", type=int, default=7)
     p.add_argument("--tokens", type=int, default=TOKENS, help=argparse.SUPPRESS)  # small for the CPU test
     args = p.parse_args(argv)
-    TOKENS = args.tokens
     meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, python=platform.python_version(),
-                date=datetime.datetime.now().isoformat(timespec="seconds"), tokens=TOKENS, dims=args.dims,
+                date=datetime.datetime.now().isoformat(timespec="seconds"), tokens=args.tokens, dims=args.dims,
                 trials=args.trials)
     records = []
     for d in args.dims:
-        records.append(bench(d, args.trials))
+        records.append(bench(d, args.trials, args.tokens))
         print(records[-1], flush=True)
     write_results(args.out, "gated_ffn", meta, records, markdown(meta, records))
 
