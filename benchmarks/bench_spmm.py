@@ -3,6 +3,9 @@
 For each (T, I, O) and dtype: our spmm in the forward formulation (M = O, N = T, K = I; the weight
 compressed once outside the timed region, as it is once per optimizer step) with the default
 configuration AND every compiled configuration (so the table in spmm_cutlass.cu can be re-tuned),
+then, for bfloat16 shapes of at least TILE_ORDER_MIN_FLOPS (where operand reuse in the L2 can
+matter), the fastest configuration under every tile order of its persistent scheduler (raster
+along M / along N x swizzle 1, 2, 4, 8; the configurations above run CUTLASS's heuristic order),
 against XLA's ``x @ w`` and ``x @ (w * mask)`` (the baseline is the faster of the two, DESIGN.md
 "Measuring"), plus a second, separately compiled ``x @ w`` as a dense-vs-dense control (the noise
 floor of the run). Also times ``cutlass_compress`` (effective GB/s: bytes read + written).
@@ -59,6 +62,7 @@ QUICK_SHAPES = [(8192, 768, 3072), (8192, 3072, 768), (16384, 4096, 11008)]
 L2_BYTES = 50 * 2**20
 TARGET_SET_BYTES = 4 * L2_BYTES  # inputs of all R sets together
 TARGET_CALL_SECONDS = 0.02  # enqueue calls until about this much device time per measurement
+TILE_ORDER_MIN_FLOPS = 2.5e11  # tile-order sweep from the d = 2048 FFN (2 * 8192 * 2048 * 8192) up
 
 
 def _mask24_along0(w):
@@ -117,6 +121,28 @@ def build_variants(t, i, o, sets, configs):
     for c, name in configs:
         variants[f"cfg:{name}"] = (jax.jit(make_spmm(c)), (vals, metas, xs))
     return variants
+
+
+def tile_order_name(raster: str, swizzle: int) -> str:
+    return f"{raster}/{swizzle}"
+
+
+def build_tile_order_variants(i, o, sets, config):
+    """``config`` under every non-default tile order: name "raster/swizzle" -> (jitted fn, args)."""
+    xs = tuple(s["x"] for s in sets)
+    vals = tuple(s["values"] for s in sets)
+    metas = tuple(s["meta"] for s in sets)
+    r = len(sets)
+
+    def make(raster, swizzle):
+        def spmm(vals, metas, xs):
+            return tuple(ops.cutlass_spmm(vals[j], metas[j], xs[j], m=o, k=i, config=config, raster=raster,
+                                          swizzle=swizzle) for j in range(r))
+
+        return spmm
+
+    return {tile_order_name(ra, sw): (jax.jit(make(ra, sw)), (vals, metas, xs))
+            for ra in ("m", "n") for sw in ops.SWIZZLES}
 
 
 def time_calls(fn, args, calls):
@@ -232,6 +258,14 @@ def run(args):
                 print(f"skipping {(t, i, o)} {dname}: the default configuration failed", flush=True)
                 continue
             best = min(cfg_ms, key=cfg_ms.get)
+            order_ms = {tile_order_name("heuristic", 1): cfg_ms[best]}
+            if args.tile_orders and dtype == jnp.bfloat16 and 2.0 * t * i * o >= TILE_ORDER_MIN_FLOPS:
+                # the heuristic order again in the same interleaved trials: the reference of the ratios
+                tv = build_tile_order_variants(i, o, sets, names.index(best))
+                tv[tile_order_name("heuristic", 1)] = variants[f"cfg:{best}"]
+                tmed, _ = measure(tv, r, trials)
+                order_ms = {k: v * 1e3 for k, v in tmed.items()}
+            best_order = min(order_ms, key=order_ms.get)
             rec = dict(
                 T=t, I=i, O=o, dtype=dname, sets=r, rel_err=rel,
                 dense_ms=med["dense"] * 1e3, masked_ms=med["masked"] * 1e3,
@@ -244,6 +278,10 @@ def run(args):
                 best_config=best, best_ms=cfg_ms[best], best_speedup=baseline * 1e3 / cfg_ms[best],
                 config_ms=cfg_ms,
                 config_speedup={n: baseline * 1e3 / v for n, v in cfg_ms.items()},
+                # the best config under each tile order ("raster/swizzle"), measured in their own
+                # interleaved trials; tile_order_gain = heuristic-order ms / best-order ms of that run
+                tile_order_ms=order_ms, best_tile_order=best_order,
+                tile_order_gain=order_ms[tile_order_name("heuristic", 1)] / order_ms[best_order],
                 compress_ms=c_time * 1e3, compress_gbs=c_gbs,
                 fused_compress_ms=f_time * 1e3, fused_compress_gbs=f_gbs, fused_compress_matches_cutlass=f_same,
                 samples_ms={k: [s * 1e3 for s in v] for k, v in samples.items()},
@@ -252,7 +290,8 @@ def run(args):
             print(
                 f"{(t, i, o)} {dname}: dense {rec['dense_ms']:.3f} ms, masked {rec['masked_ms']:.3f} ms, "
                 f"ours[{rec['default_config']}] {rec['default_ms']:.3f} ms ({rec['default_speedup']:.2f}x), "
-                f"best[{best}] {rec['best_speedup']:.2f}x, control {rec['control_ratio']:.3f}, "
+                f"best[{best}] {rec['best_speedup']:.2f}x (tile order {best_order}: "
+                f"{rec['tile_order_gain']:.3f}x of heuristic), control {rec['control_ratio']:.3f}, "
                 f"compress {c_gbs:.0f} GB/s, fused compress {f_gbs:.0f} GB/s (matches: {f_same}), rel err {rel:.1e}",
                 flush=True,
             )
@@ -300,6 +339,24 @@ def markdown(meta, records):
                 cell = f"**{cell}**"
             cells.append(cell)
         lines.append(f"| {r['T']}, {r['I']}, {r['O']} | {r['dtype']} | " + " | ".join(cells) + " |")
+    orders = [tile_order_name("heuristic", 1)] + [tile_order_name(ra, sw) for ra in ("m", "n") for sw in ops.SWIZZLES]
+    if any(len(r.get("tile_order_ms", {})) > 1 for r in records):
+        lines += ["", "Tile order of the best configuration (raster/swizzle; time relative to CUTLASS's heuristic "
+                  "order in the same trials, < 1 is faster):", ""]
+        lines.append("| T, I, O | dtype | config | " + " | ".join(orders) + " |")
+        lines.append("|---|---|---|" + "---|" * len(orders))
+        for r in records:
+            om = r.get("tile_order_ms", {})
+            if len(om) <= 1:
+                continue
+            ref = om[orders[0]]
+            cells = []
+            for n in orders:
+                cell = "–" if n not in om else f"{om[n] / ref:.3f}"
+                if n == r["best_tile_order"]:
+                    cell = f"**{cell}**"
+                cells.append(cell)
+            lines.append(f"| {r['T']}, {r['I']}, {r['O']} | {r['dtype']} | {r['best_config']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -308,6 +365,8 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--quick", action="store_true", help="3 shapes, bfloat16 only, 3 trials")
     p.add_argument("--trials", type=int, default=0, help="trials per variant (default 7, quick 3)")
+    p.add_argument("--no-tile-orders", dest="tile_orders", action="store_false",
+                   help="skip the sweep of the best configuration's tile orders")
     args = p.parse_args(argv)
     meta, records = run(args)
     write_results(args.out, "spmm", meta, records, markdown(meta, records))

@@ -106,6 +106,42 @@ def test_spmm_matches_dense_every_config(shape, dtype):
         check_close(d, ref, dtype, f"seed={seed} shape={shape} config={name}")
 
 
+@pytest.mark.parametrize("kn", [False, True], ids=["nk", "kn"])
+def test_spmm_every_tile_order(kn):
+    """raster/swizzle only reorder the output tiles: every order, every config, same result."""
+    dtype = jnp.bfloat16
+    if kn and not ops.cutlass_configs_kn():
+        pytest.skip("no 'kn' configuration compiled in this (minimal) build")
+    # 3 x 5 tiles of 128 (M and N both partial): the orders really differ.
+    m, n, k = 392, 648, 512
+    rng, seed = _rng()
+    a = sparse_operand(rng, m, k, dtype)
+    b = nonzero_normal(rng, (k, n) if kn else (n, k), dtype)
+    ref = (b.T if kn else b).astype(np.float64) @ a.astype(np.float64).T
+    values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
+    spmm = ops.cutlass_spmm_kn if kn else ops.cutlass_spmm
+    names = ops.cutlass_configs_kn() if kn else ops.cutlass_configs()
+    for config in range(len(names)):
+        for raster in ops.RASTERS:
+            for swizzle in ops.SWIZZLES:
+                f = jax.jit(functools.partial(spmm, m=m, k=k, config=config, raster=raster, swizzle=swizzle))
+                _poison(n, m, dtype)
+                d = f(values, meta, jnp.asarray(b, dtype))
+                check_close(d, ref, dtype, f"seed={seed} config={names[config]} raster={raster} swizzle={swizzle}")
+
+
+def test_error_bad_tile_order():
+    values, meta, b = _operands()
+    with pytest.raises(ValueError, match="raster must be one of"):
+        ops.cutlass_spmm(values, meta, b, m=256, k=256, raster="k")
+    with pytest.raises(ValueError, match="swizzle must be one of"):
+        ops.cutlass_spmm(values, meta, b, m=256, k=256, swizzle=3)
+    with pytest.raises(Exception, match="raster must be 0"):
+        jax.block_until_ready(_raw_spmm(values, meta, b, (128, 256), m=256, n=128, k=256, config=-1, raster=3))
+    with pytest.raises(Exception, match="swizzle must be 1, 2, 4 or 8"):
+        jax.block_until_ready(_raw_spmm(values, meta, b, (128, 256), m=256, n=128, k=256, config=-1, swizzle=16))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_no_stale_results(dtype):
     """Same jitted function, new inputs: the second result must match the second inputs."""
@@ -286,6 +322,7 @@ def test_error_bad_config():
 
 def _raw_spmm(values, meta, b, d_shape, **attrs):
     out = jax.ShapeDtypeStruct(d_shape, b.dtype)
+    attrs = {"raster": 0, "swizzle": 1, **attrs}
     attrs = {key: np.int64(v) for key, v in attrs.items()}
     return jax.ffi.ffi_call("jax_sparse24_cutlass_spmm", out)(values, meta, b, **attrs)
 
@@ -432,7 +469,7 @@ def test_error_kn_shapes():
     with pytest.raises(ValueError, match="config must be -1"):
         ops.cutlass_spmm_kn(values, meta, b, m=256, k=256, config=len(ops.cutlass_configs_kn()))
     out = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
-    attrs = {a: np.int64(v) for a, v in dict(m=256, n=128, k=256, config=-1).items()}
+    attrs = {a: np.int64(v) for a, v in dict(m=256, n=128, k=256, config=-1, raster=0, swizzle=1).items()}
     with pytest.raises(Exception, match=r"b must have shape \(k, n\)"):
         jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_cutlass_spmm_kn", out)(values, meta, b.T, **attrs))
 

@@ -17,7 +17,8 @@
 //
 // Handlers (both command-buffer compatible: no host<->device sync, no allocation, no stream query):
 //   Sparse24CutlassCompress: a (M, K) already 2:4 along K -> values, meta.
-//   Sparse24CutlassSpmm:     values, meta, b (N, K) -> d (N, M); attrs m, n, k, config.
+//   Sparse24CutlassSpmm:     values, meta, b (N, K) -> d (N, M); attrs m, n, k, config, raster, swizzle
+//                            (the persistent scheduler's tile order; CUTLASS's defaults are 0, 1).
 #include "spmm_cutlass_gemm.cuh"  // first: defines NDEBUG before any CUTLASS header
 
 #include <cuda_runtime.h>
@@ -280,7 +281,8 @@ int CutlassDefaultConfigAny(bool kn, int64_t m, int64_t n, int64_t k);
 // kn = false: b is (n, k) row-major ("nk"); kn = true: b is (k, n) row-major ("kn").
 ffi::Error SpmmAny(bool kn, cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device,
                    const ffi::AnyBuffer& values, const ffi::AnyBuffer& meta, const ffi::AnyBuffer& b,
-                   ffi::AnyBuffer& d, int64_t m, int64_t n, int64_t k, int64_t config) {
+                   ffi::AnyBuffer& d, int64_t m, int64_t n, int64_t k, int64_t config, int64_t raster,
+                   int64_t swizzle) {
   const std::string op = kn ? "cutlass_spmm_kn" : "cutlass_spmm";
   const ConfigEntry* table = kn ? kKnConfigs : kConfigs;
   const int num_configs = kn ? kNumKnConfigs : kNumConfigs;
@@ -333,6 +335,13 @@ ffi::Error SpmmAny(bool kn, cudaStream_t stream, ffi::ScratchAllocator& scratch,
     return InvalidArgument(op + ": config must be -1 (default) or in [0, " + std::to_string(num_configs) +
                            "), got " + std::to_string(config));
   }
+  if (raster < 0 || raster > 2) {
+    return InvalidArgument(op + ": raster must be 0 (heuristic), 1 (along m) or 2 (along n), got " +
+                           std::to_string(raster));
+  }
+  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8) {
+    return InvalidArgument(op + ": swizzle must be 1, 2, 4 or 8, got " + std::to_string(swizzle));
+  }
   const int cfg = config == -1 ? CutlassDefaultConfigAny(kn, m, n, k) : static_cast<int>(config);
   if (cfg < 0 || cfg >= num_configs) return Internal("default configuration out of range");
   const RunFn run = table[cfg].run[dtype];
@@ -357,19 +366,21 @@ ffi::Error SpmmAny(bool kn, cudaStream_t stream, ffi::ScratchAllocator& scratch,
   call.n = static_cast<int>(n);
   call.k = static_cast<int>(k);
   call.config_name = table[cfg].name;
+  call.raster = static_cast<int>(raster);
+  call.swizzle = static_cast<int>(swizzle);
   return run(call);
 }
 
 ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
                     ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
-                    int64_t k, int64_t config) {
-  return SpmmAny(false, stream, scratch, device, values, meta, b, *d, m, n, k, config);
+                    int64_t k, int64_t config, int64_t raster, int64_t swizzle) {
+  return SpmmAny(false, stream, scratch, device, values, meta, b, *d, m, n, k, config, raster, swizzle);
 }
 
 ffi::Error SpmmKnImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer values,
                       ffi::AnyBuffer meta, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
-                      int64_t k, int64_t config) {
-  return SpmmAny(true, stream, scratch, device, values, meta, b, *d, m, n, k, config);
+                      int64_t k, int64_t config, int64_t raster, int64_t swizzle) {
+  return SpmmAny(true, stream, scratch, device, values, meta, b, *d, m, n, k, config, raster, swizzle);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -519,7 +530,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassSpmm, jax_sparse24::SpmmImpl,
                                   .Attr<int64_t>("m")
                                   .Attr<int64_t>("n")
                                   .Attr<int64_t>("k")
-                                  .Attr<int64_t>("config"),
+                                  .Attr<int64_t>("config")
+                                  .Attr<int64_t>("raster")    // tile order: 0 heuristic, 1 along m, 2 along n
+                                  .Attr<int64_t>("swizzle"),  // 1, 2, 4, 8
                               {::xla::ffi::Traits::kCmdBufferCompatible});
 
 // d (n, m) = A (m x k, compressed values + meta) * B, with b stored (k, n) row-major (N-major): the
@@ -536,5 +549,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CutlassSpmmKN, jax_sparse24::SpmmKnImpl,
                                   .Attr<int64_t>("m")
                                   .Attr<int64_t>("n")
                                   .Attr<int64_t>("k")
-                                  .Attr<int64_t>("config"),
+                                  .Attr<int64_t>("config")
+                                  .Attr<int64_t>("raster")    // tile order: 0 heuristic, 1 along m, 2 along n
+                                  .Attr<int64_t>("swizzle"),  // 1, 2, 4, 8
                               {::xla::ffi::Traits::kCmdBufferCompatible});

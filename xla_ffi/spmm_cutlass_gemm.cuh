@@ -177,6 +177,11 @@ struct GemmCall {
   void* d;
   int m, n, k;
   const char* config_name;
+  // Tile order of the persistent scheduler (both schedulers take it): raster 0 = CUTLASS's
+  // heuristic, 1 = along M, 2 = along N; swizzle = 1, 2, 4 or 8 tiles per swizzle band. Validated
+  // by the handler.
+  int raster = 0;
+  int swizzle = 1;
 };
 
 using RunFn = ffi::Error (*)(const GemmCall&);
@@ -216,6 +221,12 @@ ffi::Error RunGemm(const GemmCall& c) {
       hw_info};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
+  args.scheduler.max_swizzle_size = c.swizzle;
+  args.scheduler.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(c.raster);
+  static_assert(static_cast<int>(cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic) == 0 &&
+                    static_cast<int>(cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM) == 1 &&
+                    static_cast<int>(cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN) == 2,
+                "GemmCall::raster encodes CUTLASS's RasterOrderOptions by value");
 
   Gemm gemm;
   cutlass::Status st = gemm.can_implement(args);

@@ -153,6 +153,20 @@ def cutlass_compress(a):
     return values, meta
 
 
+#: Tile orders of the persistent scheduler: ``raster`` name -> the handler's code.
+RASTERS = {"heuristic": 0, "m": 1, "n": 2}
+#: Allowed ``swizzle`` values (output tiles per swizzle band of the scheduler).
+SWIZZLES = (1, 2, 4, 8)
+
+
+def _check_tile_order(op, raster, swizzle):
+    if raster not in RASTERS:
+        raise ValueError(f"{op}: raster must be one of {sorted(RASTERS)}, got {raster!r}")
+    if swizzle not in SWIZZLES:
+        raise ValueError(f"{op}: swizzle must be one of {SWIZZLES}, got {swizzle!r}")
+    return RASTERS[raster], int(swizzle)
+
+
 def _check_spmm(op, values, meta, b, m, k, n, config, names):
     dtype = jnp.result_type(b)
     code = _dtype_code(dtype, op)
@@ -190,13 +204,16 @@ def _check_spmm(op, values, meta, b, m, k, n, config, names):
     return dtype, config
 
 
-def _spmm_call(target: str, values, meta, b, dtype, m: int, n: int, k: int, config: int):
+def _spmm_call(target: str, values, meta, b, dtype, m: int, n: int, k: int, config: int, raster: int,
+               swizzle: int):
     """The custom call of both sparse-GEMM formulations (arguments already checked): d (n, m)."""
     return _ffi.ffi_call(target, jax.ShapeDtypeStruct((n, m), dtype), values, meta, b,
-                         m=np.int64(m), n=np.int64(n), k=np.int64(k), config=np.int64(config))
+                         m=np.int64(m), n=np.int64(n), k=np.int64(k), config=np.int64(config),
+                         raster=np.int64(raster), swizzle=np.int64(swizzle))
 
 
-def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
+def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1, raster: str = "heuristic",
+                 swizzle: int = 1):
     """``d (n, m) = b (n, k) @ A.T`` with A (m, k) 2:4 along k, given as ``cutlass_compress(A)``.
 
     Args:
@@ -205,6 +222,10 @@ def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
       m, k: A's logical shape.
       config: kernel configuration id (index into :func:`cutlass_configs`), or -1 for the
         measured default for this shape (:func:`cutlass_default_config`).
+      raster, swizzle: order in which the persistent kernel walks the output tiles (a tuning knob:
+        L2 reuse of the operands; the result is the same). ``raster`` "heuristic" (CUTLASS's choice
+        from the tile counts), "m" or "n"; ``swizzle`` 1, 2, 4 or 8 tiles per band. The defaults
+        are CUTLASS's.
 
     Returns:
       (n, m) array of b's dtype (fp32 accumulation).
@@ -217,15 +238,18 @@ def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1):
     if kb != k:
         raise ValueError(f"{op}: `b` must have shape (n, k) with k={k}, got shape {(n, kb)}")
     dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs())
-    return _spmm_call("jax_sparse24_cutlass_spmm", values, meta, b, dtype, m, n, k, config)
+    r, s = _check_tile_order(op, raster, swizzle)
+    return _spmm_call("jax_sparse24_cutlass_spmm", values, meta, b, dtype, m, n, k, config, r, s)
 
 
-def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1):
+def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1, raster: str = "heuristic",
+                    swizzle: int = 1):
     """``d (n, m) = b (k, n).T @ A.T`` with A (m, k) 2:4 along k — ``b`` stored (k, n), N-major.
 
     The weight-gradient formulation: ``∇W (I, O) = xᵀ · G`` with ``G = MVUE(∇y)`` (T, O) 2:4 along
     T is ``cutlass_spmm_kn(*compress(Gᵀ), x, m=O, k=T)`` (``b = x`` (T, I) read in place,
-    ``d = ∇W`` in Flax layout). Configurations: :func:`cutlass_configs_kn`.
+    ``d = ∇W`` in Flax layout). Configurations: :func:`cutlass_configs_kn`; ``raster`` and
+    ``swizzle`` as in :func:`cutlass_spmm`.
 
     Returns:
       (n, m) array of b's dtype (fp32 accumulation).
@@ -238,4 +262,5 @@ def cutlass_spmm_kn(values, meta, b, *, m: int, k: int, config: int = -1):
     if kb != k:
         raise ValueError(f"{op}: `b` must have shape (k, n) with k={k}, got shape {(kb, n)}")
     dtype, config = _check_spmm(op, values, meta, b, m, k, n, config, cutlass_configs_kn())
-    return _spmm_call("jax_sparse24_cutlass_spmm_kn", values, meta, b, dtype, m, n, k, config)
+    r, s = _check_tile_order(op, raster, swizzle)
+    return _spmm_call("jax_sparse24_cutlass_spmm_kn", values, meta, b, dtype, m, n, k, config, r, s)
