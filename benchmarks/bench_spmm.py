@@ -16,6 +16,8 @@ several calls are enqueued back to back (JAX dispatch is asynchronous, so host o
 behind device work) and then block_until_ready; perf_counter over that, divided by the op count.
 Variants are interleaved within each trial; medians over trials after a warm-up. Inputs are random
 normal (never zeros). The spmm result is checked against the masked dense product once per shape.
+The compressors are variants of the same interleaved measurement as the GEMMs (timed alone, a
+compressor of a GPT-2-sized weight was seen 3x off its fp16 twin in one run).
 
     python benchmarks/bench_spmm.py            # full run (a few minutes on an H100)
     python benchmarks/bench_spmm.py --quick    # 3 shapes, bfloat16, fewer trials
@@ -185,32 +187,35 @@ def check_result(t, i, o, s, dtype):
     return rel if finite else float("nan")
 
 
-def bench_compress(sets, trials):
-    r = len(sets)
-    a_s = tuple(s["a"] for s in sets)
-    fn = jax.jit(lambda a_s: tuple(ops.cutlass_compress(a) for a in a_s))
-    med, _ = measure({"compress": (fn, (a_s,))}, r, trials)
-    a = sets[0]["a"]
-    v, e = sets[0]["values"], sets[0]["meta"]
-    nbytes = a.size * a.dtype.itemsize + v.size * v.dtype.itemsize + e.size
-    return med["compress"], nbytes / med["compress"] / 1e9
-
-
-def bench_fused_compress(sets, trials):
-    """The fused one-pass compressor of the forward operand: W (I, O) + mask -> compressed W̃ᵀ."""
+def compress_variants(sets):
+    """The compressors as variants of the shape's interleaved measurement (same trials, same clocks
+    as the GEMMs they are added to): CUTLASS's generic one of the (O, I) operand, and the fused
+    one-pass ``masked_compress`` of W (I, O) + mask into W̃ᵀ (what ``sparse24_linear`` runs)."""
     from jax_sparse24._src import cuda_compress_ops as cc
 
-    r = len(sets)
+    a_s = tuple(s["a"] for s in sets)
     ws = tuple(s["w"] for s in sets)
     ms = tuple(s["mask"] != 0 for s in sets)
-    fn = jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms)))
-    med, _ = measure({"fused": (fn, (ws, ms))}, r, trials)
-    w, m = ws[0], ms[0]
-    v, e = sets[0]["values"], sets[0]["meta"]
-    got = fn(ws[:1] * r, ms[:1] * r)[0]  # bit-identical to CUTLASS's compressor of w * mask
-    same = bool(jnp.array_equal(got[0], v)) and bool(jnp.array_equal(got[1], e))
-    nbytes = w.size * w.dtype.itemsize + m.size + v.size * v.dtype.itemsize + e.size
-    return med["fused"], nbytes / med["fused"] / 1e9, same
+    return {
+        "compress": (jax.jit(lambda a_s: tuple(ops.cutlass_compress(a) for a in a_s)), (a_s,)),
+        "fused": (jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))),
+                  (ws, ms)),
+    }
+
+
+def compress_bytes(sets):
+    """Bytes read + written per call: (generic compressor, fused compressor)."""
+    a, w = sets[0]["a"], sets[0]["w"]
+    out = sets[0]["values"].size * sets[0]["values"].dtype.itemsize + sets[0]["meta"].size
+    return a.size * a.dtype.itemsize + out, w.size * w.dtype.itemsize + w.size + out  # mask: 1 byte/element
+
+
+def fused_matches_cutlass(sets, fused_fn):
+    """The fused compressor's output is bit-identical to CUTLASS's compressor of W * mask."""
+    r = len(sets)
+    w, m = sets[0]["w"], sets[0]["mask"] != 0
+    got = fused_fn((w,) * r, (m,) * r)[0]
+    return bool(jnp.array_equal(got[0], sets[0]["values"])) and bool(jnp.array_equal(got[1], sets[0]["meta"]))
 
 
 def run(args):
@@ -243,13 +248,16 @@ def run(args):
             default = ops.cutlass_default_config(o, t, i)
             configs = list(enumerate(names))
             variants = build_variants(t, i, o, sets, configs)
+            variants.update(compress_variants(sets))
             med, samples = measure(variants, r, trials)
             rel = check_result(t, i, o, sets[0], dtype)
-            c_time, c_gbs = bench_compress(sets, trials)
-            try:
-                f_time, f_gbs, f_same = bench_fused_compress(sets, trials)
-            except Exception as e:  # an older build without the fused compressors
-                print(f"  fused compress left out: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            c_bytes, f_bytes = compress_bytes(sets)
+            c_time = med["compress"]
+            c_gbs = c_bytes / c_time / 1e9
+            if "fused" in med:
+                f_time, f_gbs = med["fused"], f_bytes / med["fused"] / 1e9
+                f_same = fused_matches_cutlass(sets, variants["fused"][0])
+            else:  # an older build without the fused compressors (measure() printed why)
                 f_time, f_gbs, f_same = float("nan"), float("nan"), False
             flops = 2.0 * t * i * o
             baseline = min(med["dense"], med["masked"])

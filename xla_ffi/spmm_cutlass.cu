@@ -393,18 +393,29 @@ struct MeasuredShape {
 };
 
 const MeasuredShape kMeasured[] = {
-    // (T, I, O) = (8192, 768, 3072): ping-pong 128x128 c1x2 1.21x; cooperative 256x128 c1x1 1.10x
+    // bench_spmm on the H100, bf16 (benchmarks/results/spmm.md): (T, I, O) best (speedup); runner-up
+    // (8192, 768, 3072): ping-pong 128x128 c1x2 1.04x; cooperative 256x128 c1x1 1.00x
     {3072, 8192, 768, "pingpong_128x128x128_c1x2", "cooperative_256x128x128_c1x1"},
-    // (8192, 3072, 768): cooperative 128x128 c2x1 1.08x; (ping-pong 64x128 c1x1 1.03x, not built)
-    {768, 8192, 3072, "cooperative_128x128x128_c2x1", "pingpong_128x128x128_c1x2"},
-    // (8192, 1280, 5120): ping-pong 128x128 c1x2 1.29x; cooperative 256x128 c1x1 1.16x
-    {5120, 8192, 1280, "pingpong_128x128x128_c1x2", "cooperative_256x128x128_c1x1"},
-    // (13008, 1024, 4096): ping-pong 128x128 c1x2 1.25x; cooperative 128x256 c1x2 1.12x
-    {4096, 13008, 1024, "pingpong_128x128x128_c1x2", "cooperative_128x256x128_c1x2"},
-    // (16384, 4096, 11008): cooperative 256x128 c2x1 1.39x; cooperative 256x128 c1x1 1.30x
+    // (8192, 3072, 768): stream-K 128x128 1.16x; cooperative 128x128 c2x1 1.14x
+    {768, 8192, 3072, "cooperative_streamk_128x128x128_c1x1", "cooperative_128x128x128_c2x1"},
+    // (8192, 1280, 5120): cooperative 256x128 c1x1 1.12x; cooperative 256x128 c2x1 1.08x
+    {5120, 8192, 1280, "cooperative_256x128x128_c1x1", "cooperative_256x128x128_c2x1"},
+    // (8192, 5120, 1280): stream-K 128x128 1.23x; cooperative 128x128 c2x1 1.17x
+    {1280, 8192, 5120, "cooperative_streamk_128x128x128_c1x1", "cooperative_128x128x128_c2x1"},
+    // (13008, 1024, 4096): ping-pong 128x128 c1x2 1.15x; cooperative 256x128 c1x1 1.15x
+    {4096, 13008, 1024, "pingpong_128x128x128_c1x2", "cooperative_256x128x128_c1x1"},
+    // (8192, 2048, 8192): cooperative 256x128 c2x1 1.29x; c1x1 1.28x
+    {8192, 8192, 2048, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
+    // (8192, 8192, 2048): cooperative 256x128 c2x1 1.47x; c1x1 1.45x
+    {2048, 8192, 8192, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
+    // (8192, 4096, 16384): cooperative 256x128 c1x1 1.30x; c2x1 1.29x
+    {16384, 8192, 4096, "cooperative_256x128x128_c1x1", "cooperative_256x128x128_c2x1"},
+    // (8192, 16384, 4096): cooperative 256x128 c2x1 1.55x; c1x1 1.47x
+    {4096, 8192, 16384, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
+    // (16384, 4096, 11008): cooperative 256x128 c2x1 1.32x (1.39x the run before); c1x1 1.33x
     {11008, 16384, 4096, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
-    // (8192, 8192, 8192): cooperative 256x128 c2x1 1.39x; cooperative 128x256 c1x2 1.33x
-    {8192, 8192, 8192, "cooperative_256x128x128_c2x1", "cooperative_128x256x128_c1x2"},
+    // (8192, 8192, 8192): cooperative 256x128 c2x1 1.46x; c1x1 1.43x
+    {8192, 8192, 8192, "cooperative_256x128x128_c2x1", "cooperative_256x128x128_c1x1"},
 };
 
 }  // namespace
