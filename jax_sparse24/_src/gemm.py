@@ -61,19 +61,14 @@ def _table():
         return {"entries": [], "configs": []}
 
 
-def _nearest(m: int, n: int, k: int, dtype):
-    """The table entry of the nearest measured shape (log distance, same dtype), or None."""
+def lookup(m: int, n: int, k: int, dtype):
+    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
     name = jnp.dtype(dtype).name
     entries = [e for e in _table()["entries"] if e["dtype"] == name]
     if not entries:
         return None
-    return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
-
-
-def lookup(m: int, n: int, k: int, dtype):
-    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
-    e = _nearest(m, n, k, dtype)
-    return None if e is None else (e["speedup_with_compress"], _config_id(e["config"]))
+    e = min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+    return e["speedup_with_compress"], _config_id(e["config"])
 
 
 def _config_id(name: str) -> int:
@@ -115,15 +110,9 @@ def _table_says_sparse(m: int, n: int, k: int, dtype) -> bool:
     return hit is not None and hit[0] > MIN_GAIN
 
 
-def spmm_kwargs(m: int, n: int, k: int, dtype) -> dict:
-    """Keyword arguments of :func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_spmm` for the shape: the
-    nearest measured shape's configuration and tile order (``config=-1``, CUTLASS's heuristic order
-    when nothing is measured or the configuration is not compiled in this build)."""
-    e = _nearest(m, n, k, dtype)
-    config = -1 if e is None else _config_id(e["config"])
-    if config < 0:
-        return {"config": -1}
-    return {"config": config, "raster": e.get("raster", "heuristic"), "swizzle": int(e.get("swizzle", 1))}
+def _config(m: int, n: int, k: int, dtype) -> int:
+    hit = lookup(m, n, k, dtype)
+    return -1 if hit is None else hit[1]
 
 
 def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
@@ -182,7 +171,7 @@ def forward(x2, w, mask, *, backend: str, precision=None):
 
     def sparse(x2, wc, mk):
         values, meta = cc.masked_compress(wc, mk, transposed=True)  # W̃ᵀ (O, I), 2:4 along I; one pass
-        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, **spmm_kwargs(o, t, i, dtype))  # (T, O)
+        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
 
     dense3 = lambda x2, wc, mk: dense(x2, masked_weight(wc, mk))  # noqa: E731
     return ffi.per_platform(dense3, sparse, x2, w.astype(dtype), _as_bool(mask))
@@ -215,7 +204,7 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
 
     def sparse(g2, wc, mk):
         values, meta = cc.masked_compress(wc, mk, transposed=False)  # W̃ (I, O), 2:4 along O; one pass
-        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, **spmm_kwargs(i, t, o, dtype))  # (T, I)
+        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
 
     dense3 = lambda g2, wc, mk: dense(g2, masked_weight(wc, mk))  # noqa: E731
     return ffi.per_platform(dense3, sparse, g2, w.astype(dtype), _as_bool(mask))
