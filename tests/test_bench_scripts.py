@@ -41,3 +41,34 @@ def test_profile_step_writes_report(tmp_path):
                               "--compile-workers", "2", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "profile_step.md").read_text()
     assert "| dense |" in md and "| srste@xla |" in md and "## srste@xla vs dense" in md
+
+
+_LOOP_HLO = """HloModule m
+
+%fused_computation.1 (a: bf16[8]) -> bf16[8] {
+  %c = bf16[8] custom-call(a), custom_call_target="jax_sparse24_cutlass_spmm"
+}
+
+%region_0.2 (arg: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %x = bf16[8] custom-call(a), custom_call_target="jax_sparse24_masked_compress"
+  %f = bf16[8] fusion(x), kind=kCustom, calls=%fused_computation.1
+}
+
+%cond.3 (arg: (s32[], f32[8])) -> pred[] {
+  %lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY %main.4 (p: bf16[8]) -> f32[8] {
+  %y = bf16[8] custom-call(p), custom_call_target="jax_sparse24_masked_compress"
+  %w = (s32[], f32[8]) while(t), condition=%cond.3, body=%region_0.2
+}
+"""
+
+
+def test_probe_hoist_places_custom_calls():
+    """probe_hoist counts a call as in the loop when the while body reaches it (here via a fusion)."""
+    import probe_hoist
+
+    places = probe_hoist.custom_calls_by_place(_LOOP_HLO)
+    assert places["in loop"] == {"jax_sparse24_masked_compress": 1, "jax_sparse24_cutlass_spmm": 1}
+    assert places["outside"] == {"jax_sparse24_masked_compress": 1}

@@ -66,9 +66,9 @@ constexpr int kTile = 128;  // rows and columns of x per CTA
 // 400 tiles) with 2 for every kernel: 25% occupancy, 1.5 waves, DRAM at 42% of peak. 3 (<= 80
 // registers) for the one-direction weight compressors, spill-free or nearly; the MVUE and the
 // both-directions kernels would spill 84-204 bytes per thread at 80 registers and keep 2.
-template <int OP, bool DIRECT, bool TRANS>
+template <Op OP, bool DIRECT, bool TRANS>
 constexpr int MinBlocks() {
-  return (OP == 2 /* kMvue */ || (DIRECT && TRANS)) ? 2 : 3;
+  return (OP == Op::kMvue || (DIRECT && TRANS)) ? 2 : 3;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -383,7 +383,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
 }
 
 template <typename T, Op OP, bool DIRECT, bool TRANS>
-__global__ void __launch_bounds__(kThreads, MinBlocks<static_cast<int>(OP), DIRECT, TRANS>()) CompressTileKernel(const TileParams p) {
+__global__ void __launch_bounds__(kThreads, MinBlocks<OP, DIRECT, TRANS>()) CompressTileKernel(const TileParams p) {
   __shared__ TileSmem<DIRECT, TRANS> sm;
   TileLoop<T, OP, DIRECT, TRANS>(p, static_cast<int>(threadIdx.x), blockIdx.x, gridDim.x, sm,
                                  []() { __syncthreads(); });
