@@ -1,6 +1,6 @@
 """Turn a bench_spmm.py result (spmm.json) into the table ``backend="auto"`` reads.
 
-    python benchmarks/make_autotune_table.py benchmarks/results/spmm.json [--layer benchmarks/results/layer.json]
+    python benchmarks/make_autotune_table.py benchmarks/results/spmm.json [--layer benchmarks/results/layer.json ...]
 
 writes ``jax_sparse24/_src/spmm_autotune.json``: per measured (M, N, K, dtype) the fastest
 configuration and its speedup over the faster XLA dense GEMM *with the per-call compression of
@@ -14,7 +14,9 @@ GEMMs measured there *with the fused compressor* (``fwd/dx cutlass + fused compr
 two when a shape is measured twice (forward of one layer, input gradient of the other). It also
 writes ``entries_kn``: per measured weight-gradient GEMM (M = O, N = I, K = T) the fastest "kn"
 configuration and the speedup of the fused MVUE+compress + sparse GEMM over XLA's exact dense
-``xᵀ·∇y`` (what ``backend="auto"`` runs otherwise); ``gemm.choose_weight_grad`` reads it.
+``xᵀ·∇y`` (what ``backend="auto"`` runs otherwise); ``gemm.choose_weight_grad`` reads it. Several
+``--layer`` files (runs at different widths) are read as one (records concatenated; each file's
+dtype applies to its own records).
 """
 
 import argparse
@@ -29,7 +31,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("spmm_json")
     p.add_argument("--out", default=DEFAULT_OUT)
-    p.add_argument("--layer", default=None, help="bench_layer.py's layer.json: adds entries_kn")
+    p.add_argument("--layer", nargs="+", default=None,
+                   help="bench_layer.py result(s) (layer.json): replace the fwd/dx speedups, add entries_kn")
     a = p.parse_args()
     with open(a.spmm_json) as f:
         data = json.load(f)
@@ -51,11 +54,15 @@ def main():
         })
     layer = None
     if a.layer:
-        with open(a.layer) as f:
-            layer = json.load(f)
+        layer = {"records": []}
+        for path in a.layer:
+            with open(path) as f:
+                part = json.load(f)
+            dt = part["meta"].get("dtype", "bfloat16")
+            layer["records"] += [dict(r, dtype=dt) for r in part["records"]]
         measured = {}  # (m, n, k, dtype) -> speedup with the fused compressor
-        dtype = layer["meta"].get("dtype", "bfloat16")
         for r in layer["records"]:
+            dtype = r["dtype"]
             if r.get("section") != "gemm":
                 continue
             ms = r["ms"]
@@ -93,13 +100,13 @@ def main():
             gemm_ms = ms[f"dw cutlass kn gemm [{cfg}]"]
             default_gemm = ms.get("dw cutlass kn gemm")
             entries_kn.append({
-                "m": r["O"], "n": r["I"], "k": r["T"], "dtype": layer["meta"].get("dtype", "bfloat16"),
+                "m": r["O"], "n": r["I"], "k": r["T"], "dtype": r["dtype"],
                 "config": cfg,
                 # the fused path measured with the default config; credit the best config's GEMM gain
                 "speedup_with_compress": exact / (fused - (default_gemm or gemm_ms) + gemm_ms),
             })
         out["entries_kn"] = entries_kn
-        out["source_kn"] = os.path.relpath(a.layer, os.path.join(HERE, ".."))
+        out["source_kn"] = [os.path.relpath(path, os.path.join(HERE, "..")) for path in a.layer]
         for e in entries_kn:
             print(f"kn {e['m']:>6} {e['n']:>6} {e['k']:>6} {e['dtype']:<9} {e['config']:<32} "
                   f"with fused MVUE compress {e['speedup_with_compress']:.2f}x")

@@ -35,10 +35,13 @@ def _write(tmp_path):
         dict(section="gemm", d=1024, layer="up", I=1024, O=4096, T=8192,
              ms={"fwd dense x@w": 0.2, "fwd cutlass + fused compress": 0.16}, kn_best_config=None)]}
     (tmp_path / "spmm.json").write_text(json.dumps(spmm))
-    (tmp_path / "layer.json").write_text(json.dumps(layer))
+    # two layer runs (e.g. two widths), read as one
+    for j, rec in enumerate(layer["records"]):
+        (tmp_path / f"layer{j}.json").write_text(json.dumps({"meta": layer["meta"], "records": [rec]}))
     out = tmp_path / "table.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_autotune_table.py"), str(tmp_path / "spmm.json"),
-                    "--layer", str(tmp_path / "layer.json"), "--out", str(out)], check=True, capture_output=True)
+                    "--layer", str(tmp_path / "layer0.json"), str(tmp_path / "layer1.json"), "--out", str(out)],
+                   check=True, capture_output=True)
     return json.loads(out.read_text())
 
 
