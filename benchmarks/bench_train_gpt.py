@@ -310,7 +310,7 @@ def main(argv=None) -> int:
                               "tokens": qsteps * batch * seq, "recipes": q}
             a.out.mkdir(parents=True, exist_ok=True)
             train_gpt.plot_compare({r: v["history"] for r, v in q.items()}, a.out / f"train_gpt_{tag}_quality.png",
-                                   f"{size}, {qsteps} steps")
+                                   f"{size} (d={cfg.n_embd}, {cfg.n_layer} layers), {qsteps} steps")
         del rts, exes
     write()
     print(to_markdown(res))

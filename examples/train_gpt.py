@@ -824,7 +824,7 @@ def plot_compare(runs: dict[str, list[dict]], path: Path, title: str) -> None:
     ax1.legend(fontsize=8)
     ax2.set_xlabel("step")
     ax2.set_ylabel("mask flip rate")
-    ax2.set_title("flip rate (srste: per mask refresh; others: per update, on logging steps)")
+    ax2.set_title("mask flip rate\n(srste: per mask refresh; others: per update, on logging steps)", fontsize=10)
     if ax2.lines:
         ax2.set_yscale("log")
         ax2.legend(fontsize=8)
