@@ -152,3 +152,16 @@ def test_linear_plan_on_cpu_and_bad_input():
         s24.linear_plan(64, 6, 8)
     with pytest.raises(ValueError, match="tokens must be a positive integer"):
         s24.linear_plan(0, 8, 8)
+
+
+def test_tile_order_arguments_are_checked_before_any_kernel():
+    """cutlass_spmm's raster/swizzle validation (pure Python, runs without the extension)."""
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    assert cs._check_tile_order("op", "heuristic", 1) == (0, 1)
+    assert cs._check_tile_order("op", "n", 8) == (2, 8)
+    with pytest.raises(ValueError, match="raster must be one of"):
+        cs._check_tile_order("op", "k", 1)
+    for bad in (3, 16, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="swizzle must be one of"):
+            cs._check_tile_order("op", "m", bad)

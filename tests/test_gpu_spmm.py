@@ -134,8 +134,9 @@ def test_error_bad_tile_order():
     values, meta, b = _operands()
     with pytest.raises(ValueError, match="raster must be one of"):
         ops.cutlass_spmm(values, meta, b, m=256, k=256, raster="k")
-    with pytest.raises(ValueError, match="swizzle must be one of"):
-        ops.cutlass_spmm(values, meta, b, m=256, k=256, swizzle=3)
+    for bad in (3, True, 2.0):
+        with pytest.raises(ValueError, match="swizzle must be one of"):
+            ops.cutlass_spmm(values, meta, b, m=256, k=256, swizzle=bad)
     with pytest.raises(Exception, match="raster must be 0"):
         jax.block_until_ready(_raw_spmm(values, meta, b, (128, 256), m=256, n=128, k=256, config=-1, raster=3))
     with pytest.raises(Exception, match="swizzle must be 1, 2, 4 or 8"):

@@ -162,7 +162,7 @@ SWIZZLES = (1, 2, 4, 8)
 def _check_tile_order(op, raster, swizzle):
     if raster not in RASTERS:
         raise ValueError(f"{op}: raster must be one of {sorted(RASTERS)}, got {raster!r}")
-    if swizzle not in SWIZZLES:
+    if isinstance(swizzle, bool) or not isinstance(swizzle, (int, np.integer)) or swizzle not in SWIZZLES:
         raise ValueError(f"{op}: swizzle must be one of {SWIZZLES}, got {swizzle!r}")
     return RASTERS[raster], int(swizzle)
 
