@@ -333,8 +333,8 @@ def kernel_plan(rt: "Runtime") -> dict:
     if not exp.sparse_paths or exp.cfg.linear != "sparse24":
         return {}
     hp, cfg = exp.hp, exp.cfg
-    rows = rt.data_sharding.shard_shape((hp["batch_size"], hp["seq_len"] + 1))[0]
-    tokens = max(1, rows // hp.get("grad_accum", 1)) * hp["seq_len"]
+    tokens = micro_tokens_per_device(rt)
+    reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) else None
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
@@ -342,8 +342,23 @@ def kernel_plan(rt: "Runtime") -> dict:
         i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
         plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
-            mvue=cfg.mvue))
+            mvue=cfg.mvue, reuse=reuse))
     return plan
+
+
+def micro_tokens_per_device(rt: "Runtime") -> int:
+    """Tokens of one micro-batch on one ``data`` shard (what ``backend="auto"`` plans for)."""
+    hp = rt.exp.hp
+    rows = rt.data_sharding.shard_shape((hp["batch_size"], hp["seq_len"] + 1))[0]
+    return max(1, rows // hp.get("grad_accum", 1)) * hp["seq_len"]
+
+
+def prepares_weights(exp: "Experiment") -> bool:
+    """Whether the train step prepares the sparse weights once per step (``--grad-accum`` > 1 with
+    ``--prepare-weights on``, 2:4 ``Sparse24Dense`` layers): masks and compressions are then
+    computed once instead of once per micro-batch (``jax_sparse24.nn.prepare``)."""
+    return (int(exp.hp.get("grad_accum", 1)) > 1 and exp.hp.get("prepare_weights", "on") == "on"
+            and bool(exp.sparse_paths) and exp.cfg.linear == "sparse24" and exp.cfg.method != "dense")
 
 
 def format_plan(plan: dict) -> str:
@@ -351,25 +366,29 @@ def format_plan(plan: dict) -> str:
     return "; ".join(f"{k}: fwd {p['forward']}, dx {p['input_grad']}, dW {p['weight_grad']}" for k, p in plan.items())
 
 
-def make_train_step(exp: Experiment, sparse: Optional[bool]):
+def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: Optional[int] = None):
     """``train_step(state, tokens) -> (state, metrics)`` with the model's ``sparse`` flag fixed.
 
     ``tokens`` is ``(B, T + 1)`` int32 (inputs and shifted targets). For ``ast`` the step is
-    ``train_step(state, tokens, teacher_params)``.
+    ``train_step(state, tokens, teacher_params)``. ``tokens_per_device``: micro-batch tokens per
+    ``data`` shard, for planning prepared weights (default: the whole micro-batch).
     """
     seed = exp.hp["seed"]
     method = exp.cfg.method
 
     accum = int(exp.hp.get("grad_accum", 1))
+    prepare = prepares_weights(exp) and sparse is not False
 
     def train_step(state, tokens, teacher_params=None):
         step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
         mvue_key = jax.random.fold_in(jax.random.key(seed + 1), step) if exp.cfg.mvue else None
 
-        def loss_fn(p, tokens, key):
+        def loss_fn(p, tokens, key, prepared=None):
             x, y = tokens[:, :-1], tokens[:, 1:]
             rngs = {} if key is None else {"mvue": key}
             variables = {"params": p, s24nn.SPARSITY: sparsity} if sparsity else {"params": p}
+            if prepared:
+                variables[s24nn.PREPARED] = prepared
             logits = exp.model.apply(variables, x, sparse=sparse, rngs=rngs)
             ce = cross_entropy(logits, y)
             if exp.teacher_model is None:
@@ -387,11 +406,18 @@ def make_train_step(exp: Experiment, sparse: Optional[bool]):
             # keeps its data-parallel sharding), its own MVUE key; the mean over micro-batches is
             # the gradient of the mean loss of the whole batch.
             micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
+            prepared = None
+            if prepare:
+                # Weight work (masks, compression) once per step, not per micro-batch: XLA keeps
+                # only the preparation of this pass (the forward feeds nothing).
+                variables = {"params": params, s24nn.SPARSITY: sparsity} if sparsity else {"params": params}
+                prepared = s24nn.prepare(exp.model, variables, micro[0][:, :-1], sparse=sparse,
+                                         tokens=tokens_per_device, reuse=accum)
 
             def body(acc, inp):
                 j, tok = inp
                 key = None if mvue_key is None else jax.random.fold_in(mvue_key, j)
-                (_, aux), g = grad_fn(params, tok, key)
+                (_, aux), g = grad_fn(params, tok, key, prepared)
                 return jax.tree.map(jnp.add, acc, (aux, g)), None
 
             zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
@@ -852,6 +878,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         finetune_fraction=args.finetune_fraction, ffn=args.ffn, sparse_attn=args.sparse_attn,
         untied_head=args.untied_head, dtype=args.dtype, seed=args.seed,
         attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
+        prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
         grad_accum=args.grad_accum,
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
@@ -932,7 +959,7 @@ class Runtime:
         if sparse not in self._train:
             if self.teacher is None:
                 self._train[sparse] = jax.jit(
-                    make_train_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
+                    make_train_step(self.exp, sparse, micro_tokens_per_device(self)), in_shardings=(self.state_shardings, self.data_sharding),
                     out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
             else:
                 step = jax.jit(
@@ -1232,6 +1259,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--grad-accum", type=int, default=1,
                     help="split each step's batch into this many micro-batches (gradients averaged; "
                          "activation memory of one micro-batch)")
+    ap.add_argument("--prepare-weights", choices=("on", "off"), default="on",
+                    help="with --grad-accum > 1: mask and compress each 2:4 weight once per step instead of "
+                         "once per micro-batch (jax_sparse24.nn.prepare; same math)")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")

@@ -7,7 +7,8 @@ Public API:
 
 * masks and estimators: :func:`nm_mask`, :func:`mask24`, :func:`transposable_mask24`,
   :func:`soft_threshold24`, :func:`soft_threshold_beta`, :func:`mvue24`, :func:`flip_rate`;
-* the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``);
+* the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``), :func:`prepare_weight` (its
+  weight work once per optimizer step), :func:`linear_plan`;
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
 * :mod:`jax_sparse24.nn` (Flax ``Sparse24Dense``), :mod:`jax_sparse24.optim` (optax transforms),
   :mod:`jax_sparse24.prune` (ASP-style N:M pruning of trained models, channel permutation),
@@ -16,7 +17,7 @@ Public API:
 """
 
 from jax_sparse24._src.ffi import cuda_kernels_available
-from jax_sparse24._src.linear import BACKENDS, linear_plan, sparse24_linear
+from jax_sparse24._src.linear import BACKENDS, linear_plan, prepare_weight, sparse24_linear
 from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
@@ -40,6 +41,7 @@ __all__ = [
     "distill",
     "nn",
     "optim",
+    "prepare_weight",
     "prune",
     "sharding",
     "soft_threshold24",

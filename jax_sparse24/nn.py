@@ -13,11 +13,18 @@ Typical use::
     variables = model.init(key, x)        # {"params": ..., "sparsity": ...}
     y = model.apply(variables, x, rngs={"mvue": step_key})
     sparsity, flips = refresh_masks(variables["params"], variables["sparsity"], step=step)
+
+With gradient accumulation, :func:`prepare` does every layer's weight work (mask, compression)
+once per optimizer step; pass its result as the :data:`PREPARED` collection to each micro-batch's
+``apply``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import math
 from typing import Any, Callable, Optional
 
 import jax
@@ -29,13 +36,15 @@ from jax import lax
 
 from jax_sparse24._src import ops
 from jax_sparse24._src import reference
-from jax_sparse24._src.linear import BACKENDS, sparse24_linear
+from jax_sparse24._src.linear import BACKENDS, prepare_weight, sparse24_linear
 from jax_sparse24._src.tree_paths import path_tuple
 
 __all__ = [
     "Sparse24Dense",
     "SPARSITY",
+    "PREPARED",
     "METHODS",
+    "prepare",
     "refresh_masks",
     "masks_for_params",
     "apply_masks",
@@ -43,6 +52,8 @@ __all__ = [
 
 #: Name of the Flax collection holding masks, β and refresh periods.
 SPARSITY = "sparsity"
+#: Name of the Flax collection of prepared weights (:func:`prepare`): per layer ``{"weight": ...}``.
+PREPARED = "sparse24_prepared"
 #: Training methods of :class:`Sparse24Dense`.
 METHODS = ("srste", "ste", "soft", "dense")
 #: Name of the RNG stream used for the MVUE weight gradient.
@@ -169,21 +180,35 @@ class Sparse24Dense(nn.Module):
             y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision)
             return y if b is None else y + jnp.reshape(b, (1,) * (y.ndim - 1) + (-1,))
 
-        def sparse_fn(x, w, b):
+        def effective(w):
+            """(weight passed to sparse24_linear, its mask, transposable) for this method."""
             if self.method == "srste":
-                mask = state["mask"]
-                return sparse24_linear(x, w, mask, b, key=key, backend=self.backend, precision=self.precision,
-                                       transposable=self.transposable)
+                return w, state["mask"], self.transposable
             if self.method == "ste":
-                mask = lax.stop_gradient(ops.mask24(w, axis=0))
-                return sparse24_linear(x, w, mask, b, key=key, backend=self.backend, precision=self.precision,
-                                       transposable=False)
+                return w, lax.stop_gradient(ops.mask24(w, axis=0)), False
             # soft: β·S(w), straight-through to w.
             s, mask = ops.soft_threshold24(w, axis=0)
             w_eff = (state["beta"] * s.astype(jnp.float32)).astype(w.dtype)
-            w_st = w + lax.stop_gradient(w_eff - w)
-            return sparse24_linear(x, w_st, lax.stop_gradient(mask), b, key=key, backend=self.backend,
-                                   precision=self.precision, transposable=False)
+            return w + lax.stop_gradient(w_eff - w), lax.stop_gradient(mask), False
+
+        # Prepared weight (gradient accumulation, see `prepare`): made in the prepare pass (the
+        # collection is mutable), read in the micro-batch passes.
+        prepared = None
+        if self.method != "dense" and sparse is not False and not self.is_initializing():
+            if self.is_mutable_collection(PREPARED):
+                ctx = _PREPARE_CONTEXT.get()
+                tokens = ctx["tokens"] or max(1, math.prod(jnp.shape(inputs)[:-1]))
+                w_used, mask, transposable = effective(kernel_c)
+                prepared = prepare_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
+                                          backend=self.backend, transposable=transposable, reuse=ctx["reuse"])
+                self.put_variable(PREPARED, "weight", prepared)
+            elif self.has_variable(PREPARED, "weight"):
+                prepared = self.get_variable(PREPARED, "weight")
+
+        def sparse_fn(x, w, b):
+            w_used, mask, transposable = effective(w)
+            return sparse24_linear(x, w_used, mask, b, key=key, backend=self.backend, precision=self.precision,
+                                   transposable=transposable, prepared=prepared)
 
         if self.method == "dense" or sparse is False:
             return dense_fn(inputs, kernel_c, bias_c)
@@ -204,6 +229,60 @@ class Sparse24Dense(nn.Module):
             f"the '{SPARSITY}' collection from model.init(...) to apply, e.g. "
             "model.apply({'params': params, 'sparsity': sparsity}, x)"
         )
+
+
+_PREPARE_CONTEXT = contextvars.ContextVar("jax_sparse24_prepare", default={"tokens": None, "reuse": 1})
+
+
+@contextlib.contextmanager
+def _prepare_context(tokens, reuse):
+    token = _PREPARE_CONTEXT.set({"tokens": tokens, "reuse": reuse})
+    try:
+        yield
+    finally:
+        _PREPARE_CONTEXT.reset(token)
+
+
+def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, method=None, **kwargs):
+    """Prepared weights of every sparse :class:`Sparse24Dense` in ``model``: the :data:`PREPARED` collection.
+
+    For gradient accumulation: call it once per optimizer step (inside the jitted step, before the
+    micro-batch loop) and pass the result to every micro-batch's ``apply`` — each layer then masks
+    and compresses its weight once per step instead of once per micro-batch
+    (:func:`jax_sparse24.prepare_weight`)::
+
+        prepared = prepare(model, {"params": p, "sparsity": s}, x_micro, reuse=n_micro)
+        def micro_loss(p, xb):                                   # inside lax.scan
+            v = {"params": p, "sparsity": s, PREPARED: prepared}
+            return loss(model.apply(v, xb, rngs={"mvue": key}))
+
+    It runs ``model.apply(variables, *args, **kwargs)`` with the collection mutable and keeps only
+    the collection: under ``jit`` XLA drops the rest of that forward pass (it feeds nothing), so
+    ``args`` need only have a micro-batch's shapes. Layers called with ``sparse=False`` are not
+    prepared (they run dense). Rebuild it whenever params or masks change — a stale preparation
+    computes with the old weights.
+
+    Args:
+      model: a Flax module containing ``Sparse24Dense`` layers.
+      variables: its variables (``params``, ``sparsity``).
+      *args, **kwargs, method: as for ``model.apply`` on one micro-batch.
+      tokens: rows per call the kernels are planned for (default: the layer input's size; under
+        data parallelism pass the per-device count).
+      reuse: calls that share the preparation (micro-batches per step); ``backend="auto"`` layers
+        then count the compression once per ``reuse`` GEMMs.
+
+    Returns:
+      the :data:`PREPARED` collection (a nested dict; empty when no layer is sparse).
+    """
+    if tokens is not None and (isinstance(tokens, bool) or int(tokens) != tokens or tokens < 1):
+        raise ValueError(f"prepare: tokens must be a positive integer or None, got {tokens!r}")
+    if isinstance(reuse, bool) or int(reuse) != reuse or reuse < 1:
+        raise ValueError(f"prepare: reuse must be a positive integer, got {reuse!r}")
+    if PREPARED in variables:
+        variables = {k: v for k, v in variables.items() if k != PREPARED}
+    with _prepare_context(None if tokens is None else int(tokens), int(reuse)):
+        _, state = model.apply(variables, *args, mutable=[PREPARED], method=method, **kwargs)
+    return state.get(PREPARED, {})
 
 
 def _layer_states(sparsity):

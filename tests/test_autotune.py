@@ -165,3 +165,48 @@ def test_tile_order_arguments_are_checked_before_any_kernel():
     for bad in (3, 16, True, 2.0, "2"):
         with pytest.raises(ValueError, match="swizzle must be one of"):
             cs._check_tile_order("op", "m", bad)
+
+
+def test_prepared_weights_amortize_the_compression(gpu_stubs):
+    """A prepared weight pays its compression once per `reuse` calls: auto weighs it by 1/reuse."""
+    import jax_sparse24 as s24
+
+    # GEMM alone 1.25x, 0.9x with the compression on every call (compression = 0.311 of dense)
+    e = dict(_entry(4096, 8192, 1024, 0.9), gemm_speedup=1.25)
+    gpu_stubs([e, dict(_entry(1024, 8192, 4096, 1.02), gemm_speedup=1.02)])
+    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1) == pytest.approx(0.9)
+    want4 = 1 / (1 / 1.25 + (1 / 0.9 - 1 / 1.25) / 4)
+    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 4) == pytest.approx(want4)
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=1) == "dense"
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"
+    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=64) == "dense"  # GEMM alone 1.02x
+    assert s24.linear_plan(8192, 1024, 4096, reuse=4)["forward"] == "cutlass"
+    assert s24.linear_plan(8192, 1024, 4096)["forward"] == "dense"
+    assert s24.linear_plan(8192, 1024, 4096, reuse=4, transposable=False)["input_grad"] == "dense"
+    # an older table without the GEMM-only ratio: nothing to amortize
+    gpu_stubs([_entry(4096, 8192, 1024, 0.9)])
+    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="reuse must be a positive integer"):
+        s24.linear_plan(8192, 1024, 4096, reuse=0)
+    with pytest.raises(ValueError, match="CUTLASS's compressed format"):
+        gemm.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16, reuse=2)
+
+
+def test_table_records_the_gemm_only_speedup_of_layer_shapes(tmp_path):
+    """Shapes only the layer run measured get their GEMM-only ratio too (prepared weights need it)."""
+    t = _write(tmp_path)
+    e = {(x["m"], x["n"], x["k"]): x for x in t["entries"]}
+    assert e[(4096, 8192, 1024)]["gemm_speedup"] is None  # the test's layer run has no GEMM-only timing
+    ms = {"fwd dense x@w": 0.2, "fwd cutlass + fused compress": 0.25, "fwd cutlass gemm": 0.16,
+          "dx dense g@w.T": 0.2, "dx cutlass + fused compress": 0.22, "dx cutlass gemm": 0.1}
+    layer = {"meta": {"dtype": "bfloat16"}, "records": [
+        dict(section="gemm", d=2048, layer="up", I=2048, O=8192, T=8192, ms=ms, kn_best_config=None)]}
+    (tmp_path / "wide.json").write_text(json.dumps(layer))
+    out = tmp_path / "t2.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_autotune_table.py"), str(tmp_path / "spmm.json"),
+                    "--layer", str(tmp_path / "wide.json"), "--out", str(out)], check=True, capture_output=True)
+    e = {(x["m"], x["n"], x["k"]): x for x in json.loads(out.read_text())["entries"]}
+    assert e[(8192, 8192, 2048)]["gemm_speedup"] == pytest.approx(0.2 / 0.16)
+    assert e[(8192, 8192, 2048)]["speedup_with_compress"] == pytest.approx(0.2 / 0.25)
+    assert e[(2048, 8192, 8192)]["gemm_speedup"] == pytest.approx(0.2 / 0.1)

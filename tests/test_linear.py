@@ -142,3 +142,73 @@ def test_auto_backend_uses_the_exact_weight_grad_where_mvue_does_not_pay():
         dws[backend] = np.asarray(vjp(g)[0])
     np.testing.assert_allclose(dws["auto"], np.asarray(x.T @ g), rtol=1e-5, atol=1e-5)
     assert np.abs(dws["dense"] - np.asarray(x.T @ g)).max() > 1e-2  # the MVUE sample differs
+
+
+# --- prepared weights -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transposable", [True, False])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_prepared_weight_gives_the_same_values_and_gradients(transposable, dtype):
+    x, w, b, m = _setup(dtype=dtype, transposable=transposable)
+    pw = s24.prepare_weight(w, m, tokens=x.shape[0], reuse=3)
+    assert set(pw) == {"masked"} and pw["masked"].dtype == dtype  # a CPU: dense GEMMs on W̃
+
+    def loss(x, w, b, pw):
+        return jnp.sum(jnp.sin(s24.sparse24_linear(x, w, m, b, prepared=pw).astype(jnp.float32)))
+
+    plain = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(x, w, b, None)
+    prep = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(x, w, b, pw)
+    for a, c in zip(jax.tree.leaves(plain), jax.tree.leaves(prep)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+    # under a gradient-accumulation scan, prepared once outside it
+    xs = jnp.stack([x, 2 * x, -x])
+
+    def accum(w, pw):
+        def body(c, xb):
+            return c + jax.grad(lambda w: loss(xb, w, b, pw))(w), None
+        return jax.lax.scan(body, jnp.zeros_like(w), xs)[0]
+
+    np.testing.assert_array_equal(np.asarray(jax.jit(accum)(w, None)), np.asarray(jax.jit(accum)(w, pw)))
+
+
+def test_prepared_weight_is_what_the_gemms_use():
+    """The forward and ∇x GEMMs read the prepared W̃ (not w ⊙ mask of this call); ∇w still comes
+    from this call's x and ∇y and reaches w."""
+    x, w, b, m = _setup()
+    other = 3.0 * w
+    pw = s24.prepare_weight(other, m, tokens=12)
+    y = s24.sparse24_linear(x, w, m, prepared=pw)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x @ (other * m)), rtol=1e-5, atol=1e-5)
+    gx, gw = jax.grad(lambda x, w: s24.sparse24_linear(x, w, m, prepared=pw).sum(), (0, 1))(x, w)
+    g = jnp.ones((12, 8))
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(g @ (other * m).T), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(x.T @ g), rtol=1e-5, atol=1e-5)
+    # built inside the differentiated function: no gradient through the preparation
+    gw2 = jax.grad(lambda w: s24.sparse24_linear(x, w, m, prepared=s24.prepare_weight(w, m, tokens=12)).sum())(w)
+    np.testing.assert_allclose(np.asarray(gw2), np.asarray(x.T @ g), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, prepared={"masked": (w * m)[:, :4]}), "must be W̃ of w's shape"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, prepared={"masked": (w * m).astype(jnp.bfloat16)}),
+         "compute dtype float32"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, prepared={"weights": w}), "made by jax_sparse24.prepare_weight"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, prepared=w), "made by jax_sparse24.prepare_weight"),
+        (lambda x, w, m: s24.sparse24_linear(x, w, m, prepared={"input_grad": {"values": w, "meta": w}}),
+         "neither 'forward' nor 'masked'"),
+        (lambda x, w, m: s24.prepare_weight(w, m, tokens=0), "tokens must be a positive integer"),
+        (lambda x, w, m: s24.prepare_weight(w, m, tokens=8, reuse=1.5), "reuse must be a positive integer"),
+        (lambda x, w, m: s24.prepare_weight(w, jnp.ones_like(m), tokens=8), "not 2:4"),
+        (lambda x, w, m: s24.prepare_weight(w[:6], m[:6], tokens=8), "divisible by 4"),
+        (lambda x, w, m: s24.prepare_weight(w, m, tokens=8, dtype=jnp.int32), "floating dtype"),
+        (lambda x, w, m: s24.prepare_weight(w, m, tokens=8, backend="cusparselt"), "CUTLASS's compressed format"),
+        (lambda x, w, m: s24.prepare_weight(w, m, tokens=8, backend="fast"), "backend must be"),
+    ],
+)
+def test_prepared_bad_input(call, match):
+    x, w, b, m = _setup()
+    with pytest.raises(ValueError, match=match):
+        call(x, w, m)

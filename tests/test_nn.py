@@ -255,3 +255,70 @@ def test_srste_recipe_with_masked_decay_shrinks_pruned_weights():
     assert losses[-1] < losses[0]
     assert all(r == 0.0 for j, r in enumerate(rates) if (j + 1) % 10)  # refresh only every 10 steps
     assert 0.0 <= max(rates) < 0.5
+
+
+# --- prepared weights (gradient accumulation) ----------------------------------------------------
+
+
+class _TwoLayer(nn.Module):
+    method: str
+
+    @nn.compact
+    def __call__(self, x, sparse=None):
+        h = nn.gelu(Sparse24Dense(32, method=self.method, dtype=jnp.bfloat16)(x, sparse=sparse))
+        return Sparse24Dense(16, method=self.method, dtype=jnp.bfloat16, name="out")(h, sparse=sparse)
+
+
+@pytest.mark.parametrize("method", ["srste", "ste", "soft"])
+def test_prepare_gives_the_same_loss_and_gradients(method):
+    from jax_sparse24.nn import PREPARED, prepare
+
+    m = _TwoLayer(method)
+    x = _x((3, 8, 16))
+    v = m.init(jax.random.key(0), x)
+    prepared = jax.jit(lambda v, x: prepare(m, v, x, reuse=4))(v, x)
+    assert set(prepared) == {"Sparse24Dense_0", "out"}
+    assert jax.tree.map(jnp.shape, prepared["out"]) == {"weight": {"masked": (32, 16)}}  # CPU: dense W̃
+    assert prepared["out"]["weight"]["masked"].dtype == jnp.bfloat16
+
+    def loss(p, prep):
+        vv = dict(v, params=p, **({PREPARED: prep} if prep is not None else {}))
+        return jnp.sum(m.apply(vv, x, rngs={"mvue": jax.random.key(1)}).astype(jnp.float32) ** 2)
+
+    plain = jax.jit(jax.value_and_grad(loss))(v["params"], None)
+    prep = jax.jit(jax.value_and_grad(loss))(v["params"], prepared)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(prep)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_prepared_collection_is_what_the_layers_use():
+    """A preparation from other params drives the forward (it is read, not recomputed); a stale one
+    therefore computes with the old weights — rebuild it whenever params change."""
+    from jax_sparse24.nn import PREPARED, prepare
+
+    m = _TwoLayer("srste")
+    x = _x((3, 8, 16))
+    v = m.init(jax.random.key(0), x)
+    v2 = dict(v, params=jax.tree.map(lambda a: 2 * a, v["params"]))
+    prep2 = prepare(m, v2, x)
+    np.testing.assert_array_equal(np.asarray(m.apply(dict(v, **{PREPARED: prep2}), x)),
+                                  np.asarray(m.apply(v2, x)))
+    assert not np.array_equal(np.asarray(m.apply(v, x)), np.asarray(m.apply(v2, x)))
+
+
+def test_prepare_skips_dense_layers_and_the_prepare_pass_is_dropped_by_xla():
+    from jax_sparse24.nn import prepare
+
+    x = _x((3, 8, 16))
+    for method, sparse in (("dense", None), ("srste", False)):
+        m = _TwoLayer(method)
+        assert prepare(m, m.init(jax.random.key(0), x), x, sparse=sparse) == {}
+    m = _TwoLayer("srste")
+    v = m.init(jax.random.key(0), x)
+    hlo = jax.jit(lambda v, x: prepare(m, v, x)).lower(v, x).compile().as_text()
+    assert " dot(" not in hlo and "erf" not in hlo  # only the weight work is left (no GEMM, no GELU)
+    assert "dot(" in jax.jit(lambda v, x: m.apply(v, x)).lower(v, x).compile().as_text()
+    with pytest.raises(ValueError, match="reuse must be a positive integer"):
+        prepare(m, v, x, reuse=0)
+    with pytest.raises(ValueError, match="tokens must be a positive integer"):
+        prepare(m, v, x, tokens=-1)

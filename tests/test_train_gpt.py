@@ -415,6 +415,37 @@ def test_grad_accum_sparse_recipe_trains(tmp_path):
     assert vals[-1] < vals[0] - 0.3, vals
 
 
+@pytest.mark.parametrize("recipe", ["srste", "sste"])
+def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
+    """--prepare-weights on (the default with --grad-accum > 1) prepares every sparse layer once per
+    step and trains bit-identically to off (same math, done once instead of per micro-batch)."""
+    import jax.numpy as jnp
+
+    calls = []
+    real = train_gpt.s24nn.prepare
+    monkeypatch.setattr(train_gpt.s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def params_after(prepare):
+        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
+            [*TINY, "--steps", "3", "--grad-accum", "2", "--prepare-weights", prepare]), recipe)
+        hp["data_sha256"] = "test"
+        exp = train_gpt.build_experiment(hp)
+        step = jax.jit(train_gpt.make_train_step(exp, True, 64))
+        state = train_gpt.init_state(exp, 0)
+        tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
+        for _ in range(3):
+            state, m = step(state, tok)
+        return state["params"], float(m["loss"])
+
+    (p_on, l_on) = params_after("on")
+    assert calls == [{"sparse": True, "tokens": 64, "reuse": 2}]  # traced once, in the step
+    (p_off, l_off) = params_after("off")
+    assert len(calls) == 1
+    assert l_on == l_off
+    for a, b in zip(jax.tree.leaves(p_on), jax.tree.leaves(p_off)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_checkpoint_config_without_grad_accum(tmp_path):
     """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
     now = {"recipe": "dense", "grad_accum": 1}
@@ -437,6 +468,12 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     assert sorted(plan) == ["128x32", "32x128", "32x32", "32x96"]  # fc, proj, attn proj, qkv
     assert {s[0] for s in seen} == {8 // 2 * 32}  # tokens of one micro-batch
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
+    assert {k["reuse"] for *_, k in seen} == {2}  # weights prepared once per step of 2 micro-batches
+    seen.clear()
+    hp_off = dict(hp, prepare_weights="off")
+    train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(hp_off)))
+    assert {k["reuse"] for *_, k in seen} == {None}
+    seen.clear()
 
     code = f"""
 import json, sys

@@ -61,14 +61,34 @@ def _table():
         return {"entries": [], "configs": []}
 
 
-def lookup(m: int, n: int, k: int, dtype):
-    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
+def _nearest_entry(m: int, n: int, k: int, dtype):
+    """The table entry of the nearest measured shape (log distance, same dtype), or None."""
     name = jnp.dtype(dtype).name
     entries = [e for e in _table()["entries"] if e["dtype"] == name]
     if not entries:
         return None
-    e = min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
-    return e["speedup_with_compress"], _config_id(e["config"])
+    return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+
+
+def lookup(m: int, n: int, k: int, dtype):
+    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
+    e = _nearest_entry(m, n, k, dtype)
+    return None if e is None else (e["speedup_with_compress"], _config_id(e["config"]))
+
+
+def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int):
+    """Speedup of the sparse GEMM over XLA's dense one when one compression serves ``reuse`` calls.
+
+    From the nearest measured shape: with ``s_g`` the GEMM-only speedup and ``s_c`` the speedup
+    with the compression paid on every call, the time per call is ``1/s_g + (1/s_c - 1/s_g)/reuse``
+    (in units of the dense GEMM). ``None`` without a table entry.
+    """
+    e = _nearest_entry(m, n, k, dtype)
+    if e is None:
+        return None
+    s_c = e["speedup_with_compress"]
+    s_g = e.get("gemm_speedup") or s_c  # layer-only entries of older tables lack the GEMM-only ratio
+    return 1.0 / (1.0 / s_g + (1.0 / s_c - 1.0 / s_g) / max(int(reuse), 1))
 
 
 def _config_id(name: str) -> int:
@@ -128,11 +148,19 @@ def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
     return "cusparselt"
 
 
-def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
-    """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"`` or ``"dense"``/``"reference"``."""
+def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = None) -> str:
+    """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"`` or ``"dense"``/``"reference"``.
+
+    ``reuse``: the 2:4 operand is compressed once and used by ``reuse`` calls (a prepared weight,
+    :func:`prepare`); ``auto`` then weighs the compression by ``1/reuse``
+    (:func:`amortized_speedup`). ``None``: compressed on every call.
+    """
     if backend in ("dense", "reference"):
         return backend
     if backend == "cusparselt":
+        if reuse is not None:
+            raise ValueError("prepared weights hold CUTLASS's compressed format: use backend='cutlass' or "
+                             "'auto' (or call sparse24_linear without prepared= for cuSPARSELt)")
         return _choose_cusparselt(m, n, k, dtype)
     ok = _cutlass_ok(m, n, k, dtype)
     if backend == "cutlass":
@@ -143,9 +171,12 @@ def choose(backend: str, m: int, n: int, k: int, dtype) -> str:
             raise RuntimeError(f"backend='cutlass': {reason}")
         return "cutlass"
     # auto
-    if ok and ffi.cuda_kernels_available() and _table_says_sparse(m, n, k, dtype):
-        return "cutlass"
-    return "dense"
+    if not (ok and ffi.cuda_kernels_available()):
+        return "dense"
+    if reuse is None:
+        return "cutlass" if _table_says_sparse(m, n, k, dtype) else "dense"
+    speedup = amortized_speedup(m, n, k, dtype, reuse)
+    return "cutlass" if speedup is not None and speedup > MIN_GAIN else "dense"
 
 
 def forward(x2, w, mask, *, backend: str, precision=None):
@@ -362,6 +393,132 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     return _sh.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)
 
 
+# --- Prepared weights: compress once, use for many calls -----------------------------------------
+# Within one optimizer step the weight, its mask and therefore W̃ = W ⊙ M do not change, but every
+# micro-batch of a gradient-accumulation loop calls the layer again — and XLA does not hoist the
+# compression out of the loop (scripts/probe_hoist.py). ``prepare`` does that weight work once:
+# the compressed W̃ᵀ (forward operand) and W̃ (input-gradient operand) where the sparse GEMM is
+# chosen, the masked dense W̃ in the compute dtype where a dense GEMM is.
+
+#: Keys of a prepared weight (a dict): ``"forward"`` / ``"input_grad"`` hold ``{"values", "meta"}``
+#: of the CUTLASS operand (W̃ᵀ, W̃) when that GEMM runs sparse; ``"masked"`` holds W̃ when a GEMM runs
+#: dense (forward or input gradient).
+PREPARED_KEYS = ("forward", "input_grad", "masked")
+
+
+def prepared_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool, reuse: int):
+    """``(forward, input_grad)`` kernels (``"cutlass"`` or dense) for a weight prepared for ``reuse`` calls."""
+    fwd = choose(backend, o, tokens, i, dtype, reuse=reuse)
+    if transposable:
+        dx = choose(backend, i, tokens, o, dtype, reuse=reuse)
+    else:
+        if backend == "cusparselt":
+            choose(backend, i, tokens, o, dtype, reuse=reuse)  # the same clear error
+        dx = "reference" if backend == "reference" else "dense"
+    return fwd, dx
+
+
+def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> dict:
+    """The prepared weight of ``w ⊙ mask`` (keys :data:`PREPARED_KEYS`); no gradient flows through it."""
+    i, o = w.shape
+    fwd, dx = prepared_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
+    wc, mk = jnp.asarray(w).astype(dtype), _as_bool(mask)
+    out = {}
+    sparse = tuple(name for name, k in (("forward", fwd), ("input_grad", dx)) if k == "cutlass")
+    if sparse:
+        from jax_sparse24._src import cuda_compress_ops as cc
+        from jax_sparse24._src import cuda_spmm_ops as cs
+
+        # forward A = W̃ᵀ (M = O, K = I); input-gradient A = W̃ (M = I, K = O)
+        mk_of = {"forward": (o, i), "input_grad": (i, o)}
+
+        def cuda(wc, mk):
+            if len(sparse) == 2:
+                return cc.masked_compress_both(wc, mk)
+            return (cc.masked_compress(wc, mk, transposed=sparse[0] == "forward"),)
+
+        def placeholder(wc, mk):  # a non-CUDA platform never reads these (its GEMMs use w and mask)
+            out = []
+            for name in sparse:
+                (vs, ms) = cs.cutlass_compressed_shapes(*mk_of[name], dtype)
+                out.append((jnp.zeros(vs, dtype), jnp.zeros(ms, jnp.uint8)))
+            return tuple(out)
+
+        for name, (values, meta) in zip(sparse, ffi.per_platform(placeholder, cuda, wc, mk)):
+            out[name] = {"values": values, "meta": meta}
+    if len(sparse) < 2:
+        out["masked"] = masked_weight(wc, mk)
+    return jax.tree.map(jax.lax.stop_gradient, out)
+
+
+def check_prepared(prepared, w, dtype, op: str) -> None:
+    """Trace-time check that ``prepared`` is a prepared weight of ``w``'s shape for ``dtype``."""
+    if not isinstance(prepared, dict) or not prepared or set(prepared) - set(PREPARED_KEYS):
+        got = sorted(prepared) if isinstance(prepared, dict) else type(prepared).__name__
+        raise ValueError(f"{op}: prepared must be the dict made by jax_sparse24.prepare_weight (keys among "
+                         f"{PREPARED_KEYS}), got {got}")
+    i, o = w.shape
+    dtype = jnp.dtype(dtype)
+    for need in ("forward", "input_grad"):
+        if need not in prepared and "masked" not in prepared:
+            raise ValueError(f"{op}: prepared has neither {need!r} nor 'masked': not made by prepare_weight")
+    if "masked" in prepared:
+        m = prepared["masked"]
+        if tuple(jnp.shape(m)) != (i, o) or jnp.result_type(m) != dtype:
+            raise ValueError(f"{op}: prepared['masked'] must be W̃ of w's shape {(i, o)} in the compute dtype "
+                             f"{dtype.name}, got {tuple(jnp.shape(m))} {jnp.result_type(m).name} (prepare the "
+                             "weight with the dtype the layer computes in)")
+    for name, (mm, kk) in (("forward", (o, i)), ("input_grad", (i, o))):
+        if name not in prepared:
+            continue
+        entry = prepared[name]
+        from jax_sparse24._src import cuda_spmm_ops as cs
+
+        if not isinstance(entry, dict) or set(entry) != {"values", "meta"}:
+            raise ValueError(f"{op}: prepared[{name!r}] must be {{'values', 'meta'}}")
+        (vs, ms) = cs.cutlass_compressed_shapes(mm, kk, dtype)
+        values, meta = entry["values"], entry["meta"]
+        if (tuple(jnp.shape(values)), jnp.result_type(values)) != (tuple(vs), dtype) or (
+                tuple(jnp.shape(meta)), jnp.result_type(meta)) != (tuple(ms), jnp.dtype(jnp.uint8)):
+            raise ValueError(
+                f"{op}: prepared[{name!r}] does not match w {(i, o)} in {dtype.name}: values "
+                f"{tuple(jnp.shape(values))} {jnp.result_type(values).name} (want {tuple(vs)} {dtype.name}), meta "
+                f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
+
+
+def forward_prepared(x2, w, mask, values, meta, *, precision=None):
+    """``x·W̃`` with W̃ᵀ already compressed (``prepared["forward"]``); ``w``, ``mask`` feed the
+    reference lowering on non-CUDA platforms."""
+    dtype = jnp.result_type(values)
+    t, i = x2.shape
+    o = w.shape[1]
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    def sparse(x2, wc, mk, values, meta):
+        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
+
+    def dense(x2, wc, mk, values, meta):
+        return _dot(x2, masked_weight(wc, mk), precision)
+
+    return ffi.per_platform(dense, sparse, x2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+
+
+def input_grad_prepared(g2, w, mask, values, meta, *, precision=None):
+    """``∇y·W̃ᵀ`` with W̃ already compressed (``prepared["input_grad"]``)."""
+    dtype = jnp.result_type(values)
+    t, o = g2.shape
+    i = w.shape[0]
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    def sparse(g2, wc, mk, values, meta):
+        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
+
+    def dense(g2, wc, mk, values, meta):
+        return _dot(g2, masked_weight(wc, mk).T, precision)
+
+    return ffi.per_platform(dense, sparse, g2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+
+
 # --- Sharding (issue 6) -----------------------------------------------------------------------
 # Each GEMM above runs as one custom-partitioned op (rules: _src/sharding.py, gemm_rule): under
 # jit + NamedSharding it is called on the local shards (local shapes, so the backend choice and any
@@ -372,3 +529,7 @@ from jax_sparse24._src import sharding as _sharding  # noqa: E402
 forward = _sharding.partitioned_gemm("forward")(forward)
 input_grad = _sharding.partitioned_gemm("input_grad")(input_grad)
 weight_grad = _sharding.partitioned_gemm("weight_grad")(weight_grad)
+# A prepared operand is the compression of the whole weight, so its GEMM keeps the weight whole
+# (replicated: data parallelism); tokens may still be sharded. See sharding.prepared_gemm_rule.
+forward_prepared = _sharding.partitioned_gemm("forward", prepared=True)(forward_prepared)
+input_grad_prepared = _sharding.partitioned_gemm("input_grad", prepared=True)(input_grad_prepared)

@@ -25,7 +25,7 @@ from jax_sparse24._src import gemm
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
-__all__ = ["sparse24_linear", "linear_plan", "BACKENDS"]
+__all__ = ["sparse24_linear", "prepare_weight", "linear_plan", "BACKENDS"]
 
 BACKENDS = gemm.BACKENDS
 
@@ -40,27 +40,41 @@ def _flatten_tokens(x):
     return x.reshape(-1, x.shape[-1])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _linear(x, w, mask, bias, key, cfg: _Config):
-    y, _ = _linear_fwd(x, w, mask, bias, key, cfg)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _linear(x, w, mask, bias, key, prepared, cfg: _Config):
+    y, _ = _linear_fwd(x, w, mask, bias, key, prepared, cfg)
     return y
 
 
-def _linear_fwd(x, w, mask, bias, key, cfg: _Config):
+def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     x2 = _flatten_tokens(x)
-    y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
+    if prepared is None:
+        y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
+    elif "forward" in prepared:
+        y2 = gemm.forward_prepared(x2, w, mask, prepared["forward"]["values"], prepared["forward"]["meta"],
+                                   precision=cfg.precision)
+    else:
+        wm = prepared["masked"]
+        y2 = jnp.dot(x2.astype(wm.dtype), wm, precision=cfg.precision)
     if bias is not None:
         y2 = y2 + bias.astype(y2.dtype)
     y = y2.reshape(x.shape[:-1] + (w.shape[1],))
-    return y, (x, w, mask, bias, key)
+    return y, (x, w, mask, bias, key, prepared)
 
 
 def _linear_bwd(cfg: _Config, res, g):
-    x, w, mask, bias, key = res
+    x, w, mask, bias, key, prepared = res
     x2 = _flatten_tokens(x)
     g2 = g.reshape(-1, g.shape[-1])
-    dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
-                          precision=cfg.precision)
+    if prepared is None:
+        dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
+                              precision=cfg.precision)
+    elif "input_grad" in prepared:
+        dx2 = gemm.input_grad_prepared(g2, w, mask, prepared["input_grad"]["values"],
+                                       prepared["input_grad"]["meta"], precision=cfg.precision)
+    else:
+        wm = prepared["masked"]
+        dx2 = jnp.dot(g2.astype(wm.dtype), wm.T, precision=cfg.precision)
     dx = dx2.reshape(x.shape).astype(x.dtype)
     if key is not None:
         # MVUE groups of 4 along the token axis (gemm.weight_grad_mvue pads T with zero rows, which
@@ -71,14 +85,14 @@ def _linear_bwd(cfg: _Config, res, g):
         dw = gemm.weight_grad(x2, g2, backend=cfg.backend, precision=cfg.precision)
     dw = dw.astype(w.dtype)
     db = None if bias is None else jnp.sum(g2, axis=0).astype(bias.dtype)
-    return dx, dw, None, db, None
+    return dx, dw, None, db, None, None
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
 def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
-                    transposable: bool | None = None):
+                    transposable: bool | None = None, prepared: dict | None = None):
     """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
 
     Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
@@ -97,6 +111,11 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
       precision: ``lax.Precision`` for the dense GEMMs.
       transposable: whether ``mask`` is also 2:4 along ``out`` (lets ``∇x`` use the sparse
         kernel). ``None``: checked when the mask is concrete, else assumed False.
+      prepared: optional :func:`prepare_weight` of this ``(w, mask)``: the forward and
+        input-gradient GEMMs then use its compressed (or masked dense) weight instead of
+        compressing ``w ⊙ mask`` on this call, and its plan replaces ``backend``'s choice for
+        those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
+        optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
 
     Returns:
       ``(..., out)`` array.
@@ -123,24 +142,97 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     v.check_nm_mask_concrete(mask, 2, 4, 0, op)
     if transposable is None:
-        transposable = False
-        if v.is_concrete(mask) and np.shape(w)[1] % 4 == 0:
-            arr = np.asarray(mask) != 0
-            transposable = bool(arr.reshape(arr.shape[0], -1, 4).sum(-1).max(initial=0) <= 2)
+        transposable = _is_transposable(mask, np.shape(w))
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         mask = mask != 0
     cfg = _Config(backend, precision, bool(transposable))
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
+    if prepared is not None:
+        gemm.check_prepared(prepared, w, jnp.result_type(x, w), op)
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
-    return _linear(x, w, mask, bias, key, cfg)
+    return _linear(x, w, mask, bias, key, prepared, cfg)
+
+
+def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
+                   reuse: int = 1) -> dict:
+    """Do the weight work of :func:`sparse24_linear` once, for many calls with the same ``(w, mask)``.
+
+    Within an optimizer step the weight and mask are fixed, but a gradient-accumulation loop calls
+    the layer once per micro-batch, and each call would mask and compress ``W̃ = w ⊙ mask`` again
+    (XLA does not hoist that out of a ``lax.scan``). Prepare it before the loop and pass
+    ``prepared=`` to every call::
+
+        pw = prepare_weight(w, mask, tokens=micro_tokens, dtype=jnp.bfloat16, reuse=n_micro)
+        def micro_step(carry, xb):      # inside lax.scan
+            loss, g = jax.value_and_grad(loss_fn)(w, xb, pw)   # sparse24_linear(..., prepared=pw)
+
+    With ``backend="auto"`` each of the forward and input-gradient GEMMs runs sparse where the
+    measured table says the sparse GEMM, with the compression paid once per ``reuse`` calls,
+    beats XLA's dense GEMM for ``tokens`` rows; the prepared weight then holds CUTLASS's compressed
+    operand (``W̃ᵀ`` for the forward, ``W̃`` for ``∇x``), else the masked dense ``W̃`` in ``dtype``.
+    The weight gradient is unchanged (it depends on the call's ``∇y``).
+
+    No gradient flows through the result (gradients reach ``w`` through ``sparse24_linear``), so
+    it may be built inside or outside the differentiated function. The compressed operands cover
+    the whole weight: under sharding, prepared GEMMs keep the weight replicated (data
+    parallelism); a tensor-parallel weight is gathered for them.
+
+    Args:
+      w: dense weight ``(in, out)``.
+      mask: its 2:4 mask (along ``in``; also along ``out`` for a sparse ``∇x``).
+      tokens: rows of ``x`` per call (all leading axes; per device under data parallelism).
+      dtype: compute dtype of the calls (``None``: ``w``'s dtype). Must equal the calls' ``x``/``w``
+        result dtype.
+      backend: as in :func:`sparse24_linear` (``"cusparselt"`` is not supported here).
+      transposable: as in :func:`sparse24_linear` (``None``: checked when the mask is concrete).
+      reuse: number of calls that share this preparation (e.g. micro-batches per step).
+
+    Returns:
+      a dict (a pytree; keys ``"forward"``, ``"input_grad"`` with ``{"values", "meta"}``, and/or
+      ``"masked"``) to pass as ``sparse24_linear(..., prepared=)``.
+
+    >>> import jax, jax.numpy as jnp, jax_sparse24 as s24
+    >>> w = jax.random.normal(jax.random.key(0), (8, 4))
+    >>> m = s24.mask24(w, axis=0)
+    >>> pw = s24.prepare_weight(w, m, tokens=3)
+    >>> x = jax.random.normal(jax.random.key(1), (3, 8))
+    >>> bool(jnp.allclose(s24.sparse24_linear(x, w, m, prepared=pw), x @ (w * m)))
+    True
+    """
+    op = "prepare_weight"
+    v.check_float(w, "w", op)
+    v.check_rank(w, 2, op, "w")
+    v.check_divisible(w, 0, 4, op, what="w axis (in)")
+    v.check_same_shape(w, mask, op, ("w", "mask"))
+    if backend not in BACKENDS:
+        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    for name, n in (("tokens", tokens), ("reuse", reuse)):
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise ValueError(f"{op}: {name} must be a positive integer, got {n!r}")
+    v.check_nm_mask_concrete(mask, 2, 4, 0, op)
+    dtype = jnp.dtype(jnp.result_type(w) if dtype is None else dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{op}: dtype must be a floating dtype, got {dtype.name}")
+    if transposable is None:
+        transposable = _is_transposable(mask, np.shape(w))
+    return gemm.prepare(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
+                        transposable=bool(transposable), reuse=int(reuse))
+
+
+def _is_transposable(mask, shape) -> bool:
+    """Whether a concrete ``mask`` is also 2:4 along ``out`` (False when traced)."""
+    if v.is_concrete(mask) and shape[1] % 4 == 0:
+        arr = np.asarray(mask) != 0
+        return bool(arr.reshape(arr.shape[0], -1, 4).sum(-1).max(initial=0) <= 2)
+    return False
 
 
 def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bfloat16, *, backend: str = "auto",
-                transposable: bool = True, mvue: bool = True) -> dict:
+                transposable: bool = True, mvue: bool = True, reuse: int | None = None) -> dict:
     """Which kernel each GEMM of :func:`sparse24_linear` runs for this layer shape on this machine.
 
     The same choices the op makes at trace time (``backend="auto"``: the measured table
@@ -154,6 +246,8 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       dtype: compute dtype of the GEMMs.
       backend, transposable: as in :func:`sparse24_linear`.
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
+      reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its compression paid
+        once); ``None``: the weight compressed on every call.
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -174,9 +268,15 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     if features_in % 4:
         raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
     t, i, o = int(tokens), int(features_in), int(features_out)
-    forward = gemm.choose(backend, o, t, i, dtype)
-    input_grad = gemm.choose(backend, i, t, o, dtype) if transposable else (
-        "reference" if backend == "reference" else "dense")
+    if reuse is not None:
+        if isinstance(reuse, bool) or int(reuse) != reuse or reuse < 1:
+            raise ValueError(f"{op}: reuse must be a positive integer or None, got {reuse!r}")
+        forward, input_grad = gemm.prepared_plan(backend, t, i, o, dtype, transposable=transposable,
+                                                 reuse=int(reuse))
+    else:
+        forward = gemm.choose(backend, o, t, i, dtype)
+        input_grad = gemm.choose(backend, i, t, o, dtype) if transposable else (
+            "reference" if backend == "reference" else "dense")
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:

@@ -188,7 +188,7 @@ def mvue_rule(key, ndim: int, axis: int) -> Rule:
 
 
 def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
-              align: int = GROUP) -> Rule:
+              align: int = GROUP, prepared: bool = False) -> Rule:
     """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
 
     * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
@@ -201,7 +201,19 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     gives per-shard partial sums and a ``psum`` (row parallel); tokens sharded stay sharded (data
     parallel; ``weight_grad`` then ends with the data-parallel ``psum``). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
+
+    ``prepared``: ``forward`` / ``input_grad`` with two more operands, the weight's compressed
+    ``values`` and ``meta`` (``gemm.forward_prepared``). They are the compression of the *whole*
+    weight (its metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay
+    replicated: a tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
     """
+    if prepared:
+        if kind not in ("forward", "input_grad"):
+            raise ValueError(f"gemm_rule: prepared applies to 'forward' and 'input_grad', got {kind!r}")
+        base = gemm_rule(kind, transposable=transposable, align=align)
+        extra = (("pv0", "pv1"), ("pm0", "pm1"))
+        return dataclasses.replace(base, name=base.name + " (prepared weight)", operands=base.operands + extra, contract=(),
+                                   replicated=("i", "o", "pv0", "pv1", "pm0", "pm1"))
     if kind == "forward":
         return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
                     contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0))
