@@ -59,7 +59,19 @@ def _force_step_phase(opt_state, phase: int = 1):
     return jax.tree.map(fix, opt_state, is_leaf=is_step)
 
 
-def _experiment(size, recipe, batch, seq, steps, extra):
+#: Suffix of a ``--recipes`` entry that runs the recipe with ``--prepare-weights off`` (with
+#: ``--grad-accum`` > 1: every micro-batch masks and compresses the weights again), e.g. ``srste/per-call``.
+PER_CALL = "/per-call"
+
+
+def _base_recipe(label: str) -> str:
+    return label[: -len(PER_CALL)] if label.endswith(PER_CALL) else label
+
+
+def _experiment(size, label, batch, seq, steps, extra):
+    recipe = _base_recipe(label)
+    if label.endswith(PER_CALL):
+        extra = [*extra, "--prepare-weights", "off"]
     args = train_gpt.build_parser().parse_args(
         ["--size", size, "--recipe", recipe, "--steps", str(steps), "--batch-size", str(batch),
          "--seq-len", str(seq), "--warmup", str(max(1, steps // 10)), *extra])
@@ -223,7 +235,9 @@ def to_markdown(res: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="gpt2,gpt2-medium", help="comma-separated sizes")
-    ap.add_argument("--recipes", default=",".join(ALL), help="comma-separated recipes")
+    ap.add_argument("--recipes", default=",".join(ALL),
+                    help=f"comma-separated recipes; RECIPE{PER_CALL} runs RECIPE with --prepare-weights off "
+                         "(with --grad-accum > 1: weights masked and compressed per micro-batch)")
     ap.add_argument("--quick", action="store_true", help="half batch, at most 512 tokens, fewer rounds and steps")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the size's (halved with --quick)")
     ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")
@@ -249,7 +263,7 @@ def main(argv=None) -> int:
     sizes = [s for s in a.size.split(",") if s]
     recipes = [r for r in a.recipes.split(",") if r]
     qsize = a.quality_size or sizes[0]
-    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [r for r in recipes if r not in train_gpt.RECIPES]
+    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [r for r in recipes if _base_recipe(r) not in train_gpt.RECIPES]
     if bad or not sizes or not recipes or a.warmup < 1:
         print(f"bench_train_gpt.py: error: bad --size/--recipes/--quality-size {bad} or --warmup < 1; sizes "
               f"{list(train_gpt.SIZES)}, recipes {sorted(train_gpt.RECIPES)}", file=sys.stderr)

@@ -16,21 +16,25 @@ SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
 
 def test_bench_train_gpt_width_override_and_quality(tmp_path):
-    argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "2", "--rounds", "2",
+    argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste,srste/per-call", "--quality-steps", "2", "--rounds", "2",
             "--iters", "1", "--compile-workers", "2", "--grad-accum", "2", *SHAPE, "--out", str(tmp_path), "--tag", "t"]
     assert bench_train_gpt.main(argv) == 0
     res = json.loads((tmp_path / "train_gpt_t.json").read_text())
     tp = res["throughput"][0]
     assert (tp["n_embd"], tp["n_layer"], tp["n_head"], tp["attention"]) == (32, 1, 2, "xla")
-    assert [r["variant"] for r in tp["rows"]] == ["dense", "srste", "dense (control)"]
+    assert [r["variant"] for r in tp["rows"]] == ["dense", "srste", "srste/per-call", "dense (control)"]
     assert all(r["median_step_s"] > 0 for r in tp["rows"])
-    assert set(res["quality"]["recipes"]) == {"dense", "srste"}
+    assert set(res["quality"]["recipes"]) == {"dense", "srste", "srste/per-call"}
     md = (tmp_path / "train_gpt_t.md").read_text()
     assert tp["auto_plan"] == {shape: {"forward": "dense", "input_grad": "dense", "weight_grad": "dense (exact)"}
                                for shape in ("32x128", "128x32")}  # CPU: every GEMM dense
     assert "32x128: fwd dense, dx dense, dW dense (exact)" in md
     assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
+    assert bench_train_gpt.main(["--size", "tiny", "--recipes", "fast/per-call", "--out", str(tmp_path)]) == 2
+    exp = bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
+    assert exp.hp["prepare_weights"] == "off" and exp.hp["recipe"] == "srste"
+    assert bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "on"
 
 
 def test_profile_step_writes_report(tmp_path):

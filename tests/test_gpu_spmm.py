@@ -460,6 +460,75 @@ def test_sparse24dense_every_method_differentiates_on_gpu(method):
         assert np.isfinite(got).all() and rel < 3e-3, f"seed={seed} {method} d{name}: rel {rel:.3g}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("transposable", [True, False], ids=["transposable", "in-only"])
+def test_prepared_weight_is_the_per_call_path_bit_for_bit(transposable, dtype):
+    """prepare_weight(backend='cutlass') holds exactly the operands the per-call path compresses
+    (masked_compress_both == the two one-direction passes == cutlass_compress of W̃ᵀ / W̃), and
+    sparse24_linear(prepared=) gives the same y, ∇x, ∇W bit for bit — also under a scan."""
+    import jax_sparse24 as s24
+
+    skip_uncompiled(dtype)
+    rng, seed = _rng()
+    t, i, o = 272, 256, 384
+    x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
+    w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
+    mask = s24.transposable_mask24(w) if transposable else s24.mask24(w, axis=0)
+    pw = jax.jit(lambda w, m: s24.prepare_weight(w, m, tokens=t, backend="cutlass", transposable=transposable))(
+        w, mask)
+    assert set(pw) == ({"forward", "input_grad"} if transposable else {"forward", "masked"}), seed
+    wm = np.asarray(jnp.where(mask, w, 0))
+    for name, a in (("forward", wm.T), ("input_grad", wm)):
+        if name not in pw:
+            continue
+        values, meta = ops.cutlass_compress(jnp.asarray(np.ascontiguousarray(a)))
+        np.testing.assert_array_equal(np.asarray(pw[name]["values"]), np.asarray(values), f"seed={seed} {name}")
+        np.testing.assert_array_equal(np.asarray(pw[name]["meta"]), np.asarray(meta), f"seed={seed} {name}")
+
+    def loss(x, w, prepared):
+        y = s24.sparse24_linear(x, w, mask, backend="cutlass", transposable=transposable, prepared=prepared)
+        return (y.astype(jnp.float32) ** 2).sum(), y
+
+    f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+    ((l0, y0), g0), ((l1, y1), g1) = f(x, w, None), f(x, w, pw)
+    for a, b, what in ((y0, y1, "y"), (g0[0], g1[0], "dx"), (g0[1], g1[1], "dW"), (l0, l1, "loss")):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed} {what}")
+    check_close(y1, np.asarray(x, np.float64) @ wm.astype(np.float64), dtype, f"seed={seed} prepared forward")
+
+    xs = jnp.stack([x, -x, 2 * x])  # gradient accumulation: prepared once, outside the scan
+    acc = jax.jit(lambda w, p: jax.lax.scan(
+        lambda c, xb: (c + jax.grad(lambda w: loss(xb, w, p)[0])(w).astype(jnp.float32), None),
+        jnp.zeros(w.shape, jnp.float32), xs)[0])
+    np.testing.assert_array_equal(np.asarray(acc(w, None)), np.asarray(acc(w, pw)), f"seed={seed} scan")
+
+
+def test_nn_prepare_on_gpu_matches_the_per_call_path():
+    """nn.prepare under jit with backend='cutlass' layers: same loss and gradients as without it."""
+    import jax_sparse24 as s24
+    from flax import linen as nn
+
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = s24.nn.Sparse24Dense(512, backend="cutlass", dtype=jnp.bfloat16)(x)
+            return s24.nn.Sparse24Dense(256, backend="cutlass", dtype=jnp.bfloat16)(jax.nn.relu(h))
+
+    rng, seed = _rng()
+    x = jnp.asarray(rng.normal(size=(2, 128, 256)), jnp.bfloat16)
+    m = Two()
+    v = m.init(jax.random.key(seed % 2**31), x)
+    prep = jax.jit(lambda v, x: s24.nn.prepare(m, v, x, reuse=2))(v, x)
+    assert all(set(layer["weight"]) == {"forward", "input_grad"} for layer in prep.values()), seed
+
+    def loss(p, prep):
+        vv = {**v, "params": p, **({s24.nn.PREPARED: prep} if prep is not None else {})}
+        return (m.apply(vv, x).astype(jnp.float32) ** 2).sum()
+
+    f = jax.jit(jax.value_and_grad(loss))
+    for a, b in zip(jax.tree.leaves(f(v["params"], None)), jax.tree.leaves(f(v["params"], prep))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed}")
+
+
 def test_error_kn_shapes():
     if not ops.cutlass_configs_kn():
         pytest.skip("no 'kn' configuration compiled")
