@@ -44,7 +44,9 @@ linear layers Megatron-style over ``model`` (column-parallel ``qkv``/``fc``, row
 
 ``--grad-accum N`` splits each step's batch into N micro-batches (a ``lax.scan`` inside the step;
 gradients averaged, each micro-batch its own MVUE key): the same update with 1/N of the activation
-memory.
+memory. The 2:4 weights are then prepared once per step (``jax_sparse24.nn.prepare``: masks, soft
+threshold, compression) and shared by the micro-batches; ``--prepare-weights off`` redoes that work
+per micro-batch (same math, for comparison).
 
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
