@@ -486,37 +486,32 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
                 f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
 
 
-def forward_prepared(x2, w, mask, values, meta, *, precision=None):
-    """``x·W̃`` with W̃ᵀ already compressed (``prepared["forward"]``); ``w``, ``mask`` feed the
-    reference lowering on non-CUDA platforms."""
+def _prepared_gemm(b2, w, mask, values, meta, *, m: int, k: int, orient, precision):
+    """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed (``values``, ``meta``);
+    ``w`` and ``mask`` feed the reference lowering on non-CUDA platforms."""
     dtype = jnp.result_type(values)
-    t, i = x2.shape
-    o = w.shape[1]
+    t = b2.shape[0]
     from jax_sparse24._src import cuda_spmm_ops as cs
 
-    def sparse(x2, wc, mk, values, meta):
-        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
+    def sparse(b2, wc, mk, values, meta):
+        return cs.cutlass_spmm(values, meta, b2, m=m, k=k, config=_config(m, t, k, dtype))  # (T, m)
 
-    def dense(x2, wc, mk, values, meta):
-        return _dot(x2, masked_weight(wc, mk), precision)
+    def dense(b2, wc, mk, values, meta):
+        return _dot(b2, orient(masked_weight(wc, mk)), precision)
 
-    return ffi.per_platform(dense, sparse, x2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+    return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+
+
+def forward_prepared(x2, w, mask, values, meta, *, precision=None):
+    """``x·W̃`` with W̃ᵀ already compressed (``prepared["forward"]``: M = O, K = I)."""
+    i, o = w.shape
+    return _prepared_gemm(x2, w, mask, values, meta, m=o, k=i, orient=lambda a: a, precision=precision)
 
 
 def input_grad_prepared(g2, w, mask, values, meta, *, precision=None):
-    """``∇y·W̃ᵀ`` with W̃ already compressed (``prepared["input_grad"]``)."""
-    dtype = jnp.result_type(values)
-    t, o = g2.shape
-    i = w.shape[0]
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
-    def sparse(g2, wc, mk, values, meta):
-        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
-
-    def dense(g2, wc, mk, values, meta):
-        return _dot(g2, masked_weight(wc, mk).T, precision)
-
-    return ffi.per_platform(dense, sparse, g2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+    """``∇y·W̃ᵀ`` with W̃ already compressed (``prepared["input_grad"]``: M = I, K = O)."""
+    i, o = w.shape
+    return _prepared_gemm(g2, w, mask, values, meta, m=i, k=o, orient=lambda a: a.T, precision=precision)
 
 
 # --- Sharding (issue 6) -----------------------------------------------------------------------
