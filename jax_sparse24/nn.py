@@ -38,6 +38,7 @@ from jax_sparse24._src import ops
 from jax_sparse24._src import reference
 from jax_sparse24._src.linear import BACKENDS, prepare_weight, sparse24_linear
 from jax_sparse24._src.tree_paths import path_tuple
+from jax_sparse24._src.validation import check_positive_int
 
 __all__ = [
     "Sparse24Dense",
@@ -274,10 +275,8 @@ def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, 
     Returns:
       the :data:`PREPARED` collection (a nested dict; empty when no layer is sparse).
     """
-    if tokens is not None and (isinstance(tokens, bool) or int(tokens) != tokens or tokens < 1):
-        raise ValueError(f"prepare: tokens must be a positive integer or None, got {tokens!r}")
-    if isinstance(reuse, bool) or int(reuse) != reuse or reuse < 1:
-        raise ValueError(f"prepare: reuse must be a positive integer, got {reuse!r}")
+    check_positive_int(tokens, "tokens", "prepare", allow_none=True)
+    check_positive_int(reuse, "reuse", "prepare")
     if PREPARED in variables:
         variables = {k: v for k, v in variables.items() if k != PREPARED}
     with _prepare_context(None if tokens is None else int(tokens), int(reuse)):

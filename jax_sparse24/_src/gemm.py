@@ -406,14 +406,14 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
 PREPARED_KEYS = ("forward", "input_grad", "masked")
 
 
-def prepared_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool, reuse: int):
-    """``(forward, input_grad)`` kernels (``"cutlass"`` or dense) for a weight prepared for ``reuse`` calls."""
+def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
+                      reuse: int | None = None):
+    """``(forward, input_grad)`` kernels of a layer ``(i, o)`` at ``tokens`` rows (:func:`choose`;
+    ``reuse``: a weight prepared for that many calls). Without a transposable mask ``∇x`` is dense."""
     fwd = choose(backend, o, tokens, i, dtype, reuse=reuse)
     if transposable:
         dx = choose(backend, i, tokens, o, dtype, reuse=reuse)
     else:
-        if backend == "cusparselt":
-            choose(backend, i, tokens, o, dtype, reuse=reuse)  # the same clear error
         dx = "reference" if backend == "reference" else "dense"
     return fwd, dx
 
@@ -421,7 +421,7 @@ def prepared_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposa
 def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> dict:
     """The prepared weight of ``w ⊙ mask`` (keys :data:`PREPARED_KEYS`); no gradient flows through it."""
     i, o = w.shape
-    fwd, dx = prepared_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
+    fwd, dx = weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
     wc, mk = jnp.asarray(w).astype(dtype), _as_bool(mask)
     out = {}
     sparse = tuple(name for name, k in (("forward", fwd), ("input_grad", dx)) if k == "cutlass")
@@ -453,6 +453,8 @@ def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, re
 
 def check_prepared(prepared, w, dtype, op: str) -> None:
     """Trace-time check that ``prepared`` is a prepared weight of ``w``'s shape for ``dtype``."""
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
     if not isinstance(prepared, dict) or not prepared or set(prepared) - set(PREPARED_KEYS):
         got = sorted(prepared) if isinstance(prepared, dict) else type(prepared).__name__
         raise ValueError(f"{op}: prepared must be the dict made by jax_sparse24.prepare_weight (keys among "
@@ -472,8 +474,6 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
         if name not in prepared:
             continue
         entry = prepared[name]
-        from jax_sparse24._src import cuda_spmm_ops as cs
-
         if not isinstance(entry, dict) or set(entry) != {"values", "meta"}:
             raise ValueError(f"{op}: prepared[{name!r}] must be {{'values', 'meta'}}")
         (vs, ms) = cs.cutlass_compressed_shapes(mm, kk, dtype)
@@ -525,6 +525,6 @@ forward = _sharding.partitioned_gemm("forward")(forward)
 input_grad = _sharding.partitioned_gemm("input_grad")(input_grad)
 weight_grad = _sharding.partitioned_gemm("weight_grad")(weight_grad)
 # A prepared operand is the compression of the whole weight, so its GEMM keeps the weight whole
-# (replicated: data parallelism); tokens may still be sharded. See sharding.prepared_gemm_rule.
+# (replicated: data parallelism); tokens may still be sharded. See sharding.gemm_rule(prepared=True).
 forward_prepared = _sharding.partitioned_gemm("forward", prepared=True)(forward_prepared)
 input_grad_prepared = _sharding.partitioned_gemm("input_grad", prepared=True)(input_grad_prepared)

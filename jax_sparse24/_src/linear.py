@@ -210,9 +210,8 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
     v.check_same_shape(w, mask, op, ("w", "mask"))
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
-    for name, n in (("tokens", tokens), ("reuse", reuse)):
-        if isinstance(n, bool) or int(n) != n or n < 1:
-            raise ValueError(f"{op}: {name} must be a positive integer, got {n!r}")
+    v.check_positive_int(tokens, "tokens", op)
+    v.check_positive_int(reuse, "reuse", op)
     v.check_nm_mask_concrete(mask, 2, 4, 0, op)
     dtype = jnp.dtype(jnp.result_type(w) if dtype is None else dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
@@ -263,20 +262,13 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     for name, n in (("tokens", tokens), ("features_in", features_in), ("features_out", features_out)):
-        if int(n) != n or n < 1:
-            raise ValueError(f"{op}: {name} must be a positive integer, got {n!r}")
+        v.check_positive_int(n, name, op)
+    v.check_positive_int(reuse, "reuse", op, allow_none=True)
     if features_in % 4:
         raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
     t, i, o = int(tokens), int(features_in), int(features_out)
-    if reuse is not None:
-        if isinstance(reuse, bool) or int(reuse) != reuse or reuse < 1:
-            raise ValueError(f"{op}: reuse must be a positive integer or None, got {reuse!r}")
-        forward, input_grad = gemm.prepared_plan(backend, t, i, o, dtype, transposable=transposable,
-                                                 reuse=int(reuse))
-    else:
-        forward = gemm.choose(backend, o, t, i, dtype)
-        input_grad = gemm.choose(backend, i, t, o, dtype) if transposable else (
-            "reference" if backend == "reference" else "dense")
+    forward, input_grad = gemm.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
+                                                 reuse=None if reuse is None else int(reuse))
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:

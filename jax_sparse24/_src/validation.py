@@ -37,6 +37,14 @@ def normalize_axis(axis: int, ndim: int, op: str, shape: Sequence[int]) -> int:
     return axis % ndim
 
 
+def check_positive_int(n, name: str, op: str, *, allow_none: bool = False) -> None:
+    """``n`` is a positive integer (an int-valued number, not a bool), or ``None`` if allowed."""
+    if allow_none and n is None:
+        return
+    if isinstance(n, bool) or n is None or int(n) != n or n < 1:
+        raise ValueError(f"{op}: {name} must be a positive integer{' or None' if allow_none else ''}, got {n!r}")
+
+
 def check_nm(n: int, m: int, op: str) -> None:
     if not isinstance(n, (int, np.integer)) or not isinstance(m, (int, np.integer)):
         raise ValueError(f"{op}: n and m must be Python ints, got n={n!r}, m={m!r}")
