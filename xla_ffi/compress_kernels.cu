@@ -52,7 +52,9 @@ namespace {
 using mask_kernels::KeyWords;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
-using mask_kernels::Mvue24;
+using mask_kernels::Mvue24Abs;
+using mask_kernels::Mvue24Draw;
+using mask_kernels::Mvue24Scales;
 using mask_kernels::PhiloxPair;
 using mask_kernels::SoftThreshold24;
 using mask_kernels::U32x4;
@@ -64,11 +66,12 @@ constexpr int kThreads = 256;
 constexpr int kTile = 128;  // rows and columns of x per CTA
 // CTAs per SM the register budget must allow. Nsight Compute on the H100 (d = 1280 FFN weights,
 // 400 tiles) with 2 for every kernel: 25% occupancy, 1.5 waves, DRAM at 42% of peak. 3 (<= 80
-// registers) for the one-direction weight compressors, spill-free or nearly; the MVUE and the
-// both-directions kernels would spill 84-204 bytes per thread at 80 registers and keep 2.
+// registers) for the one-direction compressors, spill-free or nearly (the MVUE one since it
+// compresses each group as it is drawn, MvueCompressGroup: 128 -> 80 registers, 16 -> 24 warps per
+// SM); the both-directions kernel would spill at 80 registers and keeps 2.
 template <Op OP, bool DIRECT, bool TRANS>
 constexpr int MinBlocks() {
-  return (OP == Op::kMvue || (DIRECT && TRANS)) ? 2 : 3;
+  return (DIRECT && TRANS) ? 2 : 3;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -140,6 +143,33 @@ SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b
   const uint32_t v1 = ((p >> i1) & 1u) ? static_cast<uint32_t>(packed >> (16 * i1)) & 0xFFFFu : 0u;
   *pair = v0 | (v1 << 16);
   return nib;
+}
+
+// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, u1, u2))):
+// only the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's
+// rule for two nonzeros). A drawn lane whose value is zero (g == 0 there) takes CompressGroup's
+// general rule. Returns the nibble; *pair = v_lo | v_hi << 16.
+template <class E>
+SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], float u1, float u2, uint32_t* pair) {
+  float a[4], inv_p[4], s;
+  int i, j;
+  Mvue24Abs(g, a);
+  Mvue24Draw(a, u1, u2, &i, &j, &s);
+  Mvue24Scales(a, s, inv_p);
+  float y[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = g[k] * inv_p[k];
+  const int lo = i < j ? i : j, hi = i < j ? j : i;  // lo in 0..2, hi in 1..3
+  const uint32_t vlo = E::FromFloat(lo == 0 ? y[0] : (lo == 1 ? y[1] : y[2]));
+  const uint32_t vhi = E::FromFloat(hi == 3 ? y[3] : (hi == 2 ? y[2] : y[1]));
+  if ((vlo & 0x7FFFu) != 0u && (vhi & 0x7FFFu) != 0u) {
+    *pair = vlo | (vhi << 16);
+    return static_cast<uint32_t>(lo | (hi << 2));
+  }
+  uint32_t b[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) b[k] = ((k == lo || k == hi) && g[k] != 0.0f) ? E::FromFloat(y[k]) : 0u;
+  return CompressGroup(b[0], b[1], b[2], b[3], pair);
 }
 
 // Shared-memory metadata staging: 8 blocks (16 operand rows each) x 256 bytes, laid out as in the
@@ -229,7 +259,8 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
       }
     }
 
-    // ---- the op, in place: w becomes the dense result (x's dtype) ----
+    // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
+    uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
     if constexpr (OP == Op::kMask) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -295,17 +326,15 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
             // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
 #pragma unroll
             for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
-          } else {  // kMvue
-            float y[4];
-            bool keep[4];
-            Mvue24(v, u[line][h][0], u[line][h][1], y, keep);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(y[q]);
+          } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
+            mv_nib[line][h] = MvueCompressGroup<E>(v, u[line][h][0], u[line][h][1], &mv_pair[line][h]);
           }
+          if constexpr (OP != Op::kMvue) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-            Set(w, i, j, out[q]);
+            for (int q = 0; q < 4; ++q) {
+              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+              Set(w, i, j, out[q]);
+            }
           }
         }
       }
@@ -318,8 +347,13 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
         uint32_t pr[2], nib[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j), Get(w, 4 * h + 3, j),
-                                 &pr[h]);
+          if constexpr (OP == Op::kMvue) {
+            nib[h] = mv_nib[j][h];
+            pr[h] = mv_pair[j][h];
+          } else {
+            nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
+                                   Get(w, 4 * h + 3, j), &pr[h]);
+          }
         }
         const int a = 8 * cc + j;  // operand row (x column) within the tile
         // values: 8-byte slot gp of row a (16 slots of 4 values), slot index XOR 2 * ((a >> 3) & 7)
@@ -336,8 +370,13 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
         uint32_t pr[2], nib[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2), Get(w, i, 4 * h + 3),
-                                 &pr[h]);
+          if constexpr (OP == Op::kMvue) {
+            nib[h] = mv_nib[i][h];
+            pr[h] = mv_pair[i][h];
+          } else {
+            nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
+                                   Get(w, i, 4 * h + 3), &pr[h]);
+          }
         }
         if (in) *reinterpret_cast<uint2*>(dv + (rb + i) * (C / 2) + cb / 2) = make_uint2(pr[0], pr[1]);
         s_dmeta[MetaSmemOffset(8 * gp + i, cc)] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));

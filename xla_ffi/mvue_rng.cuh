@@ -123,12 +123,12 @@ SP24_HD U32x4 Philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) { return Philox4x
 // Uniform float in [0, 1) with 24 random bits.
 SP24_HD float Uniform01(uint32_t r) { return static_cast<float>(r >> 8) * (1.0f / 16777216.0f); }
 
-// MVUE 2:4 of one group given two uniforms in [0, 1). The draws mirror reference.mvue24 step by
-// step; the inclusion probabilities are computed for all four lanes (cheaper than selecting).
-SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bool (&keep)[4]) {
-  float a[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) a[k] = fabsf(g[k]) + kMvueEps;
+// MVUE 2:4 of one group, in two parts that Mvue24 (dense output, the element-wise kernel) and the
+// fused compressor (compress_kernels.cu, which needs only the two kept lanes) share, so both give
+// the same bits. a[k] = |g[k]| + kMvueEps.
+//
+// Mvue24Draw: the two drawn lanes i != j (mirroring reference.mvue24 step by step) and the sum s.
+SP24_HD void Mvue24Draw(const float (&a)[4], float u1, float u2, int* i_out, int* j_out, float* s_out) {
   // First draw: i = #{k : cumsum_k <= u1 * S}, clamped to 3.
   const float c0 = a[0], c1 = c0 + a[1], c2 = c1 + a[2], s = c2 + a[3];
   const float r1 = u1 * s;
@@ -143,10 +143,16 @@ SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bo
   const int last_other = (i == 3) ? 2 : 3;
   j = j < last_other ? j : last_other;
   j = (j == i) ? last_other : j;  // unreachable except through rounding (as in the reference)
+  *i_out = i;
+  *j_out = j;
+  *s_out = s;
+}
 
-  // Inclusion probabilities p_k = a_k/S + a_k * sum_{m != k} (a_m/S) / R_m with R_m = S - a_m
-  // summed from the other three. p is invariant to scaling a, so huge groups are scaled by
-  // 2^-64 first: every reciprocal below then has a normal argument and a normal result.
+// Mvue24Scales: 1 / p_k for every lane, with p_k = a_k/S + a_k * sum_{m != k} (a_m/S) / R_m the
+// inclusion probability (R_m = S - a_m summed from the other three). p is invariant to scaling a,
+// so huge groups (s > 2^100) are scaled by 2^-64 first: every reciprocal below then has a normal
+// argument and a normal result.
+SP24_HD void Mvue24Scales(const float (&a)[4], float s, float (&inv_p)[4]) {
   const float sc = s > 0x1p100f ? 0x1p-64f : 1.0f;
   float as[4];
 #pragma unroll
@@ -163,10 +169,26 @@ SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bo
   const float v01 = w[0] + w[1], v23 = w[2] + w[3];
   const float others[4] = {w[1] + v23, w[0] + v23, v01 + w[3], v01 + w[2]};
 #pragma unroll
+  for (int k = 0; k < 4; ++k) inv_p[k] = Recip(fmaf(as[k], others[k], q[k]));
+}
+
+SP24_HD void Mvue24Abs(const float (&g)[4], float (&a)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) a[k] = fabsf(g[k]) + kMvueEps;
+}
+
+// MVUE 2:4 of one group given two uniforms in [0, 1): out[k] = g[k] / p_k on the two drawn lanes
+// (0 where g[k] == 0, as the reference: kept & (g != 0)), 0 elsewhere.
+SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bool (&keep)[4]) {
+  float a[4], inv_p[4], s;
+  int i, j;
+  Mvue24Abs(g, a);
+  Mvue24Draw(a, u1, u2, &i, &j, &s);
+  Mvue24Scales(a, s, inv_p);
+#pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const float p = fmaf(as[k], others[k], q[k]);
     keep[k] = (k == i) || (k == j);
-    out[k] = (keep[k] && g[k] != 0.0f) ? g[k] * Recip(p) : 0.0f;  // as the reference: kept & (g != 0)
+    out[k] = (keep[k] && g[k] != 0.0f) ? g[k] * inv_p[k] : 0.0f;
   }
 }
 
