@@ -160,6 +160,41 @@ def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_mvue24_compress_special_groups_match_mvue_kernel(dtype):
+    """Groups with 0, 1 or 2 nonzeros, ±0, huge and tiny magnitudes: the fused kernel's fast path
+    (two nonzero kept lanes) and its general path give the element-wise kernel's bits."""
+    skip_uncompiled(dtype)
+    rng, seed = _rng()
+    shape = (256, 192)
+    g = np.asarray(_x(rng, shape, dtype).astype(jnp.float32))
+    big = 1e36 if dtype == jnp.bfloat16 else 2e3   # bf16: s > 2^100 takes the scaled probabilities
+    tiny = 1e-38 if dtype == jnp.bfloat16 else 6e-8  # subnormal in float16
+    kind = rng.integers(0, 6, size=(shape[0] // 4, shape[1]))  # per group of 4 rows (transposed)
+    for gi, c in zip(*np.nonzero(kind)):
+        grp = g[4 * gi:4 * gi + 4, c]
+        k = kind[gi, c]
+        if k == 1:
+            grp[:] = 0.0                                  # all zero
+        elif k == 2:
+            grp[:] = 0.0
+            grp[rng.integers(0, 4)] = rng.standard_normal()  # one nonzero
+        elif k == 3:
+            grp[rng.permutation(4)[:2]] = -0.0             # two signed zeros
+        elif k == 4:
+            grp[:] = grp * big                             # huge
+        elif k == 5:
+            grp[:] = np.sign(grp) * tiny                   # tiny
+    g = jnp.asarray(g, dtype)
+    key = jax.random.key(seed % 2**31)
+    for transposed in (True, False):
+        axis = 0 if transposed else 1
+        dense = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, g)
+        ref = _ref(dense.T if transposed else dense)
+        got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, g)
+        assert_same_compressed(got, ref, f"seed={seed} transposed={transposed}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", SHAPES[:2], ids=SHAPE_IDS[:2])
 def test_soft_threshold24_compress_bit_exact(shape, dtype):
     """β·S(w) as the S-STE layer computes it: S rounded to w's dtype, scaled in float32, rounded."""
