@@ -166,7 +166,7 @@ def test_mvue24_compress_special_groups_match_mvue_kernel(dtype):
     skip_uncompiled(dtype)
     rng, seed = _rng()
     shape = (256, 192)
-    g = np.asarray(_x(rng, shape, dtype).astype(jnp.float32))
+    g = np.array(_x(rng, shape, dtype).astype(jnp.float32))  # writable copy
     big = 1e36 if dtype == jnp.bfloat16 else 2e3   # bf16: s > 2^100 takes the scaled probabilities
     tiny = 1e-38 if dtype == jnp.bfloat16 else 6e-8  # subnormal in float16
     kind = rng.integers(0, 6, size=(shape[0] // 4, shape[1]))  # per group of 4 rows (transposed)
