@@ -418,7 +418,9 @@ def test_grad_accum_sparse_recipe_trains(tmp_path):
 @pytest.mark.parametrize("recipe", ["srste", "sste"])
 def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
     """--prepare-weights on (the default with --grad-accum > 1) prepares every sparse layer once per
-    step and trains bit-identically to off (same math, done once instead of per micro-batch)."""
+    step and trains as off does (same math, done once instead of per micro-batch). Equal up to float
+    rounding, not bit for bit: XLA may fuse the weight work differently once it is outside the
+    micro-batch loop (sste's β·S(w) differed by one ulp in the loss on jax 0.10.2's CPU backend)."""
     import jax.numpy as jnp
 
     calls = []
@@ -441,9 +443,9 @@ def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
     assert calls == [{"sparse": True, "tokens": 64, "reuse": 2}]  # traced once, in the step
     (p_off, l_off) = params_after("off")
     assert len(calls) == 1
-    assert l_on == l_off
+    np.testing.assert_allclose(l_on, l_off, rtol=1e-6)
     for a, b in zip(jax.tree.leaves(p_on), jax.tree.leaves(p_off)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-5, atol=1e-6)
 
 
 def test_checkpoint_config_without_grad_accum(tmp_path):
