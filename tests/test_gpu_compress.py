@@ -149,14 +149,18 @@ def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
     """Same Philox draws and numbering as the element-wise MVUE kernel, bit for bit."""
     skip_uncompiled(dtype)
     rng, seed = _rng()
-    g = _x(rng, shape, dtype)
+    _assert_mvue_compress_matches_kernel(_x(rng, shape, dtype), seed, f"shape={shape}")
+
+
+def _assert_mvue_compress_matches_kernel(g, seed, what):
+    """mvue24_compress(key, g) == compress(mvue24_cuda(key, g)) bit for bit, both directions."""
     key = jax.random.key(seed % 2**31)
     for transposed in (True, False):
         axis = 0 if transposed else 1
         dense = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, g)
         ref = _ref(dense.T if transposed else dense)
         got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, g)
-        assert_same_compressed(got, ref, f"seed={seed} shape={shape} transposed={transposed}")
+        assert_same_compressed(got, ref, f"seed={seed} {what} transposed={transposed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -184,14 +188,7 @@ def test_mvue24_compress_special_groups_match_mvue_kernel(dtype):
             grp[:] = grp * big                             # huge
         elif k == 5:
             grp[:] = np.sign(grp) * tiny                   # tiny
-    g = jnp.asarray(g, dtype)
-    key = jax.random.key(seed % 2**31)
-    for transposed in (True, False):
-        axis = 0 if transposed else 1
-        dense = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, g)
-        ref = _ref(dense.T if transposed else dense)
-        got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, g)
-        assert_same_compressed(got, ref, f"seed={seed} transposed={transposed}")
+    _assert_mvue_compress_matches_kernel(jnp.asarray(g, dtype), seed, "special groups")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
