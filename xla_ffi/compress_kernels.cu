@@ -52,9 +52,8 @@ namespace {
 using mask_kernels::KeyWords;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
-using mask_kernels::Mvue24Abs;
-using mask_kernels::Mvue24Draw;
-using mask_kernels::Mvue24Scales;
+using mask_kernels::Mvue24Kept;
+using mask_kernels::Mvue24Sample;
 using mask_kernels::PhiloxPair;
 using mask_kernels::SoftThreshold24;
 using mask_kernels::U32x4;
@@ -151,14 +150,9 @@ SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b
 // general rule. Returns the nibble; *pair = v_lo | v_hi << 16.
 template <class E>
 SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], float u1, float u2, uint32_t* pair) {
-  float a[4], inv_p[4], s;
-  int i, j;
-  Mvue24Abs(g, a);
-  Mvue24Draw(a, u1, u2, &i, &j, &s);
-  Mvue24Scales(a, s, inv_p);
   float y[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) y[k] = g[k] * inv_p[k];
+  int i, j;
+  Mvue24Sample(g, u1, u2, &i, &j, y);
   const int lo = i < j ? i : j, hi = i < j ? j : i;  // lo in 0..2, hi in 1..3
   const uint32_t vlo = E::FromFloat(lo == 0 ? y[0] : (lo == 1 ? y[1] : y[2]));
   const uint32_t vhi = E::FromFloat(hi == 3 ? y[3] : (hi == 2 ? y[2] : y[1]));
@@ -168,7 +162,7 @@ SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], float u1, float u2, uint
   }
   uint32_t b[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) b[k] = ((k == lo || k == hi) && g[k] != 0.0f) ? E::FromFloat(y[k]) : 0u;
+  for (int k = 0; k < 4; ++k) b[k] = E::FromFloat(Mvue24Kept(g[k], y[k], k == lo || k == hi));
   return CompressGroup(b[0], b[1], b[2], b[3], pair);
 }
 

@@ -123,9 +123,9 @@ SP24_HD U32x4 Philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) { return Philox4x
 // Uniform float in [0, 1) with 24 random bits.
 SP24_HD float Uniform01(uint32_t r) { return static_cast<float>(r >> 8) * (1.0f / 16777216.0f); }
 
-// MVUE 2:4 of one group, in two parts that Mvue24 (dense output, the element-wise kernel) and the
-// fused compressor (compress_kernels.cu, which needs only the two kept lanes) share, so both give
-// the same bits. a[k] = |g[k]| + kMvueEps.
+// MVUE 2:4 of one group, in parts that Mvue24 (dense output, the element-wise kernel) and the
+// fused compressor (compress_kernels.cu, which needs only the two kept lanes) share through
+// Mvue24Sample / Mvue24Kept, so both give the same bits. a[k] = |g[k]| + kMvueEps.
 //
 // Mvue24Draw: the two drawn lanes i != j (mirroring reference.mvue24 step by step) and the sum s.
 SP24_HD void Mvue24Draw(const float (&a)[4], float u1, float u2, int* i_out, int* j_out, float* s_out) {
@@ -172,23 +172,30 @@ SP24_HD void Mvue24Scales(const float (&a)[4], float s, float (&inv_p)[4]) {
   for (int k = 0; k < 4; ++k) inv_p[k] = Recip(fmaf(as[k], others[k], q[k]));
 }
 
-SP24_HD void Mvue24Abs(const float (&g)[4], float (&a)[4]) {
+// The sample of one group given two uniforms in [0, 1): the drawn lanes i != j and y[k] = g[k] / p_k
+// for every lane (only lanes i and j are used: Mvue24Kept).
+SP24_HD void Mvue24Sample(const float (&g)[4], float u1, float u2, int* i, int* j, float (&y)[4]) {
+  float a[4], inv_p[4], s;
 #pragma unroll
   for (int k = 0; k < 4; ++k) a[k] = fabsf(g[k]) + kMvueEps;
+  Mvue24Draw(a, u1, u2, i, j, &s);
+  Mvue24Scales(a, s, inv_p);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) y[k] = g[k] * inv_p[k];
 }
 
-// MVUE 2:4 of one group given two uniforms in [0, 1): out[k] = g[k] / p_k on the two drawn lanes
-// (0 where g[k] == 0, as the reference: kept & (g != 0)), 0 elsewhere.
+// The output of one lane, as the reference: g / p where the lane is kept and g != 0, else 0.
+SP24_HD float Mvue24Kept(float g, float y, bool keep) { return (keep && g != 0.0f) ? y : 0.0f; }
+
+// MVUE 2:4 of one group given two uniforms in [0, 1) (dense output, the element-wise kernel).
 SP24_HD void Mvue24(const float (&g)[4], float u1, float u2, float (&out)[4], bool (&keep)[4]) {
-  float a[4], inv_p[4], s;
+  float y[4];
   int i, j;
-  Mvue24Abs(g, a);
-  Mvue24Draw(a, u1, u2, &i, &j, &s);
-  Mvue24Scales(a, s, inv_p);
+  Mvue24Sample(g, u1, u2, &i, &j, y);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     keep[k] = (k == i) || (k == j);
-    out[k] = (keep[k] && g[k] != 0.0f) ? g[k] * inv_p[k] : 0.0f;
+    out[k] = Mvue24Kept(g[k], y[k], keep[k]);
   }
 }
 
