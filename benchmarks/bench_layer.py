@@ -9,7 +9,8 @@ Sections (FFN shapes of GPT-2-like models, T = 8192 tokens, d in --dims, default
    compressor and cuSPARSELt's ``cusparseLtSpMMACompress`` of the same operand.
 2. ``gemm``: for the up (d→4d) and down (4d→d) layers, the forward ``y = x·W̃``, input gradient
    ``∇x = ∇y·W̃ᵀ`` and MVUE weight gradient ``∇W = xᵀ·MVUE(∇y)``: XLA dense (the faster of
-   ``x@w`` and ``x@(w*mask)``), CUTLASS and cuSPARSELt, GEMM only (operand pre-compressed) and with
+   ``x@w`` and ``x@(w*mask)``), CUTLASS and cuSPARSELt (its operand written by our fused compressors
+   in its layout, as ``backend="cusparselt"`` runs), GEMM only (operand pre-compressed) and with
    the per-call compression (what ``sparse24_linear`` runs: weights per call, MVUE(∇y) always).
 3. ``layer``: FFN ``down(gelu(up(x)))`` value-and-grad w.r.t. params and x, bf16 compute / f32 params:
    ``nn.Dense`` vs ``Sparse24Dense(method=recipe, backend=backend)`` for recipes srste / ste / soft,
@@ -125,6 +126,13 @@ def bench_compress(dims, trials):
                 "mvue24_cuda (dense MVUE only)": (
                     jax.jit(lambda gs: tuple(cm.mvue24_cuda(mkey, g, axis=0) for g in gs)), (gs,), 2 * gb),
             }
+            if lt.cusparselt_available():
+                variants["mvue24_compress, cuSPARSELt layout"] = (
+                    jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True, layout="cusparselt")
+                                             for g in gs)), (gs,), gb + cg)
+                variants["masked_compress, cuSPARSELt layout"] = (
+                    jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True, layout="cusparselt")
+                                                 for w, m in zip(ws, ms))), (ws, masks), wb + mb + cw)
             if lt.cusparselt_supports(o, TOKENS, i, DTYPE):
                 kw = dict(m=o, n=TOKENS, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
                 lt_bytes = lt.cusparselt_compressed_size(o, TOKENS, i, DTYPE, lt.A_KM, lt.B_NK)
@@ -202,22 +210,32 @@ def bench_gemm(dims, trials, backends):
                     v["dw cutlass + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
                         cs.cutlass_spmm_kn(*cc.mvue24_compress(mkey, g, transposed=True), x, m=o, k=t)
                         for x, g in zip(X, G))), (X, G))
-            if "cusparselt" in backends and lt.cusparselt_supports(o, t, i, DTYPE):
-                kf = dict(m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+            if ("cusparselt" in backends and lt.cusparselt_supports(o, t, i, DTYPE)
+                    and lt.fused_compress_ok(o, t, i, DTYPE) and lt.fused_compress_ok(i, t, o, DTYPE)
+                    and lt.fused_compress_ok(o, i, t, DTYPE, lt.B_KN)):
+                # what backend='cusparselt' runs: our fused compressors write cuSPARSELt's operand
+                # (A stored (m, k)), the library multiplies
+                kf = dict(m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
                 kd = dict(m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
-                kw = dict(m=o, n=i, k=t, a_layout=lt.A_KM, b_layout=lt.B_KN)
-                lf = tuple(lt.cusparselt_compress(wm, **kf) for wm in WM)
-                ld = tuple(lt.cusparselt_compress(wm, **kd) for wm in WM)
+                kw = dict(m=o, n=i, k=t, a_layout=lt.A_MK, b_layout=lt.B_KN)
+                lay = dict(layout="cusparselt")
+                lf = tuple(cc.masked_compress(w, m, transposed=True, **lay) for w, m in zip(W, M))
+                ld = tuple(cc.masked_compress(w, m, transposed=False, **lay) for w, m in zip(W, M))
+                lg = tuple(cc.mvue24_compress(mkey, g, transposed=True, **lay) for g in G)
                 v["fwd cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
                     lt.cusparselt_spmm(c, x, **kf) for c, x in zip(C, X))), (lf, X))
-                v["fwd cusparselt + compress"] = (jax.jit(lambda WM, X: tuple(
-                    lt.cusparselt_spmm(lt.cusparselt_compress(wm, **kf), x, **kf) for wm, x in zip(WM, X))), (WM, X))
+                v["fwd cusparselt + fused compress"] = (jax.jit(lambda W, M, X: tuple(
+                    lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=True, **lay), x, **kf)
+                    for w, m, x in zip(W, M, X))), (W, M, X))
                 v["dx cusparselt gemm"] = (jax.jit(lambda C, G: tuple(
                     lt.cusparselt_spmm(c, g, **kd) for c, g in zip(C, G))), (ld, G))
-                v["dx cusparselt + compress"] = (jax.jit(lambda WM, G: tuple(
-                    lt.cusparselt_spmm(lt.cusparselt_compress(wm, **kd), g, **kd) for wm, g in zip(WM, G))), (WM, G))
-                v["dw cusparselt + mvue + compress"] = (jax.jit(lambda X, G: tuple(
-                    lt.cusparselt_spmm(lt.cusparselt_compress(cm.mvue24_cuda(mkey, g, axis=0), **kw), x, **kw)
+                v["dx cusparselt + fused compress"] = (jax.jit(lambda W, M, G: tuple(
+                    lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=False, **lay), g, **kd)
+                    for w, m, g in zip(W, M, G))), (W, M, G))
+                v["dw cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
+                    lt.cusparselt_spmm(c, x, **kw) for c, x in zip(C, X))), (lg, X))
+                v["dw cusparselt + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
+                    lt.cusparselt_spmm(cc.mvue24_compress(mkey, g, transposed=True, **lay), x, **kw)
                     for x, g in zip(X, G))), (X, G))
             med, _ = measure(v, r, trials)
             ms = {k: val * 1e3 for k, val in med.items()}

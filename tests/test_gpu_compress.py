@@ -331,3 +331,136 @@ def test_handler_validates_on_its_own():
     with pytest.raises(Exception, match="key must be uint32"):
         jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_mvue24_compress", good)(
             jnp.ones((5,), jnp.uint32), x, transposed=np.int64(0)))
+
+
+# ------------------------------------------------------------------------------------------------
+# cuSPARSELt's layout (layout="cusparselt"): the same compressors writing cuSPARSELt's operand.
+
+from jax_sparse24._src import cuda_cusparselt_ops as lt  # noqa: E402
+
+# (R, C) of x; every compressed direction has m % 64 == 0 and k % 32 == 0. 384 x 192 ends in
+# partial 128 x 128 tiles along both axes.
+LT_SHAPES = [(128, 128), (256, 384), (384, 192), (1024, 512)]
+LT_IDS = ["x".join(map(str, s)) for s in LT_SHAPES]
+
+
+def _skip_no_cusparselt():
+    if not lt.cusparselt_available():
+        pytest.skip(f"cuSPARSELt unavailable: {lt.cusparselt_error()}")
+
+
+def _lt_ref(a):
+    """cusparseLtSpMMACompress of the dense operand a (m, k), stored (m, k)."""
+    m, k = a.shape
+    return np.asarray(lt.cusparselt_compress(jnp.asarray(a), m=m, n=128, k=k, a_layout=lt.A_MK))
+
+
+def decompress_lt_np(buf, m: int, k: int, dtype) -> np.ndarray:
+    """Dense (m, k) float32 from cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble)."""
+    buf = np.asarray(buf)
+    assert buf.shape == (m * k + m * k // 8,), buf.shape
+    vals = jax.lax.bitcast_convert_type(jnp.asarray(buf[: m * k].view(np.uint16)), dtype)
+    v = np.asarray(vals.astype(jnp.float32)).reshape(m, k // 4, 2)
+    e = buf[m * k:]
+    r = np.arange(m)[:, None].astype(np.int64)
+    c = np.arange(k // 4)[None, :].astype(np.int64)
+    rl, cl = r & 63, c & 7
+    byte = 256 * ((c >> 3) + (k // 32) * (r >> 6)) + (cl >> 2) + 2 * (cl & 3) + 8 * (rl & 7) + 64 * (rl >> 4)
+    nib = (e[byte] >> (4 * ((rl >> 3) & 1))) & 0xF
+    bad = sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES)
+    assert not bad, f"illegal metadata nibbles {bad} (0xF = unwritten poison)"
+    out = np.zeros((m, k // 4, 4), np.float32)
+    np.put_along_axis(out, (nib & 3)[..., None], v[..., :1], axis=-1)
+    np.put_along_axis(out, (nib >> 2)[..., None], v[..., 1:], axis=-1)
+    return out.reshape(m, k)
+
+
+def _assert_same_bytes(got, ref, what):
+    got, ref = np.asarray(got), np.asarray(ref)
+    assert got.shape == ref.shape and got.dtype == np.uint8, f"{what}: {got.dtype} {got.shape} vs {ref.shape}"
+    if not np.array_equal(got, ref):
+        idx = np.nonzero(got != ref)[0]
+        raise AssertionError(f"{what}: {idx.size} of {got.size} bytes differ, first at {idx[0]} "
+                             f"({'values' if idx[0] < ref.size * 8 // 9 else 'metadata'}): "
+                             f"{got[idx[0]]:#04x} vs {ref[idx[0]]:#04x}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", LT_SHAPES, ids=LT_IDS)
+def test_cusparselt_layout_equals_cusparselt_compressor(shape, dtype):
+    """Every fused compressor with layout='cusparselt' == cusparseLtSpMMACompress of the dense op
+    result, byte for byte (inputs without zeros: exactly two nonzeros per group), into poisoned buffers."""
+    skip_uncompiled(dtype)
+    _skip_no_cusparselt()
+    rng, seed = _rng()
+    x = _x(rng, shape, dtype, special=False)
+    xn = np.asarray(x.astype(jnp.float32))
+    what = f"seed={seed} shape={shape}"
+    beta = jnp.float32(rng.uniform(0.5, 2.0))
+    key = jax.random.key(seed % 2**31)
+    mask = cm.transposable_mask24_cuda(x)
+    wm = jnp.where(mask, x, jnp.zeros((), dtype))
+    for transposed in (False, True):
+        axis = 0 if transposed else 1
+        orient = (lambda a: a.T) if transposed else (lambda a: a)
+        kw = dict(transposed=transposed, layout="cusparselt")
+        pruned = jnp.where(jnp.asarray(mask24_np(xn, axis)), x, jnp.zeros((), dtype))
+        _assert_same_bytes(poisoned(functools.partial(cc.prune24_compress, **kw))(x), _lt_ref(orient(pruned)),
+                           f"{what} prune transposed={transposed}")
+        _assert_same_bytes(poisoned(functools.partial(cc.masked_compress, **kw))(x, mask), _lt_ref(orient(wm)),
+                           f"{what} mask transposed={transposed}")
+        mv = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, x)
+        _assert_same_bytes(poisoned(functools.partial(cc.mvue24_compress, **kw))(key, x), _lt_ref(orient(mv)),
+                           f"{what} mvue transposed={transposed}")
+        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(x)
+        soft = (beta * s.astype(jnp.float32)).astype(dtype)
+        _assert_same_bytes(poisoned(functools.partial(cc.soft_threshold24_compress, **kw))(x, beta),
+                           _lt_ref(orient(soft)), f"{what} soft transposed={transposed}")
+    got_t, got_d = poisoned(functools.partial(cc.masked_compress_both, layout="cusparselt"))(x, mask)
+    _assert_same_bytes(got_t, _lt_ref(wm.T), what + " both/transposed")
+    _assert_same_bytes(got_d, _lt_ref(wm), what + " both/direct")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_cusparselt_layout_corner_groups_round_trip(dtype):
+    """Zeros, -0.0 and groups with fewer than two nonzeros (where compressors may pick different
+    index pairs): our buffer decompresses to the masked input and multiplies like it in cuSPARSELt."""
+    skip_uncompiled(dtype)
+    _skip_no_cusparselt()
+    rng, seed = _rng()
+    r, c = 256, 384
+    x = _x(rng, (r, c), dtype)  # zeros, -0.0, ties mixed in
+    mask = cm.transposable_mask24_cuda(x) & jnp.asarray(rng.random((r, c)) > 0.2)
+    wm = np.asarray(jnp.where(mask, x, jnp.zeros((), dtype)).astype(jnp.float32))
+    buf_t, buf_d = poisoned(functools.partial(cc.masked_compress_both, layout="cusparselt"))(x, mask)
+    np.testing.assert_array_equal(decompress_lt_np(buf_t, c, r, dtype), wm.T, err_msg=f"seed={seed} transposed")
+    np.testing.assert_array_equal(decompress_lt_np(buf_d, r, c, dtype), wm, err_msg=f"seed={seed} direct")
+    # through the library's GEMM with B = I: D (n, m) = (A I)^T = A^T exactly
+    eye = jnp.eye(r, dtype=dtype)
+    d = lt.cusparselt_spmm(buf_t, eye, m=c, n=r, k=r, a_layout=lt.A_MK)
+    np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)), wm, err_msg=f"seed={seed} spmm")
+
+
+def test_cusparselt_fused_compress_check_passes_on_layer_shapes():
+    """The run-time check that lets the cusparselt GEMM paths use our compressors holds here (else
+    they would silently fall back to cusparseLtSpMMACompress), and refuses shapes it cannot write."""
+    _skip_no_cusparselt()
+    for m, n, k, b in [(384, 256, 256, lt.B_NK), (256, 256, 384, lt.B_NK), (384, 256, 256, lt.B_KN),
+                       (3072, 8192, 768, lt.B_NK), (768, 3072, 8192, lt.B_KN)]:
+        for dtype in DTYPES:
+            assert lt.fused_compress_ok(m, n, k, dtype, b), (m, n, k, dtype, b)
+    assert not lt.fused_compress_ok(96, 256, 256, jnp.bfloat16)  # m % 64 != 0
+    assert not lt.fused_compress_ok(128, 256, 48, jnp.bfloat16)  # k % 32 != 0
+
+
+def test_cusparselt_layout_errors():
+    x = jnp.ones((128, 96), jnp.bfloat16)
+    with pytest.raises(ValueError, match="m % 64 == 0 and k % 32 == 0"):
+        cc.prune24_compress(x, transposed=True, layout="cusparselt")  # m = 96
+    with pytest.raises(ValueError, match="layout must be one of"):
+        cc.prune24_compress(x, layout="cublas")
+    assert cc.compress_supports(x, layout="cusparselt") and not cc.compress_supports(x, transposed=True,
+                                                                                     layout="cusparselt")
+    out = (jax.ShapeDtypeStruct((128 * 96,), jnp.uint8),)  # values only: too short
+    with pytest.raises(Exception, match="cuSPARSELt layout"):
+        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_prune24_compress_lt", out)(x, transposed=np.int64(0)))

@@ -583,8 +583,20 @@ def test_cusparselt_matches_dense(layouts, dtype):
 
 
 def test_cusparselt_layer_matches_dense():
+    """Operands written by our fused compressors in cuSPARSELt's layout (the check passes here:
+    test_gpu_compress.py::test_cusparselt_fused_compress_check_passes_on_layer_shapes)."""
     _skip_no_cusparselt()
+    assert _lt.fused_compress_ok(384, 256, 256, jnp.bfloat16) and _lt.fused_compress_ok(256, 256, 384, jnp.bfloat16)
     _layer_grads_vs_dense("cusparselt", t=256)
+
+
+def test_cusparselt_layer_falls_back_to_library_compressor(monkeypatch):
+    """If the layout check fails (another cuSPARSELt version), one warning and cusparseLtSpMMACompress."""
+    _skip_no_cusparselt()
+    monkeypatch.setattr(_lt, "_fused_compress_check", lambda *a: False)
+    monkeypatch.setattr(_lt, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="falling back to cusparseLtSpMMACompress"):
+        _layer_grads_vs_dense("cusparselt", t=256)
 
 
 def test_cusparselt_errors():

@@ -174,6 +174,49 @@ SP24_HD int MetaSmemOffset(int a, int kb) {
   return blk * 256 + (((off >> 4) ^ blk) << 4) + (off & 15);
 }
 
+SP24_HD uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = uint64_t(x) | (uint64_t(y) << 32);
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
+
+// Writes one 16-byte chunk of a staged tile's metadata (MetaSmemOffset; tile rows m0.., columns
+// k0.. of the operand (M, K)) in cuSPARSELt's layout, for thread u < 128 of the write-out: the
+// tile's metadata is 8 pieces of 256 bytes (64-row half h, 32-column block b: piece 4 h + b =
+// u / 16), chunk q = u % 16 of a piece covers rows 2 (q % 4) + e + 8 r1 + 16 (q / 4) (e, r1 < 2)
+// and the piece's 8 groups. A staged row holds groups c = 0..7 of block b in two 16-bit halves
+// (nibble c at bit 4 c of S below).
+SP24_HD void StoreLtMetaChunk(const uint8_t* s_meta, uint8_t* meta, int u, int64_t m0, int64_t k0, int64_t M,
+                              int64_t K) {
+  const int blk = u >> 4, q = u & 15, h = blk >> 2, b = blk & 3;
+  const int64_t gm = m0 + 64 * h, gk = k0 + 32 * b;
+  if (gm >= M || gk >= K) return;
+  uint32_t w[4];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    uint32_t S[2];
+#pragma unroll
+    for (int r1 = 0; r1 < 2; ++r1) {
+      const int a = 64 * h + 2 * (q & 3) + e + 8 * r1 + 16 * (q >> 2);
+      const uint32_t lo = *reinterpret_cast<const uint16_t*>(s_meta + MetaSmemOffset(a, 4 * b));
+      const uint32_t hi = *reinterpret_cast<const uint16_t*>(s_meta + MetaSmemOffset(a, 4 * b + 2));
+      S[r1] = lo | (hi << 16);
+    }
+    // byte i of E: groups 2 i of rows r1 = 0 (low nibble) and 1; of O: groups 2 i + 1.
+    const uint32_t E = (S[0] & 0x0F0F0F0Fu) | ((S[1] << 4) & 0xF0F0F0F0u);
+    const uint32_t O = ((S[0] >> 4) & 0x0F0F0F0Fu) | (S[1] & 0xF0F0F0F0u);
+    // output bytes c1 + 2 c0 (group c0 + 4 c1): groups 0, 4, 1, 5 | 2, 6, 3, 7
+    w[2 * e] = BytePerm(E, O, 0x6420u);
+    w[2 * e + 1] = BytePerm(E, O, 0x7531u);
+  }
+  *reinterpret_cast<uint4*>(meta + LtMetaPieceOffset(gm, gk, K) + 16 * q) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 struct TileParams {
   const void* x;
   int64_t rows, cols;  // x is (rows, cols) row-major
@@ -187,6 +230,7 @@ struct TileParams {
   void* t_values;  // transposed A = x^T: (cols, rows / 2)
   uint8_t* t_meta;
   int64_t t_meta_rows;  // round_up(cols, 64)
+  bool lt;  // metadata in cuSPARSELt's layout (compress_layout.h LtMetaNibble), values + meta one buffer
   int64_t col_tiles, tiles;
 };
 
@@ -391,7 +435,9 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
           *reinterpret_cast<uint4*>(tv + ga * (R / 2) + gk / 2) = v;
         }
       }
-      if (t < 128) {
+      if (t < 128 && p.lt) {
+        StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
+      } else if (t < 128) {
         const int blk = t >> 4, chunk = t & 15;
         const int64_t m0 = c0 + 16 * blk;
         if (m0 < p.t_meta_rows) {
@@ -402,7 +448,9 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
     }
     if constexpr (DIRECT) {
       const int u = TRANS ? t - 128 : t;
-      if (u >= 0 && u < 128) {
+      if (u >= 0 && u < 128 && p.lt) {
+        StoreLtMetaChunk(s_dmeta, p.d_meta, u, r0, c0, R, C);
+      } else if (u >= 0 && u < 128) {
         const int blk = u >> 4, chunk = u & 15;
         const int64_t m0 = r0 + 16 * blk;
         if (m0 < p.d_meta_rows) {
@@ -463,6 +511,24 @@ ffi::Error CheckOutputs(const std::string& op, const char* which, ffi::DataType 
   return ffi::Error::Success();
 }
 
+// Checks one output buffer in cuSPARSELt's layout (values then metadata, compress_layout.h) for the
+// operand A (m x k) of a 16-bit dtype.
+ffi::Error CheckLtOutput(const std::string& op, const char* which, int64_t m, int64_t k, ffi::AnyBuffer& out) {
+  if (m % 64 != 0 || k % 32 != 0) {
+    return InvalidArgument(op + ": cuSPARSELt layout of the " + which + " operand needs m % 64 == 0 and k % 32 == 0, " +
+                           "got m=" + std::to_string(m) + ", k=" + std::to_string(k));
+  }
+  const int64_t bytes = m * k + m * k / 8;
+  const auto d = out.dimensions();
+  if (out.element_type() != ffi::DataType::U8 || d.size() != 1 || d[0] != bytes) {
+    return InvalidArgument(op + ": " + which + " output (cuSPARSELt layout) must be uint8 of shape (" +
+                           std::to_string(bytes) + ",), got " + DataTypeName(out.element_type()) + " " +
+                           DimsString(d));
+  }
+  if (!Aligned(out.untyped_data(), 16)) return InvalidArgument(op + ": " + which + " output must be 16-byte aligned");
+  return ffi::Error::Success();
+}
+
 template <typename T, Op OP, bool DIRECT, bool TRANS>
 ffi::Error Launch(cudaStream_t stream, int sm_count, TileParams p) {
   p.col_tiles = (p.cols + kTile - 1) / kTile;
@@ -487,10 +553,13 @@ struct Extra {
   const ffi::AnyBuffer* key = nullptr;
 };
 
-// Validates x / the extra inputs / the outputs and launches. Outputs: direct pair and/or transposed pair.
+// Validates x / the extra inputs / the outputs and launches. Outputs: direct pair and/or transposed
+// pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values` (cuSPARSELt layout,
+// `*_meta` unused).
 template <Op OP>
 ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
-               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta) {
+               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta,
+               bool lt = false) {
   const std::string op = op_name;
   const ffi::DataType dt = x.element_type();
   if (dt != ffi::DataType::BF16 && dt != ffi::DataType::F16) {
@@ -505,8 +574,15 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
   if (!Aligned(x.untyped_data(), 16)) return InvalidArgument(op + ": x must be 16-byte aligned");
   // Direct A = x is (m = R, k = C); transposed A = x^T is (m = C, k = R). CutlassCompressedShapes
   // checks the GEMM's constraints (k % 16, m % 8, sizes below 2^31).
-  if (d_values != nullptr) SP24_RETURN_IF_ERROR(CheckOutputs(op, "direct (A = x)", dt, R, C, *d_values, *d_meta));
-  if (t_values != nullptr) SP24_RETURN_IF_ERROR(CheckOutputs(op, "transposed (A = x^T)", dt, C, R, *t_values, *t_meta));
+  if (lt) {
+    if (d_values != nullptr) SP24_RETURN_IF_ERROR(CheckLtOutput(op, "direct (A = x)", R, C, *d_values));
+    if (t_values != nullptr) SP24_RETURN_IF_ERROR(CheckLtOutput(op, "transposed (A = x^T)", C, R, *t_values));
+  } else {
+    if (d_values != nullptr) SP24_RETURN_IF_ERROR(CheckOutputs(op, "direct (A = x)", dt, R, C, *d_values, *d_meta));
+    if (t_values != nullptr) {
+      SP24_RETURN_IF_ERROR(CheckOutputs(op, "transposed (A = x^T)", dt, C, R, *t_values, *t_meta));
+    }
+  }
 
   TileParams p{};
   p.x = x.untyped_data();
@@ -541,15 +617,16 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     p.key = static_cast<const uint32_t*>(k.untyped_data());
     p.nkw = static_cast<int>(kd[0]);
   }
+  p.lt = lt;
   if (d_values != nullptr) {
     p.d_values = d_values->untyped_data();
-    p.d_meta = static_cast<uint8_t*>(d_meta->untyped_data());
-    p.d_meta_rows = d_meta->dimensions()[0];
+    p.d_meta = lt ? static_cast<uint8_t*>(d_values->untyped_data()) + R * C : static_cast<uint8_t*>(d_meta->untyped_data());
+    p.d_meta_rows = lt ? R : d_meta->dimensions()[0];
   }
   if (t_values != nullptr) {
     p.t_values = t_values->untyped_data();
-    p.t_meta = static_cast<uint8_t*>(t_meta->untyped_data());
-    p.t_meta_rows = t_meta->dimensions()[0];
+    p.t_meta = lt ? static_cast<uint8_t*>(t_values->untyped_data()) + R * C : static_cast<uint8_t*>(t_meta->untyped_data());
+    p.t_meta_rows = lt ? C : t_meta->dimensions()[0];
   }
   int sm_count = 0;
   SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
@@ -567,6 +644,14 @@ ffi::Error RunOne(const char* name, cudaStream_t stream, int32_t device, const f
                   ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed) {
   if (transposed) return Run<OP>(name, stream, device, x, ex, nullptr, nullptr, &values, &meta);
   return Run<OP>(name, stream, device, x, ex, &values, &meta, nullptr, nullptr);
+}
+
+// The same with one output buffer in cuSPARSELt's layout.
+template <Op OP>
+ffi::Error RunOneLt(const char* name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
+                    ffi::AnyBuffer& out, bool transposed) {
+  if (transposed) return Run<OP>(name, stream, device, x, ex, nullptr, nullptr, &out, nullptr, true);
+  return Run<OP>(name, stream, device, x, ex, &out, nullptr, nullptr, nullptr, true);
 }
 
 ffi::Error Prune24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
@@ -603,6 +688,39 @@ ffi::Error SoftThreshold24CompressImpl(cudaStream_t stream, int32_t device, ffi:
   Extra ex;
   ex.beta = &beta;
   return RunOne<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *values, *meta, transposed);
+}
+
+ffi::Error Prune24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
+                                 ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
+  return RunOneLt<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *out, transposed);
+}
+
+ffi::Error MaskCompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                              ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
+  Extra ex;
+  ex.mask = &mask;
+  return RunOneLt<Op::kMask>("masked_compress", stream, device, x, ex, *out, transposed);
+}
+
+ffi::Error MaskCompressBothLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                                  ffi::Result<ffi::AnyBuffer> t_out, ffi::Result<ffi::AnyBuffer> d_out) {
+  Extra ex;
+  ex.mask = &mask;
+  return Run<Op::kMask>("masked_compress_both", stream, device, x, ex, &(*d_out), nullptr, &(*t_out), nullptr, true);
+}
+
+ffi::Error Mvue24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer key, ffi::AnyBuffer x,
+                                ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
+  Extra ex;
+  ex.key = &key;
+  return RunOneLt<Op::kMvue>("mvue24_compress", stream, device, x, ex, *out, transposed);
+}
+
+ffi::Error SoftThreshold24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
+                                         ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
+  Extra ex;
+  ex.beta = &beta;
+  return RunOneLt<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *out, transposed);
 }
 
 }  // namespace
@@ -668,3 +786,28 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::com
                                   .Ret<::xla::ffi::AnyBuffer>()  // meta
                                   .Attr<int64_t>("transposed"),
                               {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// The same five compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
+// one uint8 buffer (m * k * 9 / 8 bytes) per direction instead of the values, meta pair.
+#define SP24_LT_HANDLER(NAME, IMPL, ...)                                                   \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, jax_sparse24::compress::IMPL,                        \
+                                ::xla::ffi::Ffi::Bind()                                    \
+                                    .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()       \
+                                    .Ctx<::xla::ffi::DeviceOrdinal>() __VA_ARGS__,         \
+                                {::xla::ffi::Traits::kCmdBufferCompatible});
+
+SP24_LT_HANDLER(Sparse24Prune24CompressLt, Prune24CompressLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>().Attr<int64_t>("transposed"))
+SP24_LT_HANDLER(Sparse24MaskCompressLt, MaskCompressLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
+                .Attr<int64_t>("transposed"))
+SP24_LT_HANDLER(Sparse24MaskCompressBothLt, MaskCompressBothLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
+                .Ret<::xla::ffi::AnyBuffer>())
+SP24_LT_HANDLER(Sparse24Mvue24CompressLt, Mvue24CompressLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
+                .Attr<int64_t>("transposed"))
+SP24_LT_HANDLER(Sparse24SoftThreshold24CompressLt, SoftThreshold24CompressLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
+                .Attr<int64_t>("transposed"))
+#undef SP24_LT_HANDLER

@@ -36,6 +36,27 @@ __host__ __device__ __forceinline__ int MetaInBlock(int r, int kb) {
   return ((kb >> 1) & 1) * 128 + (r & 7) * 16 + (kb >> 2) * 4 + ((r >> 3) & 1) * 2 + (kb & 1);
 }
 
+// cuSPARSELt's compressed A for 16-bit types with A stored (m, k) row-major, m % 64 == 0, k % 32 == 0
+// (not documented by NVIDIA; read off cusparseLtSpMMACompress on the H100 with
+// scripts/probe_cusparselt.py, bf16 and fp16, both A orientations, and checked again at run time
+// before our compressors are used for it: jax_sparse24/_src/cuda_compress_ops.py):
+//
+//   one buffer: values (m, k/2) row-major (as CUTLASS), then the metadata, m * k / 8 bytes, the
+//   same nibble per group as CUTLASS (nibble i | j << 2), in pieces of 256 bytes = 64 rows x 32
+//   columns; piece (row block m / 64, column block k / 32) at 256 * (k / 32 + (K / 32) * (m / 64)).
+//   Inside a piece, row r = r0 + 8 r1 + 16 r2 (r0 < 8, r1 < 2, r2 < 4) and group c = c0 + 4 c1
+//   (c0 < 4, c1 < 2) of the piece: byte c1 + 2 c0 + 8 r0 + 64 r2, low nibble for r1 = 0.
+__host__ __device__ __forceinline__ int64_t LtMetaPieceOffset(int64_t m, int64_t k, int64_t K) {
+  return 256 * ((k >> 5) + (K >> 5) * (m >> 6));
+}
+
+// Nibble index (byte * 2 + high) of the group at logical (m, k) (k % 4 == 0) in the metadata.
+__host__ __device__ __forceinline__ int64_t LtMetaNibble(int64_t m, int64_t k, int64_t K) {
+  const int64_t r = m & 63, c = (k >> 2) & 7;
+  const int64_t byte = (c >> 2) + 2 * (c & 3) + 8 * (r & 7) + 64 * (r >> 4);
+  return 2 * (LtMetaPieceOffset(m, k, K) + byte) + ((r >> 3) & 1);
+}
+
 // Hopper's sparse MMA accepts 6 index pairs per group: (0,1)=0x4 (0,2)=0x8 (0,3)=0xC (1,2)=0x9
 // (1,3)=0xD (2,3)=0xE. Compression of a group whose nonzero pattern is p (bit i: element i is
 // nonzero, +-0 counts as zero) follows CUTLASS's compressor (transform/kernel/

@@ -37,6 +37,11 @@ XLA_FFI_Error* Sparse24MaskCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressBoth(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Mvue24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24SoftThreshold24Compress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Prune24CompressLt(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompressLt(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompressBothLt(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Mvue24CompressLt(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24SoftThreshold24CompressLt(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace {
@@ -69,6 +74,11 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_masked_compress_both"] = Capsule(Sparse24MaskCompressBoth);
     d["jax_sparse24_mvue24_compress"] = Capsule(Sparse24Mvue24Compress);
     d["jax_sparse24_soft_threshold24_compress"] = Capsule(Sparse24SoftThreshold24Compress);
+    d["jax_sparse24_prune24_compress_lt"] = Capsule(Sparse24Prune24CompressLt);
+    d["jax_sparse24_masked_compress_lt"] = Capsule(Sparse24MaskCompressLt);
+    d["jax_sparse24_masked_compress_both_lt"] = Capsule(Sparse24MaskCompressBothLt);
+    d["jax_sparse24_mvue24_compress_lt"] = Capsule(Sparse24Mvue24CompressLt);
+    d["jax_sparse24_soft_threshold24_compress_lt"] = Capsule(Sparse24SoftThreshold24CompressLt);
     return d;
   });
 

@@ -21,8 +21,15 @@ axis=0).T)`` (same Philox draws as the element-wise MVUE kernel).
 * :func:`mvue24_compress`           unbiased MVUE 2:4 sample;
 * :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array.
 
+``layout="cusparselt"`` writes cuSPARSELt's compressed operand instead (for
+:func:`~jax_sparse24._src.cuda_cusparselt_ops.cusparselt_spmm` with ``a_layout=A_MK``): one uint8
+buffer of ``m·k·9/8`` bytes per operand, values then metadata (``xla_ffi/compress_layout.h``). That
+layout is not documented by NVIDIA; :func:`jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`
+checks it against ``cusparseLtSpMMACompress`` before the GEMM paths use it.
+
 Shape rules (ValueError at trace time, checked again by the handlers): R and C multiples of 8, the
-compressed K (C, or R when transposed) a multiple of 16. These functions lower only on CUDA; callers
+compressed K (C, or R when transposed) a multiple of 16; for ``layout="cusparselt"`` the operand's
+M a multiple of 64 and K of 32. These functions lower only on CUDA; callers
 select them with ``lax.platform_dependent`` (:func:`jax_sparse24._src.ffi.per_platform`).
 """
 
@@ -36,7 +43,9 @@ from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 
 __all__ = [
+    "LAYOUTS",
     "compress_supports",
+    "lt_compressed_bytes",
     "masked_compress",
     "masked_compress_both",
     "mvue24_compress",
@@ -49,6 +58,23 @@ _T_MASK = "jax_sparse24_masked_compress"
 _T_MASK_BOTH = "jax_sparse24_masked_compress_both"
 _T_MVUE = "jax_sparse24_mvue24_compress"
 _T_SOFT = "jax_sparse24_soft_threshold24_compress"
+#: Output layouts: CUTLASS's (values, meta) pair, or cuSPARSELt's single buffer (handler name + "_lt").
+LAYOUTS = ("cutlass", "cusparselt")
+
+
+def _target(name: str, layout: str) -> str:
+    return name + "_lt" if layout == "cusparselt" else name
+
+
+def _check_layout(layout, op: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"{op}: layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def lt_compressed_bytes(m: int, k: int) -> int:
+    """Bytes of cuSPARSELt's compressed (m, k) 16-bit operand as our compressors write it."""
+    return m * k + m * k // 8
 
 
 def _operand_shape(shape, transposed: bool) -> tuple[int, int]:
@@ -56,7 +82,7 @@ def _operand_shape(shape, transposed: bool) -> tuple[int, int]:
     return (c, r) if transposed else (r, c)
 
 
-def _reason(x, transposed: bool) -> str | None:
+def _reason(x, transposed: bool, layout: str = "cutlass") -> str | None:
     shape = tuple(int(s) for s in np.shape(x))
     dtype = jnp.result_type(x)
     if len(shape) != 2:
@@ -71,27 +97,37 @@ def _reason(x, transposed: bool) -> str | None:
         _spmm.cutlass_compressed_shapes(m, k, dtype)
     except ValueError as e:
         return f"the compressed operand A = {'x.T' if transposed else 'x'} (m={m}, k={k}): {e}"
+    if layout == "cusparselt" and (m % 64 or k % 32):
+        return (f"cuSPARSELt's layout of A = {'x.T' if transposed else 'x'} needs m % 64 == 0 and k % 32 == 0, "
+                f"got m={m}, k={k}")
     return None
 
 
-def compress_supports(x, *, transposed: bool = False) -> bool:
-    """True when the extension is built and the fused compressors handle ``x`` (shape, dtype)."""
+def compress_supports(x, *, transposed: bool = False, layout: str = "cutlass") -> bool:
+    """True when the extension is built and the fused compressors handle ``x`` (shape, dtype, layout)."""
     if _ffi.extension() is None:
         return False
-    return _reason(x, transposed) is None
+    return _reason(x, transposed, _check_layout(layout, "compress_supports")) is None
 
 
-def _out_types(x, transposed: bool):
+def _out_types(x, transposed: bool, layout: str = "cutlass"):
     m, k = _operand_shape(np.shape(x), transposed)
+    if layout == "cusparselt":
+        return (jax.ShapeDtypeStruct((lt_compressed_bytes(m, k),), jnp.uint8),)
     values_shape, meta_shape = _spmm.cutlass_compressed_shapes(m, k, jnp.result_type(x))
     return (jax.ShapeDtypeStruct(values_shape, jnp.result_type(x)), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
 
 
-def _check(x, transposed: bool, op: str):
-    reason = _reason(x, transposed)
+def _check(x, transposed: bool, op: str, layout: str = "cutlass"):
+    reason = _reason(x, transposed, _check_layout(layout, op))
     if reason is not None:
         raise ValueError(f"{op}: {reason}")
     return jnp.asarray(x)
+
+
+def _result(outs, layout: str):
+    """(values, meta) for CUTLASS's layout; the one uint8 buffer for cuSPARSELt's."""
+    return outs[0] if layout == "cusparselt" else tuple(outs)
 
 
 def _check_mask(mask, x, op: str):
@@ -103,51 +139,59 @@ def _check_mask(mask, x, op: str):
     return mask
 
 
-def prune24_compress(x, *, transposed: bool = False):
+def prune24_compress(x, *, transposed: bool = False, layout: str = "cutlass"):
     """Compress ``x * mask24(x)`` (2:4 magnitude prune along the compressed K axis) in one pass.
 
     Args:
       x: (R, C) bfloat16/float16.
       transposed: compress ``A = pruned(x).T`` (groups along axis 0) instead of ``A = pruned(x)``.
+      layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
 
     Returns:
-      ``(values, meta)`` of A (:func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_compressed_shapes`).
+      ``(values, meta)`` of A (:func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_compressed_shapes`), or
+      for ``layout="cusparselt"`` one uint8 array of :func:`lt_compressed_bytes`.
     """
-    x = _check(x, transposed, "prune24_compress")
-    return tuple(_ffi.ffi_call(_T_PRUNE, _out_types(x, transposed), x, transposed=np.int64(bool(transposed))))
+    x = _check(x, transposed, "prune24_compress", layout)
+    return _result(_ffi.ffi_call(_target(_T_PRUNE, layout), _out_types(x, transposed, layout), x,
+                                 transposed=np.int64(bool(transposed))), layout)
 
 
-def masked_compress(x, mask, *, transposed: bool = False):
+def masked_compress(x, mask, *, transposed: bool = False, layout: str = "cutlass"):
     """Compress ``x * mask`` (``mask`` 2:4 along the compressed axis) in one pass over ``x`` and ``mask``.
 
     A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
+    Returns what :func:`prune24_compress` returns for ``layout``.
     """
     op = "masked_compress"
-    x = _check(x, transposed, op)
+    x = _check(x, transposed, op, layout)
     mask = _check_mask(mask, x, op)
-    return tuple(_ffi.ffi_call(_T_MASK, _out_types(x, transposed), x, mask, transposed=np.int64(bool(transposed))))
+    return _result(_ffi.ffi_call(_target(_T_MASK, layout), _out_types(x, transposed, layout), x, mask,
+                                 transposed=np.int64(bool(transposed))), layout)
 
 
-def masked_compress_both(x, mask):
+def masked_compress_both(x, mask, *, layout: str = "cutlass"):
     """Compress ``x * mask`` as both ``A = (x*mask).T`` and ``A = x*mask``, reading ``x`` once.
 
     For a weight ``W (I, O)`` with a transposable mask: the first pair is the forward GEMM's operand
     ``W̃ᵀ`` (M = O, K = I), the second the input-gradient GEMM's ``W̃`` (M = I, K = O).
 
     Returns:
-      ``((values_t, meta_t), (values, meta))``.
+      ``((values_t, meta_t), (values, meta))``; for ``layout="cusparselt"`` ``(buffer_t, buffer)``.
     """
     op = "masked_compress_both"
     for transposed in (True, False):
-        _check(x, transposed, op)
+        _check(x, transposed, op, layout)
     x = jnp.asarray(x)
     mask = _check_mask(mask, x, op)
-    out_types = _out_types(x, True) + _out_types(x, False)
-    vt, mt, vd, md = _ffi.ffi_call(_T_MASK_BOTH, out_types, x, mask)
+    out_types = _out_types(x, True, layout) + _out_types(x, False, layout)
+    outs = _ffi.ffi_call(_target(_T_MASK_BOTH, layout), out_types, x, mask)
+    if layout == "cusparselt":
+        return outs[0], outs[1]
+    vt, mt, vd, md = outs
     return (vt, mt), (vd, md)
 
 
-def mvue24_compress(key, x, *, transposed: bool = True):
+def mvue24_compress(key, x, *, transposed: bool = True, layout: str = "cutlass"):
     """Unbiased MVUE 2:4 of ``x`` (groups along the compressed axis) compressed in one pass.
 
     Same Philox stream and group numbering as ``mvue24_cuda(key, x, axis=0 if transposed else 1)``,
@@ -158,19 +202,21 @@ def mvue24_compress(key, x, *, transposed: bool = True):
       x: (R, C) bfloat16/float16, e.g. ``∇y (T, O)``.
       transposed: True (default): ``A = MVUE(x).T`` (M = C, K = R: groups along x's rows, the token
         axis of ``∇y``); False: ``A = MVUE(x)`` (groups along x's columns).
+      layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
     """
     from jax_sparse24._src import cuda_mask_ops
 
     op = "mvue24_compress"
-    x = _check(x, transposed, op)
+    x = _check(x, transposed, op, layout)
     try:
         words = cuda_mask_ops._key_words(key)
     except ValueError as e:
         raise ValueError(str(e).replace("mvue24_cuda", op)) from None
-    return tuple(_ffi.ffi_call(_T_MVUE, _out_types(x, transposed), words, x, transposed=np.int64(bool(transposed))))
+    return _result(_ffi.ffi_call(_target(_T_MVUE, layout), _out_types(x, transposed, layout), words, x,
+                                 transposed=np.int64(bool(transposed))), layout)
 
 
-def soft_threshold24_compress(x, beta, *, transposed: bool = False):
+def soft_threshold24_compress(x, beta, *, transposed: bool = False, layout: str = "cutlass"):
     """Compress ``β · soft_threshold24(x)`` (S-STE) in one pass.
 
     Bit-identical to compressing ``(beta * soft_threshold24(x)[0].astype(float32)).astype(x.dtype)``
@@ -180,10 +226,12 @@ def soft_threshold24_compress(x, beta, *, transposed: bool = False):
       x: (R, C) bfloat16/float16 weight.
       beta: float32 scalar (array; read on the device).
       transposed: groups along axis 0 (``A = (β·S(x)).T``, e.g. W (I, O) -> forward operand).
+      layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
     """
     op = "soft_threshold24_compress"
-    x = _check(x, transposed, op)
+    x = _check(x, transposed, op, layout)
     if np.size(beta) != 1:
         raise ValueError(f"{op}: beta must be a scalar, got shape {tuple(np.shape(beta))}")
     beta = jnp.asarray(beta, jnp.float32).reshape(())
-    return tuple(_ffi.ffi_call(_T_SOFT, _out_types(x, transposed), x, beta, transposed=np.int64(bool(transposed))))
+    return _result(_ffi.ffi_call(_target(_T_SOFT, layout), _out_types(x, transposed, layout), x, beta,
+                                 transposed=np.int64(bool(transposed))), layout)

@@ -11,7 +11,12 @@ k) · B`` — with the operands read in place in either orientation:
 :func:`cusparselt_compress` turns the dense 2:4 operand into cuSPARSELt's opaque compressed bytes
 (``cusparseLtSpMMACompress``), :func:`cusparselt_spmm` multiplies. One handle per device and one
 plan per (shape, dtype, layouts) are created once and cached in the extension; the algorithm is
-chosen once per plan by ``cusparseLtMatmulSearch`` (first call). The library is loaded at first use
+chosen once per plan by ``cusparseLtMatmulSearch`` (first call).
+
+:func:`fused_compress_ok` says whether our fused one-pass compressors
+(:mod:`jax_sparse24._src.cuda_compress_ops` with ``layout="cusparselt"``) write this library's
+compressed operand for a plan; the GEMM paths then use them instead of ``cusparseLtSpMMACompress``
+(0.1–0.3 TB/s). The library is loaded at first use
 from the ``nvidia-cusparselt-cu13`` wheel; without it, requesting the backend raises
 ``RuntimeError`` naming what is missing.
 """
@@ -39,6 +44,7 @@ __all__ = [
     "cusparselt_plans",
     "cusparselt_spmm",
     "cusparselt_supports",
+    "fused_compress_ok",
     "require_cusparselt",
 ]
 
@@ -188,3 +194,54 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
                          f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
     return _ffi.ffi_call("jax_sparse24_cusparselt_spmm", jax.ShapeDtypeStruct((n, m), dtype), compressed, b,
                          **_attrs(m, n, k, a_layout, b_layout))
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int) -> bool:
+    from jax_sparse24._src import cuda_compress_ops as cc
+
+    dtype = jnp.dtype(dtype_name)
+    if m % 64 or k % 32 or cusparselt_compressed_size(m, n, k, dtype, A_MK, b_layout) != cc.lt_compressed_bytes(m, k):
+        return False
+    with jax.ensure_compile_time_eval():
+        # a 2:4 operand with exactly two nonzeros (|a| in [1, 2)) in every group: no corner cases
+        # whose encoding may legitimately differ between compressors
+        ka, kp, kd = jax.random.split(jax.random.key(2024), 3)
+        mag = 1.0 + jax.random.uniform(ka, (m, k // 4, 4))
+        sign = jnp.where(jax.random.bernoulli(kp, 0.5, (m, k // 4, 4)), 1.0, -1.0)
+        first = jax.random.randint(kp, (m, k // 4, 1), 0, 4)
+        second = (first + jax.random.randint(kd, (m, k // 4, 1), 1, 4)) % 4
+        lane = jnp.arange(4)
+        mask = ((lane == first) | (lane == second)).reshape(m, k)
+        a = (sign * mag).reshape(m, k).astype(dtype)
+        theirs = cusparselt_compress(a * mask, m=m, n=n, k=k, a_layout=A_MK, b_layout=b_layout)
+        ours = cc.masked_compress(a, mask, transposed=False, layout="cusparselt")
+        return bool(jnp.array_equal(theirs, ours))
+
+
+_warned: set = set()
+
+
+def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bool:
+    """True when our fused compressors produce cuSPARSELt's compressed ``A`` (m, k), stored (m, k)
+    (``A_MK``), for the plan (m, n, k, dtype, ``b_layout``) bit for bit.
+
+    cuSPARSELt does not document its compressed format. Ours follows what ``cusparseLtSpMMACompress``
+    writes (``xla_ffi/compress_layout.h``), and this function checks it once per plan on the GPU:
+    both compressors run on the same random 2:4 operand and the bytes are compared (at trace time, a
+    few milliseconds). On a mismatch (another cuSPARSELt version) it warns once and returns False,
+    and the GEMM paths fall back to ``cusparseLtSpMMACompress``.
+    """
+    require_cusparselt()
+    name = jnp.dtype(dtype).name
+    if name not in ("bfloat16", "float16"):
+        return False
+    ok = _fused_compress_check(int(m), int(n), int(k), name, int(b_layout))
+    if not ok and (m % 64 == 0 and k % 32 == 0) and "layout" not in _warned:
+        import warnings
+
+        _warned.add("layout")
+        warnings.warn(f"cuSPARSELt's compressed operand (m={m}, k={k}, {name}) differs from the layout "
+                      "jax_sparse24's fused compressors write (another cuSPARSELt version?): falling back to "
+                      "cusparseLtSpMMACompress, which is slower", RuntimeWarning, stacklevel=2)
+    return ok

@@ -11,8 +11,11 @@ Backends:
 * ``cutlass``   — the SM90 sparse tensor-core GEMM on a GPU (the reference on a CPU); raises if the
   extension is missing or the shape/dtype is unsupported;
 * ``cusparselt`` — the cuSPARSELt sparse GEMM (one handle per device, plans cached, algorithm chosen
-  once by ``cusparseLtMatmulSearch``; weights compressed by ``cusparseLtSpMMACompress``); raises if
-  the library or a GPU is missing or the shape is unsupported (m, n, k multiples of 16);
+  once by ``cusparseLtMatmulSearch``); its operands are written by our fused compressors in
+  cuSPARSELt's layout where :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok` (m a
+  multiple of 64, k of 32, layout checked against the library once per plan), else compressed by
+  ``cusparseLtSpMMACompress``; raises if the library or a GPU is missing or the shape is unsupported
+  (m, n, k multiples of 16);
 * ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
   compression included, beats XLA's dense GEMM for the shape, else ``dense``.
 
@@ -190,6 +193,16 @@ def forward(x2, w, mask, *, backend: str, precision=None):
     if chosen == "cusparselt":
         from jax_sparse24._src import cuda_cusparselt_ops as lt
 
+        if lt.fused_compress_ok(o, t, i, dtype):
+            from jax_sparse24._src import cuda_compress_ops as cc
+
+            def sparse_fused(x2, wc, mk):  # A = W̃ᵀ (O, I) = (M, K), one pass over W and the mask
+                ca = cc.masked_compress(wc, mk, transposed=True, layout="cusparselt")
+                return lt.cusparselt_spmm(ca, x2, m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
+
+            dense3 = lambda x2, wc, mk: dense(x2, masked_weight(wc, mk))  # noqa: E731
+            return ffi.per_platform(dense3, sparse_fused, x2, w.astype(dtype), _as_bool(mask))
+
         def sparse_lt(x2, wm):  # A = W̃ stored (I, O) = (K, M); B = x (T, I) = (N, K); d = y (T, O)
             ca = lt.cusparselt_compress(wm, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
             return lt.cusparselt_spmm(ca, x2, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
@@ -222,6 +235,16 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
     chosen = choose(backend, i, t, o, dtype)
     if chosen == "cusparselt":
         from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+        if lt.fused_compress_ok(i, t, o, dtype):
+            from jax_sparse24._src import cuda_compress_ops as cc
+
+            def sparse_fused(g2, wc, mk):  # A = W̃ (I, O) = (M, K), one pass over W and the mask
+                ca = cc.masked_compress(wc, mk, transposed=False, layout="cusparselt")
+                return lt.cusparselt_spmm(ca, g2, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
+
+            dense3 = lambda g2, wc, mk: dense(g2, masked_weight(wc, mk))  # noqa: E731
+            return ffi.per_platform(dense3, sparse_fused, g2, w.astype(dtype), _as_bool(mask))
 
         def sparse_lt(g2, wm):  # A = W̃ stored (I, O) = (M, K); B = ∇y (T, O) = (N, K); d = ∇x (T, I)
             ca = lt.cusparselt_compress(wm, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
@@ -376,6 +399,12 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
             from jax_sparse24._src import cuda_cusparselt_ops as lt
             from jax_sparse24._src import cuda_mask_ops
 
+            tl32 = tl + (-tl) % 32  # the fused compressor's cuSPARSELt layout needs K % 32
+            if lt.fused_compress_ok(o, i, tl32, dtype, lt.B_KN):
+                # one pass: MVUE(∇y)ᵀ (O, T) = (M, K) drawn and compressed (same draws as mvue24_cuda)
+                ca = cc.mvue24_compress(key, _pad_rows(g2, 32), transposed=True, layout="cusparselt")
+                return lt.cusparselt_spmm(ca, _pad_rows(x2, 32), m=o, n=i, k=tl32, a_layout=lt.A_MK,
+                                          b_layout=lt.B_KN)  # (I, O)
             gs = cuda_mask_ops.mvue24_cuda(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), axis=0)
             ca = lt.cusparselt_compress(gs, m=o, n=i, k=tlp, a_layout=lt.A_KM, b_layout=lt.B_KN)
             return lt.cusparselt_spmm(ca, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, n=i, k=tlp, a_layout=lt.A_KM,

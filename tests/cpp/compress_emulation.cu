@@ -55,6 +55,22 @@ void RefCompress(const std::vector<uint16_t>& A, int64_t m, int64_t k, std::vect
     }
 }
 
+// The same operand in cuSPARSELt's layout (compress_layout.h LtMetaNibble): one buffer of m * k / 2
+// values then m * k / 8 metadata bytes; the nibbles are the reference's, read back from `meta`.
+std::vector<uint8_t> RefLtBuffer(const std::vector<uint16_t>& vals, const std::vector<uint8_t>& meta, int64_t m,
+                                 int64_t k) {
+  const int64_t mal = (m + 63) / 64 * 64;
+  std::vector<uint8_t> buf(m * k + m * k / 8, 0);
+  std::memcpy(buf.data(), vals.data(), m * k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t g = 0; g < k / 4; ++g) {
+      const uint32_t nib = (meta[MetaByteOffset(r, 4 * g, mal)] >> (4 * (g & 1))) & 0xF;
+      const int64_t n = LtMetaNibble(r, 4 * g, k);
+      buf[m * k + n / 2] |= static_cast<uint8_t>(nib << (4 * (n & 1)));
+    }
+  return buf;
+}
+
 template <typename T, Op OP, bool D, bool TR>
 void Emulate(TileParams p, int64_t grid) {
   p.col_tiles = (p.cols + kTile - 1) / kTile;
@@ -164,7 +180,7 @@ std::vector<uint16_t> Transpose(const std::vector<uint16_t>& y, int64_t R, int64
 }
 
 template <typename T, Op OP>
-void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t grid, uint32_t seed) {
+void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t grid, uint32_t seed, bool lt = false) {
   std::mt19937 rng(seed);
   auto x = RandomX<T>(rng, R, C);
   auto mask = RandomMask(rng, R, C, dir && trans, trans);
@@ -183,14 +199,26 @@ void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t 
   std::vector<uint8_t> dm, tm;
   const int64_t dmal = (R + 63) / 64 * 64, dkal = (C + 127) / 128 * 128;
   const int64_t tmal = (C + 63) / 64 * 64, tkal = (R + 127) / 128 * 128;
-  if (dir) {
+  std::vector<uint8_t> dbuf, tbuf;  // lt: values + metadata in one buffer
+  p.lt = lt;
+  if (dir && lt) {
+    dbuf.assign(R * C + R * C / 8, 0xCD);
+    p.d_values = dbuf.data();
+    p.d_meta = dbuf.data() + R * C;
+    p.d_meta_rows = R;
+  } else if (dir) {
     dv.assign(R * C / 2, 0xCDCD);
     dm.assign(dmal * dkal / 8, 0xCD);
     p.d_values = dv.data();
     p.d_meta = dm.data();
     p.d_meta_rows = dmal;
   }
-  if (trans) {
+  if (trans && lt) {
+    tbuf.assign(R * C + R * C / 8, 0xCD);
+    p.t_values = tbuf.data();
+    p.t_meta = tbuf.data() + R * C;
+    p.t_meta_rows = C;
+  } else if (trans) {
     tv.assign(R * C / 2, 0xCDCD);
     tm.assign(tmal * tkal / 8, 0xCD);
     p.t_values = tv.data();
@@ -204,18 +232,26 @@ void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t 
   int bad = 0;
   std::vector<uint16_t> rv;
   std::vector<uint8_t> rm;
-  if (dir) {
+  if (dir && lt) {
+    RefCompress(y, R, C, rv, rm);
+    const auto ref = RefLtBuffer(rv, rm, R, C);
+    for (size_t i = 0; i < ref.size(); ++i) if (ref[i] != dbuf[i] && bad++ < 6) printf("  %s direct lt[%zu] %02x vs ref %02x\n", name, i, dbuf[i], ref[i]);
+  } else if (dir) {
     RefCompress(y, R, C, rv, rm);
     for (size_t i = 0; i < rv.size(); ++i) if (rv[i] != dv[i] && bad++ < 3) printf("  %s direct values[%zu] %04x vs ref %04x\n", name, i, dv[i], rv[i]);
     for (size_t i = 0; i < rm.size(); ++i) if (rm[i] != dm[i] && bad++ < 6) printf("  %s direct meta[%zu] %02x vs ref %02x\n", name, i, dm[i], rm[i]);
   }
-  if (trans) {
+  if (trans && lt) {
+    RefCompress(Transpose(y, R, C), C, R, rv, rm);
+    const auto ref = RefLtBuffer(rv, rm, C, R);
+    for (size_t i = 0; i < ref.size(); ++i) if (ref[i] != tbuf[i] && bad++ < 12) printf("  %s trans lt[%zu] %02x vs ref %02x\n", name, i, tbuf[i], ref[i]);
+  } else if (trans) {
     RefCompress(Transpose(y, R, C), C, R, rv, rm);
     for (size_t i = 0; i < rv.size(); ++i) if (rv[i] != tv[i] && bad++ < 9) printf("  %s trans values[%zu] %04x vs ref %04x\n", name, i, tv[i], rv[i]);
     for (size_t i = 0; i < rm.size(); ++i) if (rm[i] != tm[i] && bad++ < 12) printf("  %s trans meta[%zu] %02x vs ref %02x\n", name, i, tm[i], rm[i]);
   }
-  printf("%-8s %-5s R=%-4ld C=%-4ld dir=%d trans=%d grid=%ld: %s\n", name, sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16" : "bf16",
-         (long)R, (long)C, dir, trans, (long)grid, bad ? "FAIL" : "ok");
+  printf("%-8s %-5s R=%-4ld C=%-4ld dir=%d trans=%d grid=%ld%s: %s\n", name, sizeof(T) == 2 && std::is_same<T, __half>::value ? "f16" : "bf16",
+         (long)R, (long)C, dir, trans, (long)grid, lt ? " cusparselt" : "", bad ? "FAIL" : "ok");
   g_fail += bad != 0;
 }
 
@@ -234,6 +270,17 @@ void All() {
       Case<T, Op::kMvue>("mvue", s.R, s.C, true, false, grid, 7 + grid);
       Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 8 + grid);
       Case<T, Op::kSoft>("soft", s.R, s.C, false, true, grid, 9 + grid);
+    }
+  }
+  // cuSPARSELt's layout (operand m % 64, k % 32); 384 x 192 ends in partial tiles along k and m
+  for (auto s : {S{128, 128}, S{256, 384}, S{384, 192}}) {
+    for (int64_t grid : {1, 3, 1000}) {
+      Case<T, Op::kPrune>("prune", s.R, s.C, true, false, grid, 21 + grid, true);
+      Case<T, Op::kPrune>("prune", s.R, s.C, false, true, grid, 22 + grid, true);
+      Case<T, Op::kMask>("mask", s.R, s.C, true, false, grid, 23 + grid, true);
+      Case<T, Op::kMask>("mask2", s.R, s.C, true, true, grid, 25 + grid, true);
+      Case<T, Op::kMvue>("mvue", s.R, s.C, false, true, grid, 26 + grid, true);
+      Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 28 + grid, true);
     }
   }
   // odd shapes: direct only (C % 16, R % 8) and trans only (R % 16, C % 8)
