@@ -224,7 +224,7 @@ _warned: set = set()
 
 def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bool:
     """True when our fused compressors produce cuSPARSELt's compressed ``A`` (m, k), stored (m, k)
-    (``A_MK``), for the plan (m, n, k, dtype, ``b_layout``) bit for bit.
+    (``A_MK``), for the plan (m, n, k, dtype, ``b_layout``) bit for bit (bfloat16 only for now).
 
     cuSPARSELt does not document its compressed format. Ours follows what ``cusparseLtSpMMACompress``
     writes (``xla_ffi/compress_layout.h``), and this function checks it once per plan on the GPU:
@@ -234,7 +234,11 @@ def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bo
     """
     require_cusparselt()
     name = jnp.dtype(dtype).name
-    if name not in ("bfloat16", "float16"):
+    if name != "bfloat16":
+        # float16 keeps cusparseLtSpMMACompress: our float16 buffers are byte-identical to the
+        # library's (tests/test_gpu_compress.py), but on the H100 two float16 GEMMs on them hit an
+        # illegal instruction in cuSPARSELt's algorithm search, intermittently (the same bytes ran
+        # cleanly in other processes); until that is understood float16 stays on the library's path.
         return False
     ok = _fused_compress_check(int(m), int(n), int(k), name, int(b_layout))
     if not ok and (m % 64 == 0 and k % 32 == 0) and "layout" not in _warned:
