@@ -16,7 +16,10 @@ writes ``entries_kn``: per measured weight-gradient GEMM (M = O, N = I, K = T) t
 configuration and the speedup of the fused MVUE+compress + sparse GEMM over XLA's exact dense
 ``xᵀ·∇y`` (what ``backend="auto"`` runs otherwise); ``gemm.choose_weight_grad`` reads it. Several
 ``--layer`` files (runs at different widths) are read as one (records concatenated; each file's
-dtype applies to its own records).
+dtype applies to its own records). Where a layer run also measured cuSPARSELt with our fused
+compressor writing its operand (``fwd/dx cusparselt + fused compress``, ``dw cusparselt + fused mvue
+compress``), the entries get ``cusparselt_speedup_with_compress``; ``auto`` runs cuSPARSELt where that
+beats both CUTLASS and the noise floor.
 """
 
 import argparse
@@ -62,21 +65,24 @@ def main():
             layer["records"] += [dict(r, dtype=dt) for r in part["records"]]
         measured = {}  # (m, n, k, dtype) -> speedup with the fused compressor
         gemm_only = {}  # (m, n, k, dtype) -> GEMM-only speedup (default configuration)
+        measured_lt = {}  # (m, n, k, dtype) -> cuSPARSELt GEMM + our fused compressor in its layout
         for r in layer["records"]:
             dtype = r["dtype"]
             if r.get("section") != "gemm":
                 continue
             ms = r["ms"]
             fwd_base = min(ms.get("fwd dense x@w", float("inf")), ms.get("fwd dense x@(w*m)", float("inf")))
-            for key, total, gemm_ms, base in (
+            for key, total, gemm_ms, base, lt_total in (
                     ((r["O"], r["T"], r["I"], dtype), ms.get("fwd cutlass + fused compress"), ms.get("fwd cutlass gemm"),
-                     fwd_base),
+                     fwd_base, ms.get("fwd cusparselt + fused compress")),
                     ((r["I"], r["T"], r["O"], dtype), ms.get("dx cutlass + fused compress"), ms.get("dx cutlass gemm"),
-                     ms.get("dx dense g@w.T"))):
+                     ms.get("dx dense g@w.T"), ms.get("dx cusparselt + fused compress"))):
                 if total and base:
                     measured[key] = min(measured.get(key, float("inf")), base / total)
                 if gemm_ms and base:
                     gemm_only[key] = min(gemm_only.get(key, float("inf")), base / gemm_ms)
+                if lt_total and base:
+                    measured_lt[key] = min(measured_lt.get(key, float("inf")), base / lt_total)
         for e in entries:
             hit = measured.pop((e["m"], e["n"], e["k"], e["dtype"]), None)
             if hit is not None:
@@ -86,6 +92,10 @@ def main():
             entries.append({"m": m, "n": n, "k": k, "dtype": dt, "config": None, "config_id": -1,
                             "gemm_speedup": gemm_only.get((m, n, k, dt)), "speedup_with_compress": sp,
                             "compress_source": "layer (fused compressor)"})
+        for e in entries:  # cuSPARSELt beside CUTLASS where the layer run measured it (per-call operand)
+            sp = measured_lt.get((e["m"], e["n"], e["k"], e["dtype"]))
+            if sp is not None:
+                e["cusparselt_speedup_with_compress"] = sp
     out = {
         "source": os.path.relpath(a.spmm_json, os.path.join(HERE, "..")),
         "device": meta["device"], "date": meta["date"], "configs": meta["configs"],
@@ -104,23 +114,31 @@ def main():
             cfg = r["kn_best_config"]
             gemm_ms = ms[f"dw cutlass kn gemm [{cfg}]"]
             default_gemm = ms.get("dw cutlass kn gemm")
-            entries_kn.append({
+            entry = {
                 "m": r["O"], "n": r["I"], "k": r["T"], "dtype": r["dtype"],
                 "config": cfg,
                 # the fused path measured with the default config; credit the best config's GEMM gain
                 "speedup_with_compress": exact / (fused - (default_gemm or gemm_ms) + gemm_ms),
-            })
+            }
+            lt_fused = ms.get("dw cusparselt + fused mvue compress")
+            if lt_fused:
+                entry["cusparselt_speedup_with_compress"] = exact / lt_fused
+            entries_kn.append(entry)
         out["entries_kn"] = entries_kn
         out["source_kn"] = [os.path.relpath(path, os.path.join(HERE, "..")) for path in a.layer]
         for e in entries_kn:
+            lt_sp = e.get("cusparselt_speedup_with_compress")
             print(f"kn {e['m']:>6} {e['n']:>6} {e['k']:>6} {e['dtype']:<9} {e['config']:<32} "
-                  f"with fused MVUE compress {e['speedup_with_compress']:.2f}x")
+                  f"with fused MVUE compress {e['speedup_with_compress']:.2f}x"
+                  + ("" if lt_sp is None else f", cusparselt {lt_sp:.2f}x"))
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     for e in entries:
         gemm = "   - " if e["gemm_speedup"] is None else f"{e['gemm_speedup']:.2f}x"
+        lt_sp = e.get("cusparselt_speedup_with_compress")
         print(f"{e['m']:>6} {e['n']:>6} {e['k']:>6} {e['dtype']:<9} {str(e['config']):<36} "
-              f"gemm {gemm}  with compress {e['speedup_with_compress']:.2f}x")
+              f"gemm {gemm}  with compress {e['speedup_with_compress']:.2f}x"
+              + ("" if lt_sp is None else f"  cusparselt {lt_sp:.2f}x"))
 
 
 if __name__ == "__main__":

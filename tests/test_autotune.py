@@ -28,7 +28,8 @@ def _write(tmp_path):
     ms = {"fwd dense x@w": 0.2, "fwd dense x@(w*m)": 0.21, "fwd cutlass + fused compress": 0.25,
           "dx dense g@w.T": 0.2, "dx cutlass + fused compress": 0.1,
           "dw dense x.T@g": 0.2, "dw mvue24 + dense": 0.3, "dw cutlass + fused mvue compress": 0.25,
-          "dw cutlass kn gemm": 0.1, "dw cutlass kn gemm [k1]": 0.1}
+          "dw cutlass kn gemm": 0.1, "dw cutlass kn gemm [k1]": 0.1,
+          "dx cusparselt + fused compress": 0.08, "dw cusparselt + fused mvue compress": 0.16}
     layer = {"meta": {"dtype": "bfloat16"}, "records": [
         dict(section="gemm", d=1024, layer="down", I=4096, O=1024, T=8192, ms=ms, kn_best_config="k1"),
         # the up layer's forward (O, T, I) = (4096, 8192, 1024) is the down layer's input-gradient shape
@@ -62,6 +63,11 @@ def test_table_counts_the_fused_compressor_and_the_exact_weight_grad(tmp_path):
     # against the exact dense xᵀ·∇y (0.2 ms), not the MVUE + dense path (0.3 ms)
     assert (kn["m"], kn["n"], kn["k"], kn["config"]) == (1024, 4096, 8192, "k1")
     assert kn["speedup_with_compress"] == pytest.approx(0.2 / 0.25)
+    # cuSPARSELt beside CUTLASS where the layer run measured it: the down layer's input gradient
+    # (4096, 8192, 1024) and weight gradient; nothing for shapes it did not measure
+    assert e[(4096, 8192, 1024)]["cusparselt_speedup_with_compress"] == pytest.approx(0.2 / 0.08)
+    assert "cusparselt_speedup_with_compress" not in e[(3072, 8192, 768)]
+    assert kn["cusparselt_speedup_with_compress"] == pytest.approx(0.2 / 0.16)
 
 
 def test_table_ignores_the_tile_order_sweep(tmp_path):
@@ -118,6 +124,34 @@ def test_auto_weight_grad(gpu_stubs):
     assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "dense"
     gpu_stubs([])
     assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "dense"  # nothing measured
+
+
+def test_auto_picks_cusparselt_where_measured_faster(gpu_stubs, monkeypatch):
+    """cuSPARSELt (operand from our fused compressor) where the table measured it faster than CUTLASS
+    and the noise floor, bfloat16 only, and only where its layout check passes."""
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    monkeypatch.setattr(lt, "cusparselt_supports", lambda *a: True)
+    layout_ok = {"ok": True}
+    monkeypatch.setattr(lt, "fused_compress_ok", lambda *a: layout_ok["ok"])
+    fast, slow, dense = (dict(_entry(4096, 8192, 1024, 1.10), cusparselt_speedup_with_compress=1.30),
+                         dict(_entry(1024, 8192, 4096, 1.10), cusparselt_speedup_with_compress=1.05),
+                         dict(_entry(2048, 8192, 512, 0.90), cusparselt_speedup_with_compress=1.02))
+    gpu_stubs([fast, slow, dense], [dict(_entry(1024, 4096, 8192, 1.05), cusparselt_speedup_with_compress=1.2),
+                                    dict(_entry(4096, 1024, 8192, 1.2), cusparselt_speedup_with_compress=1.1)])
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
+    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # CUTLASS measured faster
+    assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16) == "dense"  # both below the noise floor
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"  # prepared: CUTLASS's format
+    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cusparselt"
+    assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "cutlass"
+    layout_ok["ok"] = False  # e.g. another cuSPARSELt version: CUTLASS, never the library's slow compressor
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
+    layout_ok["ok"] = True
+    f16 = [dict(fast, dtype="float16")]
+    gpu_stubs(f16)
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.float16) == "cutlass"  # float16: CUTLASS
 
 
 def test_linear_plan_follows_the_table(gpu_stubs):

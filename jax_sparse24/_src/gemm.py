@@ -17,7 +17,9 @@ Backends:
   ``cusparseLtSpMMACompress``; raises if the library or a GPU is missing or the shape is unsupported
   (m, n, k multiples of 16);
 * ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
-  compression included, beats XLA's dense GEMM for the shape, else ``dense``.
+  compression included, beats XLA's dense GEMM for the shape, ``cusparselt`` where the table
+  measured it (operand from our fused compressor) faster still (bfloat16, per-call operands), else
+  ``dense``.
 
 Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
 ``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
@@ -138,6 +140,22 @@ def _config(m: int, n: int, k: int, dtype) -> int:
     return -1 if hit is None else hit[1]
 
 
+def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> bool:
+    """``auto``: the table entry measured cuSPARSELt (operand from our fused compressor, per call)
+    faster than both CUTLASS and the noise floor, and that path is available here (bfloat16, the
+    library loaded, the layout check of :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
+    s_lt = entry.get("cusparselt_speedup_with_compress")
+    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN):
+        return False
+    if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
+        return False
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not lt.cusparselt_supports(m, n, k, dtype):
+        return False
+    return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
+
+
 def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
     if ffi.extension() is None:
         raise RuntimeError(f"backend='cusparselt': {ffi.extension_error()}")
@@ -177,6 +195,9 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
     if not (ok and ffi.cuda_kernels_available()):
         return "dense"
     if reuse is None:
+        e = _nearest_entry(m, n, k, dtype)
+        if e is not None and _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
+            return "cusparselt"
         return "cutlass" if _table_says_sparse(m, n, k, dtype) else "dense"
     speedup = amortized_speedup(m, n, k, dtype, reuse)
     return "cutlass" if speedup is not None and speedup > MIN_GAIN else "dense"
@@ -282,17 +303,24 @@ def _pad_rows(a, multiple: int):
     return a
 
 
+def _nearest_entry_kn(m: int, n: int, k: int, dtype):
+    """The ``entries_kn`` entry of the nearest measured weight-gradient shape (same dtype), or None."""
+    name = jnp.dtype(dtype).name
+    entries = [e for e in _table().get("entries_kn", []) if e["dtype"] == name]
+    if not entries:
+        return None
+    return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+
+
 def lookup_weight_grad(m: int, n: int, k: int, dtype):
     """Nearest measured weight-gradient shape (``entries_kn`` of the table): ``(speedup, config_id)`` or None.
 
     Keyed on the sparse GEMM of the weight gradient (M = O, N = I, K = T); the speedup counts the
     fused MVUE + compress pass against XLA's exact dense ``xᵀ·∇y`` (what ``auto`` runs otherwise).
     """
-    name = jnp.dtype(dtype).name
-    entries = [e for e in _table().get("entries_kn", []) if e["dtype"] == name]
-    if not entries:
+    e = _nearest_entry_kn(m, n, k, dtype)
+    if e is None:
         return None
-    e = min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
     from jax_sparse24._src import cuda_spmm_ops
 
     names = cuda_spmm_ops.cutlass_configs_kn()
@@ -304,7 +332,8 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
     n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``.
 
     ``auto`` picks ``cutlass`` only where the table's ``entries_kn`` show the fused MVUE + sparse
-    GEMM faster than XLA's exact dense ``xᵀ·∇y``."""
+    GEMM faster than XLA's exact dense ``xᵀ·∇y``, and ``cusparselt`` where they show the fused MVUE
+    (cuSPARSELt's layout) + cuSPARSELt GEMM faster than that and than CUTLASS (bfloat16)."""
     if backend in ("dense", "reference"):
         return backend
     if backend == "cusparselt":
@@ -324,8 +353,13 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
                 "jax_sparse24._src.cuda_spmm_ops.cutlass_configs_kn())")
             raise RuntimeError(f"backend='cutlass': {reason}")
         return "cutlass"
-    hit = lookup_weight_grad(m, n, k, dtype) if ok else None
-    if ok and ffi.cuda_kernels_available() and hit is not None and hit[0] > MIN_GAIN:
+    if not (ok and ffi.cuda_kernels_available()):
+        return "dense"
+    e = _nearest_entry_kn(m, n, k, dtype)
+    if e is not None and _cusparselt_wins(e, m, n, k + (-k) % 32, dtype, b_kn=True):
+        return "cusparselt"
+    hit = lookup_weight_grad(m, n, k, dtype)
+    if hit is not None and hit[0] > MIN_GAIN:
         return "cutlass"
     return "dense"
 
