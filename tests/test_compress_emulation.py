@@ -41,3 +41,44 @@ def test_compress_kernels_host_emulation(tmp_path):
     failures = [line for line in run.stdout.splitlines() if "FAIL" in line or line.startswith("  ")]
     assert run.returncode == 0, "emulation mismatches:\n" + "\n".join(failures[:40])
     assert "all cases ok" in run.stdout
+
+
+def test_cusparselt_layout_formula_matches_the_library_bytes(tmp_path):
+    """compress_layout.h's LtMetaNibble (what the fused compressors write for layout="cusparselt")
+    against bytes cusparseLtSpMMACompress wrote on the H100 (cuSPARSELt 0.8, bf16, A (128, 128)
+    stored row-major, two nonzeros in every group; scripts/probe_cusparselt.py): the values and
+    every metadata nibble are where the formula puts them. Runs without a GPU (host compiler only)."""
+    import numpy as np
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    z = np.load(os.path.join(ROOT, "tests", "data", "cusparselt_probe_bf16_m128_k128.npz"))
+    dense, lib = z["dense"].astype(np.float32), z["compressed"]
+    m, k = dense.shape
+    src = tmp_path / "lt_nibbles.cc"
+    src.write_text('#include "compress_layout.h"\n#include <cstdio>\nint main() {\n'
+                   f'  for (int r = 0; r < {m}; ++r) for (int g = 0; g < {k // 4}; ++g)\n'
+                   f'    std::printf("%lld\\n", (long long)jax_sparse24::compress::LtMetaNibble(r, 4 * g, {k}));\n'
+                   '}\n')
+    exe = tmp_path / "lt_nibbles"
+    build = subprocess.run([cxx, "-std=c++17", "-D__host__=", "-D__device__=", "-D__forceinline__=inline",
+                            "-I", os.path.join(ROOT, "xla_ffi"), str(src), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    pos = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
+                   np.int64).reshape(m, k // 4)
+    assert lib.shape == (m * k + m * k // 8,)
+    # values: the two nonzeros of each group, (m, k/2) row-major, bf16 bit patterns
+    groups = dense.reshape(m, k // 4, 4)
+    assert ((groups != 0).sum(-1) == 2).all()
+    kept = groups[groups != 0].reshape(m, k // 2)
+    bf16_bits = (kept.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(lib[: m * k].view(np.uint16).reshape(m, k // 2), bf16_bits)
+    # metadata: nibble i | j << 2 of the group's nonzero lanes i < j, at LtMetaNibble
+    lanes = np.argsort(groups == 0, axis=-1, kind="stable")[..., :2]
+    want = (lanes[..., 0] | (lanes[..., 1] << 2)).astype(np.uint8)
+    meta = lib[m * k:]
+    got = (meta[pos >> 1] >> (4 * (pos & 1))) & 0xF
+    np.testing.assert_array_equal(got, want)
+    assert np.unique(pos).size == pos.size == 2 * meta.size  # every nibble of the buffer, once
