@@ -203,86 +203,63 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
     return "cutlass" if speedup is not None and speedup > MIN_GAIN else "dense"
 
 
+def _weight_gemm(chosen: str, b2, w, mask, dense, *, m: int, n: int, k: int, transposed: bool, dtype):
+    """``D (n, m) = b2 (n, k) · Aᵀ`` with the 2:4 operand A made from W ⊙ M in one fused pass:
+    ``transposed=True``: A = W̃ᵀ (O, I) (the forward GEMM), False: A = W̃ (I, O) (the input gradient),
+    on the ``chosen`` sparse backend (``"cutlass"`` or ``"cusparselt"``); ``dense(b2, W̃)`` off CUDA."""
+    from jax_sparse24._src import cuda_compress_ops as cc
+
+    if chosen == "cusparselt":
+        from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+        if lt.fused_compress_ok(m, n, k, dtype):
+            def sparse(b2, wc, mk):  # our compressor writes cuSPARSELt's operand, A stored (M, K)
+                ca = cc.masked_compress(wc, mk, transposed=transposed, layout="cusparselt")
+                return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
+        else:
+            # the library's compressor on W̃ as stored (I, O): (K, M) for the forward, (M, K) for ∇x
+            a_layout = lt.A_KM if transposed else lt.A_MK
+
+            def sparse(b2, wc, mk):
+                ca = lt.cusparselt_compress(masked_weight(wc, mk), m=m, n=n, k=k, a_layout=a_layout,
+                                            b_layout=lt.B_NK)
+                return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
+    else:
+        from jax_sparse24._src import cuda_spmm_ops as cs
+
+        def sparse(b2, wc, mk):
+            values, meta = cc.masked_compress(wc, mk, transposed=transposed)  # one pass over W and M
+            return cs.cutlass_spmm(values, meta, b2, m=m, k=k, config=_config(m, n, k, dtype))
+
+    dense3 = lambda b2, wc, mk: dense(b2, masked_weight(wc, mk))  # noqa: E731
+    return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), _as_bool(mask))
+
+
 def forward(x2, w, mask, *, backend: str, precision=None):
     dtype = jnp.result_type(x2, w)
-    wm = masked_weight(w, mask).astype(dtype)
     x2 = x2.astype(dtype)
     t, i = x2.shape
     o = w.shape[1]
     dense = lambda x2, wm: _dot(x2, wm, precision)  # noqa: E731
     chosen = choose(backend, o, t, i, dtype)
-    if chosen == "cusparselt":
-        from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-        if lt.fused_compress_ok(o, t, i, dtype):
-            from jax_sparse24._src import cuda_compress_ops as cc
-
-            def sparse_fused(x2, wc, mk):  # A = W̃ᵀ (O, I) = (M, K), one pass over W and the mask
-                ca = cc.masked_compress(wc, mk, transposed=True, layout="cusparselt")
-                return lt.cusparselt_spmm(ca, x2, m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
-
-            dense3 = lambda x2, wc, mk: dense(x2, masked_weight(wc, mk))  # noqa: E731
-            return ffi.per_platform(dense3, sparse_fused, x2, w.astype(dtype), _as_bool(mask))
-
-        def sparse_lt(x2, wm):  # A = W̃ stored (I, O) = (K, M); B = x (T, I) = (N, K); d = y (T, O)
-            ca = lt.cusparselt_compress(wm, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
-            return lt.cusparselt_spmm(ca, x2, m=o, n=t, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
-
-        return ffi.per_platform(dense, sparse_lt, x2, wm)
-    if chosen != "cutlass":
-        return dense(x2, wm)
-    from jax_sparse24._src import cuda_compress_ops as cc
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
-    def sparse(x2, wc, mk):
-        values, meta = cc.masked_compress(wc, mk, transposed=True)  # W̃ᵀ (O, I), 2:4 along I; one pass
-        return cs.cutlass_spmm(values, meta, x2, m=o, k=i, config=_config(o, t, i, dtype))  # (T, O)
-
-    dense3 = lambda x2, wc, mk: dense(x2, masked_weight(wc, mk))  # noqa: E731
-    return ffi.per_platform(dense3, sparse, x2, w.astype(dtype), _as_bool(mask))
+    if chosen not in ("cutlass", "cusparselt"):
+        return dense(x2, masked_weight(w, mask).astype(dtype))
+    # y (T, O) = x · W̃: D (T, O) with A = W̃ᵀ (O, I), 2:4 along I
+    return _weight_gemm(chosen, x2, w, mask, dense, m=o, n=t, k=i, transposed=True, dtype=dtype)
 
 
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
     dtype = jnp.result_type(g2, w)
-    wm = masked_weight(w, mask).astype(dtype)
     g2 = g2.astype(dtype)
     t, o = g2.shape
     i = w.shape[0]
     dense = lambda g2, wm: _dot(g2, wm.T, precision)  # noqa: E731
-    if not transposable:
-        if backend == "cutlass":
-            pass  # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
-        return dense(g2, wm)
-    chosen = choose(backend, i, t, o, dtype)
-    if chosen == "cusparselt":
-        from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-        if lt.fused_compress_ok(i, t, o, dtype):
-            from jax_sparse24._src import cuda_compress_ops as cc
-
-            def sparse_fused(g2, wc, mk):  # A = W̃ (I, O) = (M, K), one pass over W and the mask
-                ca = cc.masked_compress(wc, mk, transposed=False, layout="cusparselt")
-                return lt.cusparselt_spmm(ca, g2, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
-
-            dense3 = lambda g2, wc, mk: dense(g2, masked_weight(wc, mk))  # noqa: E731
-            return ffi.per_platform(dense3, sparse_fused, g2, w.astype(dtype), _as_bool(mask))
-
-        def sparse_lt(g2, wm):  # A = W̃ stored (I, O) = (M, K); B = ∇y (T, O) = (N, K); d = ∇x (T, I)
-            ca = lt.cusparselt_compress(wm, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
-            return lt.cusparselt_spmm(ca, g2, m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
-
-        return ffi.per_platform(dense, sparse_lt, g2, wm)
-    if chosen != "cutlass":
-        return dense(g2, wm)
-    from jax_sparse24._src import cuda_compress_ops as cc
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
-    def sparse(g2, wc, mk):
-        values, meta = cc.masked_compress(wc, mk, transposed=False)  # W̃ (I, O), 2:4 along O; one pass
-        return cs.cutlass_spmm(values, meta, g2, m=i, k=o, config=_config(i, t, o, dtype))  # (T, I)
-
-    dense3 = lambda g2, wc, mk: dense(g2, masked_weight(wc, mk))  # noqa: E731
-    return ffi.per_platform(dense3, sparse, g2, w.astype(dtype), _as_bool(mask))
+    # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
+    chosen = choose(backend, i, t, o, dtype) if transposable else "dense"
+    if chosen not in ("cutlass", "cusparselt"):
+        return dense(g2, masked_weight(w, mask).astype(dtype))
+    # ∇x (T, I) = ∇y · W̃ᵀ: D (T, I) with A = W̃ (I, O), 2:4 along O
+    return _weight_gemm(chosen, g2, w, mask, dense, m=i, n=t, k=o, transposed=False, dtype=dtype)
 
 
 def weight_grad(x2, g2, *, backend: str, precision=None):
