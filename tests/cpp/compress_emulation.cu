@@ -197,34 +197,27 @@ void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t 
   p.nkw = 2;
   std::vector<uint16_t> dv, tv;
   std::vector<uint8_t> dm, tm;
-  const int64_t dmal = (R + 63) / 64 * 64, dkal = (C + 127) / 128 * 128;
-  const int64_t tmal = (C + 63) / 64 * 64, tkal = (R + 127) / 128 * 128;
   std::vector<uint8_t> dbuf, tbuf;  // lt: values + metadata in one buffer
   p.lt = lt;
-  if (dir && lt) {
-    dbuf.assign(R * C + R * C / 8, 0xCD);
-    p.d_values = dbuf.data();
-    p.d_meta = dbuf.data() + R * C;
-    p.d_meta_rows = R;
-  } else if (dir) {
-    dv.assign(R * C / 2, 0xCDCD);
-    dm.assign(dmal * dkal / 8, 0xCD);
-    p.d_values = dv.data();
-    p.d_meta = dm.data();
-    p.d_meta_rows = dmal;
-  }
-  if (trans && lt) {
-    tbuf.assign(R * C + R * C / 8, 0xCD);
-    p.t_values = tbuf.data();
-    p.t_meta = tbuf.data() + R * C;
-    p.t_meta_rows = C;
-  } else if (trans) {
-    tv.assign(R * C / 2, 0xCDCD);
-    tm.assign(tmal * tkal / 8, 0xCD);
-    p.t_values = tv.data();
-    p.t_meta = tm.data();
-    p.t_meta_rows = tmal;
-  }
+  // Poisoned outputs of the operand with m rows and k columns (A = x: R x C; A = x^T: C x R).
+  auto outputs = [&](int64_t m, int64_t k, std::vector<uint16_t>& v, std::vector<uint8_t>& meta,
+                     std::vector<uint8_t>& buf, void*& values, uint8_t*& meta_ptr, int64_t& meta_rows) {
+    if (lt) {
+      buf.assign(m * k + m * k / 8, 0xCD);
+      values = buf.data();
+      meta_ptr = buf.data() + m * k;
+      meta_rows = m;
+    } else {
+      const int64_t mal = (m + 63) / 64 * 64, kal = (k + 127) / 128 * 128;
+      v.assign(m * k / 2, 0xCDCD);
+      meta.assign(mal * kal / 8, 0xCD);
+      values = v.data();
+      meta_ptr = meta.data();
+      meta_rows = mal;
+    }
+  };
+  if (dir) outputs(R, C, dv, dm, dbuf, p.d_values, p.d_meta, p.d_meta_rows);
+  if (trans) outputs(C, R, tv, tm, tbuf, p.t_values, p.t_meta, p.t_meta_rows);
   if (dir && trans) {
     if constexpr (OP == Op::kMask) Emulate<T, OP, true, true>(p, grid);
   } else if (dir) Emulate<T, OP, true, false>(p, grid);
