@@ -84,11 +84,11 @@ def probe_kernels():
             x = jax.random.normal(key, (T, I), jnp.bfloat16)
             g = jax.random.normal(key, (T, O), jnp.bfloat16)
             w = jax.random.normal(key, (I, O), jnp.bfloat16)
-            w24 = w * (jnp.arange(O)[None, :] % 2 == 0) * (jnp.arange(I)[:, None] % 4 < 2)  # 2:4 along I
-            g24 = g * (jnp.arange(T)[:, None] % 4 < 2)  # 2:4 along T
-            # forward: m=O, n=T, k=I, A = W~ (I, O) = (k, m); dx: m=I, n=T, k=O, A = W~^T as (m, k)... use the
-            # transpose of a mask 2:4 along O for dx
+            # the 2:4 operands as the layer stores them: forward A = W~ (I, O) = (k, m), 2:4 along I;
+            # input gradient A = W~ (I, O) = (m, k), 2:4 along O; weight gradient A = dy (T, O) = (k, m)
+            w24 = w * (jnp.arange(I)[:, None] % 4 < 2)
             wT24 = w * (jnp.arange(O)[None, :] % 4 < 2)
+            g24 = g * (jnp.arange(T)[:, None] % 4 < 2)
             specs = [
                 (f"d{d} {I}x{O} fwd", dict(m=O, n=T, k=I, a_layout=lt.A_KM, b_layout=lt.B_NK), w24, x,
                  lambda p, q: p @ q, (x, w)),
