@@ -130,11 +130,6 @@ def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
 MIN_GAIN = 1.03
 
 
-def _table_says_sparse(m: int, n: int, k: int, dtype) -> bool:
-    hit = lookup(m, n, k, dtype)
-    return hit is not None and hit[0] > MIN_GAIN
-
-
 def _config(m: int, n: int, k: int, dtype) -> int:
     hit = lookup(m, n, k, dtype)
     return -1 if hit is None else hit[1]
@@ -196,9 +191,11 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
         return "dense"
     if reuse is None:
         e = _nearest_entry(m, n, k, dtype)
-        if e is not None and _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
+        if e is None:
+            return "dense"
+        if _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
             return "cusparselt"
-        return "cutlass" if _table_says_sparse(m, n, k, dtype) else "dense"
+        return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
     speedup = amortized_speedup(m, n, k, dtype, reuse)
     return "cutlass" if speedup is not None and speedup > MIN_GAIN else "dense"
 
@@ -333,12 +330,11 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
     if not (ok and ffi.cuda_kernels_available()):
         return "dense"
     e = _nearest_entry_kn(m, n, k, dtype)
-    if e is not None and _cusparselt_wins(e, m, n, k + (-k) % 32, dtype, b_kn=True):
+    if e is None:
+        return "dense"
+    if _cusparselt_wins(e, m, n, k + (-k) % 32, dtype, b_kn=True):
         return "cusparselt"
-    hit = lookup_weight_grad(m, n, k, dtype)
-    if hit is not None and hit[0] > MIN_GAIN:
-        return "cutlass"
-    return "dense"
+    return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
 
 
 def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
