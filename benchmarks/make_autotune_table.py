@@ -18,8 +18,9 @@ configuration and the speedup of the fused MVUE+compress + sparse GEMM over XLA'
 ``--layer`` files (runs at different widths) are read as one (records concatenated; each file's
 dtype applies to its own records). Where a layer run also measured cuSPARSELt with our fused
 compressor writing its operand (``fwd/dx cusparselt + fused compress``, ``dw cusparselt + fused mvue
-compress``), the entries get ``cusparselt_speedup_with_compress``; ``auto`` runs cuSPARSELt where that
-beats both CUTLASS and the noise floor.
+compress``), the entries get ``cusparselt_speedup_with_compress`` and ``cusparselt_gemm_speedup`` (GEMM
+only, for prepared weights); ``auto`` runs cuSPARSELt where that beats both CUTLASS and the noise
+floor.
 """
 
 import argparse
@@ -66,23 +67,26 @@ def main():
         measured = {}  # (m, n, k, dtype) -> speedup with the fused compressor
         gemm_only = {}  # (m, n, k, dtype) -> GEMM-only speedup (default configuration)
         measured_lt = {}  # (m, n, k, dtype) -> cuSPARSELt GEMM + our fused compressor in its layout
+        gemm_only_lt = {}  # (m, n, k, dtype) -> cuSPARSELt GEMM-only speedup (prepared weights)
         for r in layer["records"]:
             dtype = r["dtype"]
             if r.get("section") != "gemm":
                 continue
             ms = r["ms"]
             fwd_base = min(ms.get("fwd dense x@w", float("inf")), ms.get("fwd dense x@(w*m)", float("inf")))
-            for key, total, gemm_ms, base, lt_total in (
+            for key, total, gemm_ms, base, lt_total, lt_gemm in (
                     ((r["O"], r["T"], r["I"], dtype), ms.get("fwd cutlass + fused compress"), ms.get("fwd cutlass gemm"),
-                     fwd_base, ms.get("fwd cusparselt + fused compress")),
+                     fwd_base, ms.get("fwd cusparselt + fused compress"), ms.get("fwd cusparselt gemm")),
                     ((r["I"], r["T"], r["O"], dtype), ms.get("dx cutlass + fused compress"), ms.get("dx cutlass gemm"),
-                     ms.get("dx dense g@w.T"), ms.get("dx cusparselt + fused compress"))):
+                     ms.get("dx dense g@w.T"), ms.get("dx cusparselt + fused compress"), ms.get("dx cusparselt gemm"))):
                 if total and base:
                     measured[key] = min(measured.get(key, float("inf")), base / total)
                 if gemm_ms and base:
                     gemm_only[key] = min(gemm_only.get(key, float("inf")), base / gemm_ms)
                 if lt_total and base:
                     measured_lt[key] = min(measured_lt.get(key, float("inf")), base / lt_total)
+                if lt_gemm and base:
+                    gemm_only_lt[key] = min(gemm_only_lt.get(key, float("inf")), base / lt_gemm)
         for e in entries:
             hit = measured.pop((e["m"], e["n"], e["k"], e["dtype"]), None)
             if hit is not None:
@@ -93,9 +97,11 @@ def main():
                             "gemm_speedup": gemm_only.get((m, n, k, dt)), "speedup_with_compress": sp,
                             "compress_source": "layer (fused compressor)"})
         for e in entries:  # cuSPARSELt beside CUTLASS where the layer run measured it (per-call operand)
-            sp = measured_lt.get((e["m"], e["n"], e["k"], e["dtype"]))
-            if sp is not None:
-                e["cusparselt_speedup_with_compress"] = sp
+            key = (e["m"], e["n"], e["k"], e["dtype"])
+            if measured_lt.get(key) is not None:
+                e["cusparselt_speedup_with_compress"] = measured_lt[key]
+                # GEMM only: what a prepared weight pays per call (compression amortized)
+                e["cusparselt_gemm_speedup"] = gemm_only_lt.get(key) or measured_lt[key]
     out = {
         "source": os.path.relpath(a.spmm_json, os.path.join(HERE, "..")),
         "device": meta["device"], "date": meta["date"], "configs": meta["configs"],

@@ -29,7 +29,7 @@ def _write(tmp_path):
           "dx dense g@w.T": 0.2, "dx cutlass + fused compress": 0.1,
           "dw dense x.T@g": 0.2, "dw mvue24 + dense": 0.3, "dw cutlass + fused mvue compress": 0.25,
           "dw cutlass kn gemm": 0.1, "dw cutlass kn gemm [k1]": 0.1,
-          "dx cusparselt + fused compress": 0.08, "dw cusparselt + fused mvue compress": 0.16}
+          "dx cusparselt + fused compress": 0.08, "dx cusparselt gemm": 0.05, "dw cusparselt + fused mvue compress": 0.16}
     layer = {"meta": {"dtype": "bfloat16"}, "records": [
         dict(section="gemm", d=1024, layer="down", I=4096, O=1024, T=8192, ms=ms, kn_best_config="k1"),
         # the up layer's forward (O, T, I) = (4096, 8192, 1024) is the down layer's input-gradient shape
@@ -66,6 +66,7 @@ def test_table_counts_the_fused_compressor_and_the_exact_weight_grad(tmp_path):
     # cuSPARSELt beside CUTLASS where the layer run measured it: the down layer's input gradient
     # (4096, 8192, 1024) and weight gradient; nothing for shapes it did not measure
     assert e[(4096, 8192, 1024)]["cusparselt_speedup_with_compress"] == pytest.approx(0.2 / 0.08)
+    assert e[(4096, 8192, 1024)]["cusparselt_gemm_speedup"] == pytest.approx(0.2 / 0.05)  # for prepared weights
     assert "cusparselt_speedup_with_compress" not in e[(3072, 8192, 768)]
     assert kn["cusparselt_speedup_with_compress"] == pytest.approx(0.2 / 0.16)
 
@@ -142,7 +143,6 @@ def test_auto_picks_cusparselt_where_measured_faster(gpu_stubs, monkeypatch):
     assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
     assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # CUTLASS measured faster
     assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16) == "dense"  # both below the noise floor
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"  # prepared: CUTLASS's format
     assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cusparselt"
     assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "cutlass"
     layout_ok["ok"] = False  # e.g. another cuSPARSELt version: CUTLASS, never the library's slow compressor
@@ -152,6 +152,36 @@ def test_auto_picks_cusparselt_where_measured_faster(gpu_stubs, monkeypatch):
     f16 = [dict(fast, dtype="float16")]
     gpu_stubs(f16)
     assert gemm.choose("auto", 4096, 8192, 1024, jnp.float16) == "cutlass"  # float16: CUTLASS
+
+
+def test_auto_prepared_weights_weigh_both_backends_amortized(gpu_stubs, monkeypatch):
+    """With reuse (a prepared weight), auto compares CUTLASS and cuSPARSELt by their amortized
+    speedups (GEMM-only speedup plus the compression over reuse calls), bfloat16 cuSPARSELt only."""
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    monkeypatch.setattr(lt, "cusparselt_supports", lambda *a: True)
+    layout_ok = {"ok": True}
+    monkeypatch.setattr(lt, "fused_compress_ok", lambda *a: layout_ok["ok"])
+    # per call cuSPARSELt loses (0.95 < 1.0), amortized over 8 calls it wins (≈1.35 vs ≈1.12)
+    lt_amortized = dict(_entry(4096, 8192, 1024, 1.0), gemm_speedup=1.15, cusparselt_speedup_with_compress=0.95,
+                        cusparselt_gemm_speedup=1.45)
+    cutlass_gemm = dict(_entry(1024, 8192, 4096, 1.0), gemm_speedup=1.40, cusparselt_speedup_with_compress=1.05,
+                        cusparselt_gemm_speedup=1.20)
+    no_lt = dict(_entry(2048, 8192, 512, 0.9), gemm_speedup=1.3)
+    gpu_stubs([lt_amortized, cutlass_gemm, no_lt])
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"  # per call: both ≤ 1.0
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cusparselt"
+    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8, backend="cusparselt") == pytest.approx(
+        1 / (1 / 1.45 + (1 / 0.95 - 1 / 1.45) / 8))
+    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=8) == "cutlass"  # CUTLASS's GEMM faster
+    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cusparselt"  # per call cuSPARSELt 1.05
+    assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16, reuse=8) == "cutlass"  # not measured: CUTLASS
+    assert gemm.amortized_speedup(2048, 8192, 512, jnp.bfloat16, 8, backend="cusparselt") is None
+    layout_ok["ok"] = False  # no fused path for cuSPARSELt: CUTLASS
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cutlass"
+    layout_ok["ok"] = True
+    gpu_stubs([dict(lt_amortized, dtype="float16")])
+    assert gemm.choose("auto", 4096, 8192, 1024, jnp.float16, reuse=8) == "cutlass"  # float16: CUTLASS
 
 
 def test_linear_plan_follows_the_table(gpu_stubs):
@@ -223,8 +253,6 @@ def test_prepared_weights_amortize_the_compression(gpu_stubs):
     assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8) == pytest.approx(0.9)
     with pytest.raises(ValueError, match="reuse must be a positive integer"):
         s24.linear_plan(8192, 1024, 4096, reuse=0)
-    with pytest.raises(ValueError, match="CUTLASS's compressed format"):
-        gemm.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16, reuse=2)
 
 
 def test_table_records_the_gemm_only_speedup_of_layer_shapes(tmp_path):

@@ -460,46 +460,93 @@ def test_sparse24dense_every_method_differentiates_on_gpu(method):
         assert np.isfinite(got).all() and rel < 3e-3, f"seed={seed} {method} d{name}: rel {rel:.3g}"
 
 
+@pytest.mark.parametrize("backend", ["cutlass", "cusparselt"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("transposable", [True, False], ids=["transposable", "in-only"])
-def test_prepared_weight_is_the_per_call_path_bit_for_bit(transposable, dtype):
-    """prepare_weight(backend='cutlass') holds exactly the operands the per-call path compresses
-    (masked_compress_both == the two one-direction passes == cutlass_compress of W̃ᵀ / W̃), and
-    sparse24_linear(prepared=) gives the same y, ∇x, ∇W bit for bit — also under a scan."""
+def test_prepared_weight_is_the_per_call_path_bit_for_bit(transposable, dtype, backend):
+    """prepare_weight holds exactly the operands the per-call path compresses — CUTLASS:
+    masked_compress_both == the two one-direction passes == cutlass_compress of W̃ᵀ / W̃;
+    cuSPARSELt: the bytes of cusparseLtSpMMACompress of W̃ᵀ / W̃ stored (M, K) — and
+    sparse24_linear(prepared=) gives the same y, ∇x, ∇W bit for bit, also under a scan (float16
+    cuSPARSELt: the per-call path compresses W̃ in place, (K, M), another plan; there y, ∇x, ∇W are
+    compared with the exact product and the per-call gradients)."""
     import jax_sparse24 as s24
 
     skip_uncompiled(dtype)
+    if backend == "cusparselt":
+        _skip_no_cusparselt()
     rng, seed = _rng()
     t, i, o = 272, 256, 384
     x = jnp.asarray(nonzero_normal(rng, (t, i), dtype), dtype)
     w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
     mask = s24.transposable_mask24(w) if transposable else s24.mask24(w, axis=0)
-    pw = jax.jit(lambda w, m: s24.prepare_weight(w, m, tokens=t, backend="cutlass", transposable=transposable))(
+    pw = jax.jit(lambda w, m: s24.prepare_weight(w, m, tokens=t, backend=backend, transposable=transposable))(
         w, mask)
     assert set(pw) == ({"forward", "input_grad"} if transposable else {"forward", "masked"}), seed
     wm = np.asarray(jnp.where(mask, w, 0))
     for name, a in (("forward", wm.T), ("input_grad", wm)):
         if name not in pw:
             continue
-        values, meta = ops.cutlass_compress(jnp.asarray(np.ascontiguousarray(a)))
+        a = jnp.asarray(np.ascontiguousarray(a))
+        if backend == "cusparselt":  # every group holds exactly two nonzeros: one legal encoding
+            (mm, kk) = a.shape
+            theirs = _lt.cusparselt_compress(a, m=mm, n=t, k=kk, a_layout=_lt.A_MK, b_layout=_lt.B_NK)
+            np.testing.assert_array_equal(np.asarray(pw[name]["cusparselt"]), np.asarray(theirs), f"seed={seed} {name}")
+            continue
+        values, meta = ops.cutlass_compress(a)
         np.testing.assert_array_equal(np.asarray(pw[name]["values"]), np.asarray(values), f"seed={seed} {name}")
         np.testing.assert_array_equal(np.asarray(pw[name]["meta"]), np.asarray(meta), f"seed={seed} {name}")
+    bitwise = backend == "cutlass" or jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16)
 
     def loss(x, w, prepared):
-        y = s24.sparse24_linear(x, w, mask, backend="cutlass", transposable=transposable, prepared=prepared)
+        y = s24.sparse24_linear(x, w, mask, backend=backend, transposable=transposable, prepared=prepared)
         return (y.astype(jnp.float32) ** 2).sum(), y
 
     f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
     ((l0, y0), g0), ((l1, y1), g1) = f(x, w, None), f(x, w, pw)
     for a, b, what in ((y0, y1, "y"), (g0[0], g1[0], "dx"), (g0[1], g1[1], "dW"), (l0, l1, "loss")):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed} {what}")
+        if bitwise:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed} {what}")
+        else:
+            check_close(b, np.asarray(a, np.float64), dtype, f"seed={seed} {what} prepared vs per call")
     check_close(y1, np.asarray(x, np.float64) @ wm.astype(np.float64), dtype, f"seed={seed} prepared forward")
+    if transposable:
+        g = 2 * np.asarray(y1, np.float64)
+        check_close(g1[0], g @ wm.T.astype(np.float64), dtype, f"seed={seed} prepared dx")
 
     xs = jnp.stack([x, -x, 2 * x])  # gradient accumulation: prepared once, outside the scan
     acc = jax.jit(lambda w, p: jax.lax.scan(
         lambda c, xb: (c + jax.grad(lambda w: loss(xb, w, p)[0])(w).astype(jnp.float32), None),
         jnp.zeros(w.shape, jnp.float32), xs)[0])
-    np.testing.assert_array_equal(np.asarray(acc(w, None)), np.asarray(acc(w, pw)), f"seed={seed} scan")
+    a0, a1 = np.asarray(acc(w, None)), np.asarray(acc(w, pw))
+    if bitwise:
+        np.testing.assert_array_equal(a0, a1, f"seed={seed} scan")
+    else:
+        check_close(a1, a0.astype(np.float64), jnp.float32, f"seed={seed} scan")
+
+
+def test_auto_prepared_weight_takes_cusparselt_where_the_table_says(monkeypatch):
+    """nn-level: with a table that measured cuSPARSELt faster with the compression amortized,
+    prepare_weight(backend='auto') holds cuSPARSELt operands and the layer's results match the
+    per-call path (bfloat16)."""
+    import jax_sparse24 as s24
+    from jax_sparse24._src import gemm
+
+    _skip_no_cusparselt()
+    t, i, o = 256, 256, 384
+    table = {"entries": [dict(m=m, n=t, k=k, dtype="bfloat16", config="x", gemm_speedup=1.1, speedup_with_compress=0.9,
+                              cusparselt_speedup_with_compress=1.0, cusparselt_gemm_speedup=1.5)
+                         for m, k in ((o, i), (i, o))], "entries_kn": []}
+    monkeypatch.setattr(gemm, "_table", lambda: table)
+    rng, seed = _rng()
+    x = jnp.asarray(nonzero_normal(rng, (t, i), jnp.bfloat16), jnp.bfloat16)
+    w = jnp.asarray(nonzero_normal(rng, (i, o), jnp.bfloat16) / 16, jnp.bfloat16)
+    mask = s24.transposable_mask24(w)
+    pw = s24.prepare_weight(w, mask, tokens=t, reuse=4)
+    assert {k: set(v) for k, v in pw.items()} == {"forward": {"cusparselt"}, "input_grad": {"cusparselt"}}, seed
+    y = jax.jit(lambda x, w, p: s24.sparse24_linear(x, w, mask, prepared=p))(x, w, pw)
+    check_close(y, np.asarray(x, np.float64) @ np.asarray(jnp.where(mask, w, 0), np.float64), jnp.bfloat16,
+                f"seed={seed}")
 
 
 def test_nn_prepare_on_gpu_matches_the_per_call_path():

@@ -81,19 +81,30 @@ def lookup(m: int, n: int, k: int, dtype):
     return None if e is None else (e["speedup_with_compress"], _config_id(e["config"]))
 
 
-def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int):
+def _amortized(s_g, s_c, reuse: int) -> float:
+    """Time per call ``1/s_g + (1/s_c - 1/s_g)/reuse`` (dense GEMM = 1) as a speedup."""
+    return 1.0 / (1.0 / s_g + (1.0 / s_c - 1.0 / s_g) / max(int(reuse), 1))
+
+
+def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str = "cutlass"):
     """Speedup of the sparse GEMM over XLA's dense one when one compression serves ``reuse`` calls.
 
     From the nearest measured shape: with ``s_g`` the GEMM-only speedup and ``s_c`` the speedup
     with the compression paid on every call, the time per call is ``1/s_g + (1/s_c - 1/s_g)/reuse``
-    (in units of the dense GEMM). ``None`` without a table entry.
+    (in units of the dense GEMM). ``backend``: ``"cutlass"`` or ``"cusparselt"`` (operand from our
+    fused compressor). ``None`` without a table entry (or without a cuSPARSELt measurement).
     """
     e = _nearest_entry(m, n, k, dtype)
     if e is None:
         return None
+    if backend == "cusparselt":
+        s_c = e.get("cusparselt_speedup_with_compress")
+        if not s_c:
+            return None
+        return _amortized(e.get("cusparselt_gemm_speedup") or s_c, s_c, reuse)
     s_c = e["speedup_with_compress"]
     s_g = e.get("gemm_speedup") or s_c  # layer-only entries of older tables lack the GEMM-only ratio
-    return 1.0 / (1.0 / s_g + (1.0 / s_c - 1.0 / s_g) / max(int(reuse), 1))
+    return _amortized(s_g, s_c, reuse)
 
 
 def _config_id(name: str) -> int:
@@ -135,13 +146,9 @@ def _config(m: int, n: int, k: int, dtype) -> int:
     return -1 if hit is None else hit[1]
 
 
-def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> bool:
-    """``auto``: the table entry measured cuSPARSELt (operand from our fused compressor, per call)
-    faster than both CUTLASS and the noise floor, and that path is available here (bfloat16, the
-    library loaded, the layout check of :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
-    s_lt = entry.get("cusparselt_speedup_with_compress")
-    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN):
-        return False
+def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
+    """cuSPARSELt with our fused compressor writing its operand can run here (bfloat16, the library
+    loaded, the layout check of :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
     if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
         return False
     from jax_sparse24._src import cuda_cusparselt_ops as lt
@@ -149,6 +156,15 @@ def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> boo
     if not lt.cusparselt_supports(m, n, k, dtype):
         return False
     return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
+
+
+def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> bool:
+    """``auto``: the table entry measured cuSPARSELt (operand from our fused compressor, per call)
+    faster than both CUTLASS and the noise floor, and that path is available here."""
+    s_lt = entry.get("cusparselt_speedup_with_compress")
+    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN):
+        return False
+    return _fused_lt_available(m, n, k, dtype, b_kn=b_kn)
 
 
 def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
@@ -169,14 +185,11 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
 
     ``reuse``: the 2:4 operand is compressed once and used by ``reuse`` calls (a prepared weight,
     :func:`prepare`); ``auto`` then weighs the compression by ``1/reuse``
-    (:func:`amortized_speedup`). ``None``: compressed on every call.
+    (:func:`amortized_speedup`, for CUTLASS and cuSPARSELt). ``None``: compressed on every call.
     """
     if backend in ("dense", "reference"):
         return backend
     if backend == "cusparselt":
-        if reuse is not None:
-            raise ValueError("prepared weights hold CUTLASS's compressed format: use backend='cutlass' or "
-                             "'auto' (or call sparse24_linear without prepared= for cuSPARSELt)")
         return _choose_cusparselt(m, n, k, dtype)
     ok = _cutlass_ok(m, n, k, dtype)
     if backend == "cutlass":
@@ -196,8 +209,11 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
         if _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
             return "cusparselt"
         return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
-    speedup = amortized_speedup(m, n, k, dtype, reuse)
-    return "cutlass" if speedup is not None and speedup > MIN_GAIN else "dense"
+    s_cutlass = amortized_speedup(m, n, k, dtype, reuse) or 0.0
+    s_lt = amortized_speedup(m, n, k, dtype, reuse, backend="cusparselt") or 0.0
+    if s_lt > max(s_cutlass, MIN_GAIN) and _fused_lt_available(m, n, k, dtype):
+        return "cusparselt"
+    return "cutlass" if s_cutlass > MIN_GAIN else "dense"
 
 
 def _weight_gemm(chosen: str, b2, w, mask, dense, *, m: int, n: int, k: int, transposed: bool, dtype):
@@ -436,10 +452,11 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
 # the compressed W̃ᵀ (forward operand) and W̃ (input-gradient operand) where the sparse GEMM is
 # chosen, the masked dense W̃ in the compute dtype where a dense GEMM is.
 
-#: Keys of a prepared weight (a dict): ``"forward"`` / ``"input_grad"`` hold ``{"values", "meta"}``
-#: of the CUTLASS operand (W̃ᵀ, W̃) when that GEMM runs sparse; ``"masked"`` holds W̃ when a GEMM runs
-#: dense (forward or input gradient).
+#: Keys of a prepared weight (a dict): ``"forward"`` / ``"input_grad"`` hold the compressed operand
+#: (W̃ᵀ, W̃) when that GEMM runs sparse — ``{"values", "meta"}`` for CUTLASS, ``{"cusparselt"}`` (one
+#: uint8 buffer, A stored (M, K)) for cuSPARSELt; ``"masked"`` holds W̃ when a GEMM runs dense.
 PREPARED_KEYS = ("forward", "input_grad", "masked")
+_OPERAND_KEYS = {"cutlass": ("values", "meta"), "cusparselt": ("cusparselt",)}
 
 
 def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
@@ -454,37 +471,87 @@ def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, trans
     return fwd, dx
 
 
+def _mk_of(name: str, i: int, o: int) -> tuple[int, int]:
+    """(M, K) of a weight GEMM's 2:4 operand: forward A = W̃ᵀ (O, I), input gradient A = W̃ (I, O)."""
+    return (o, i) if name == "forward" else (i, o)
+
+
+def _prepare_cutlass(wc, mk, names, dtype):
+    """CUTLASS operands ``{"values", "meta"}`` of the GEMMs ``names`` (one pass over W for both)."""
+    from jax_sparse24._src import cuda_compress_ops as cc
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    i, o = wc.shape
+
+    def cuda(wc, mk):
+        if len(names) == 2:
+            return cc.masked_compress_both(wc, mk)
+        return (cc.masked_compress(wc, mk, transposed=names[0] == "forward"),)
+
+    def placeholder(wc, mk):  # a non-CUDA platform never reads these (its GEMMs use w and mask)
+        return tuple((jnp.zeros(vs, dtype), jnp.zeros(ms, jnp.uint8))
+                     for vs, ms in (cs.cutlass_compressed_shapes(*_mk_of(n, i, o), dtype) for n in names))
+
+    return {name: {"values": v, "meta": m} for name, (v, m) in zip(names, ffi.per_platform(placeholder, cuda, wc, mk))}
+
+
+def _prepare_cusparselt(wc, mk, names, tokens: int, dtype):
+    """cuSPARSELt operands ``{"cusparselt"}`` (A stored (M, K), plan with ``tokens`` rows of B) of the
+    GEMMs ``names``: written by our fused compressor where its layout check passes, else by
+    ``cusparseLtSpMMACompress`` on the masked weight (once per preparation, so its speed matters less)."""
+    from jax_sparse24._src import cuda_compress_ops as cc
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    i, o = wc.shape
+    plans = {n: _mk_of(n, i, o) for n in names}
+    fused = {n: lt.fused_compress_ok(m, tokens, k, dtype) for n, (m, k) in plans.items()}
+    sizes = {n: lt.cusparselt_compressed_size(m, tokens, k, dtype, lt.A_MK, lt.B_NK) for n, (m, k) in plans.items()}
+
+    def cuda(wc, mk):
+        if len(names) == 2 and all(fused.values()):
+            return cc.masked_compress_both(wc, mk, layout="cusparselt")  # (W̃ᵀ, W̃): forward, input_grad
+        out = []
+        for n in names:
+            if fused[n]:
+                out.append(cc.masked_compress(wc, mk, transposed=n == "forward", layout="cusparselt"))
+            else:
+                a = masked_weight(wc, mk)
+                m, k = plans[n]
+                out.append(lt.cusparselt_compress(a.T if n == "forward" else a, m=m, n=tokens, k=k,
+                                                  a_layout=lt.A_MK, b_layout=lt.B_NK))
+        return tuple(out)
+
+    def placeholder(wc, mk):
+        return tuple(jnp.zeros((sizes[n],), jnp.uint8) for n in names)
+
+    return {name: {"cusparselt": buf} for name, buf in zip(names, ffi.per_platform(placeholder, cuda, wc, mk))}
+
+
 def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> dict:
     """The prepared weight of ``w ⊙ mask`` (keys :data:`PREPARED_KEYS`); no gradient flows through it."""
     i, o = w.shape
     fwd, dx = weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
     wc, mk = jnp.asarray(w).astype(dtype), _as_bool(mask)
+    kinds = {"forward": fwd, "input_grad": dx}
     out = {}
-    sparse = tuple(name for name, k in (("forward", fwd), ("input_grad", dx)) if k == "cutlass")
-    if sparse:
-        from jax_sparse24._src import cuda_compress_ops as cc
-        from jax_sparse24._src import cuda_spmm_ops as cs
-
-        # forward A = W̃ᵀ (M = O, K = I); input-gradient A = W̃ (M = I, K = O)
-        mk_of = {"forward": (o, i), "input_grad": (i, o)}
-
-        def cuda(wc, mk):
-            if len(sparse) == 2:
-                return cc.masked_compress_both(wc, mk)
-            return (cc.masked_compress(wc, mk, transposed=sparse[0] == "forward"),)
-
-        def placeholder(wc, mk):  # a non-CUDA platform never reads these (its GEMMs use w and mask)
-            out = []
-            for name in sparse:
-                (vs, ms) = cs.cutlass_compressed_shapes(*mk_of[name], dtype)
-                out.append((jnp.zeros(vs, dtype), jnp.zeros(ms, jnp.uint8)))
-            return tuple(out)
-
-        for name, (values, meta) in zip(sparse, ffi.per_platform(placeholder, cuda, wc, mk)):
-            out[name] = {"values": values, "meta": meta}
-    if len(sparse) < 2:
+    cutlass = tuple(n for n, kd in kinds.items() if kd == "cutlass")
+    if cutlass:
+        out.update(_prepare_cutlass(wc, mk, cutlass, dtype))
+    cusparselt = tuple(n for n, kd in kinds.items() if kd == "cusparselt")
+    if cusparselt:
+        out.update(_prepare_cusparselt(wc, mk, cusparselt, int(tokens), dtype))
+    if len(out) < 2:
         out["masked"] = masked_weight(wc, mk)
     return jax.tree.map(jax.lax.stop_gradient, out)
+
+
+def prepared_backend(entry) -> str:
+    """``"cutlass"`` or ``"cusparselt"``: the format of one prepared operand (``prepared["forward"]``)."""
+    for backend, keys in _OPERAND_KEYS.items():
+        if isinstance(entry, dict) and set(entry) == set(keys):
+            return backend
+    got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+    raise ValueError(f"a prepared operand must be {{'values', 'meta'}} (CUTLASS) or {{'cusparselt'}}, got {got}")
 
 
 def check_prepared(prepared, w, dtype, op: str) -> None:
@@ -506,12 +573,25 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
             raise ValueError(f"{op}: prepared['masked'] must be W̃ of w's shape {(i, o)} in the compute dtype "
                              f"{dtype.name}, got {tuple(jnp.shape(m))} {jnp.result_type(m).name} (prepare the "
                              "weight with the dtype the layer computes in)")
-    for name, (mm, kk) in (("forward", (o, i)), ("input_grad", (i, o))):
+    for name in ("forward", "input_grad"):
         if name not in prepared:
             continue
         entry = prepared[name]
-        if not isinstance(entry, dict) or set(entry) != {"values", "meta"}:
-            raise ValueError(f"{op}: prepared[{name!r}] must be {{'values', 'meta'}}")
+        try:
+            backend = prepared_backend(entry)
+        except ValueError as e:
+            raise ValueError(f"{op}: prepared[{name!r}]: {e}") from None
+        mm, kk = _mk_of(name, i, o)
+        if backend == "cusparselt":
+            buf = entry["cusparselt"]
+            # the exact byte count belongs to the plan; cusparselt_spmm checks it on the GPU
+            if jnp.ndim(buf) != 1 or jnp.result_type(buf) != jnp.uint8:
+                raise ValueError(f"{op}: prepared[{name!r}]['cusparselt'] must be a 1-D uint8 buffer, got "
+                                 f"{tuple(jnp.shape(buf))} {jnp.result_type(buf).name}")
+            if dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+                raise ValueError(f"{op}: a cuSPARSELt prepared weight computes in bfloat16/float16, the layer in "
+                                 f"{dtype.name}")
+            continue
         (vs, ms) = cs.cutlass_compressed_shapes(mm, kk, dtype)
         values, meta = entry["values"], entry["meta"]
         if (tuple(jnp.shape(values)), jnp.result_type(values)) != (tuple(vs), dtype) or (
@@ -522,32 +602,56 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
                 f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
 
 
-def _prepared_gemm(b2, w, mask, values, meta, *, m: int, k: int, orient, precision):
-    """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed (``values``, ``meta``);
-    ``w`` and ``mask`` feed the reference lowering on non-CUDA platforms."""
-    dtype = jnp.result_type(values)
+def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precision):
+    """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed: ``operand`` is CUTLASS's
+    ``(values, meta)`` or cuSPARSELt's ``(buffer,)``; ``w`` and ``mask`` feed the reference lowering
+    on non-CUDA platforms."""
     t = b2.shape[0]
-    from jax_sparse24._src import cuda_spmm_ops as cs
 
-    def sparse(b2, wc, mk, values, meta):
+    def sparse(b2, wc, mk, *operand):
+        if len(operand) == 1:  # cuSPARSELt, A stored (M, K), B = b2 (T, K)
+            from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+            return lt.cusparselt_spmm(operand[0], b2, m=m, n=t, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
+        from jax_sparse24._src import cuda_spmm_ops as cs
+
+        values, meta = operand
         return cs.cutlass_spmm(values, meta, b2, m=m, k=k, config=_config(m, t, k, dtype))  # (T, m)
 
-    def dense(b2, wc, mk, values, meta):
+    def dense(b2, wc, mk, *operand):
         return _dot(b2, orient(masked_weight(wc, mk)), precision)
 
-    return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), _as_bool(mask), values, meta)
+    return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), _as_bool(mask), *operand)
 
 
-def forward_prepared(x2, w, mask, values, meta, *, precision=None):
-    """``x·W̃`` with W̃ᵀ already compressed (``prepared["forward"]``: M = O, K = I)."""
+def _forward_prepared(x2, w, mask, *operand, dtype, precision=None):
     i, o = w.shape
-    return _prepared_gemm(x2, w, mask, values, meta, m=o, k=i, orient=lambda a: a, precision=precision)
+    return _prepared_gemm(x2, w, mask, *operand, m=o, k=i, orient=lambda a: a, dtype=dtype, precision=precision)
 
 
-def input_grad_prepared(g2, w, mask, values, meta, *, precision=None):
-    """``∇y·W̃ᵀ`` with W̃ already compressed (``prepared["input_grad"]``: M = I, K = O)."""
+def _input_grad_prepared(g2, w, mask, *operand, dtype, precision=None):
     i, o = w.shape
-    return _prepared_gemm(g2, w, mask, values, meta, m=i, k=o, orient=lambda a: a.T, precision=precision)
+    return _prepared_gemm(g2, w, mask, *operand, m=i, k=o, orient=lambda a: a.T, dtype=dtype, precision=precision)
+
+
+def _prepared_dtype(entry):
+    return jnp.result_type(entry["values"]) if "values" in entry else None
+
+
+def forward_prepared(x2, w, mask, entry, *, precision=None):
+    """``x·W̃`` with W̃ᵀ already compressed (``entry = prepared["forward"]``: M = O, K = I)."""
+    backend = prepared_backend(entry)
+    dtype = _prepared_dtype(entry) or jnp.result_type(x2, w)
+    return _FORWARD_PREPARED[backend](x2, w, mask, *(entry[k] for k in _OPERAND_KEYS[backend]), dtype=dtype,
+                                      precision=precision)
+
+
+def input_grad_prepared(g2, w, mask, entry, *, precision=None):
+    """``∇y·W̃ᵀ`` with W̃ already compressed (``entry = prepared["input_grad"]``: M = I, K = O)."""
+    backend = prepared_backend(entry)
+    dtype = _prepared_dtype(entry) or jnp.result_type(g2, w)
+    return _INPUT_GRAD_PREPARED[backend](g2, w, mask, *(entry[k] for k in _OPERAND_KEYS[backend]), dtype=dtype,
+                                         precision=precision)
 
 
 # --- Sharding (issue 6) -----------------------------------------------------------------------
@@ -561,6 +665,7 @@ forward = _sharding.partitioned_gemm("forward")(forward)
 input_grad = _sharding.partitioned_gemm("input_grad")(input_grad)
 weight_grad = _sharding.partitioned_gemm("weight_grad")(weight_grad)
 # A prepared operand is the compression of the whole weight, so its GEMM keeps the weight whole
-# (replicated: data parallelism); tokens may still be sharded. See sharding.gemm_rule(prepared=True).
-forward_prepared = _sharding.partitioned_gemm("forward", prepared=True)(forward_prepared)
-input_grad_prepared = _sharding.partitioned_gemm("input_grad", prepared=True)(input_grad_prepared)
+# (replicated: data parallelism); tokens may still be sharded. See sharding.gemm_rule(prepared=...).
+_FORWARD_PREPARED = {b: _sharding.partitioned_gemm("forward", prepared=b)(_forward_prepared) for b in _OPERAND_KEYS}
+_INPUT_GRAD_PREPARED = {b: _sharding.partitioned_gemm("input_grad", prepared=b)(_input_grad_prepared)
+                        for b in _OPERAND_KEYS}

@@ -51,8 +51,7 @@ def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     if prepared is None:
         y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
     elif "forward" in prepared:
-        y2 = gemm.forward_prepared(x2, w, mask, prepared["forward"]["values"], prepared["forward"]["meta"],
-                                   precision=cfg.precision)
+        y2 = gemm.forward_prepared(x2, w, mask, prepared["forward"], precision=cfg.precision)
     else:
         wm = prepared["masked"]
         y2 = jnp.dot(x2.astype(wm.dtype), wm, precision=cfg.precision)
@@ -70,8 +69,7 @@ def _linear_bwd(cfg: _Config, res, g):
         dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
                               precision=cfg.precision)
     elif "input_grad" in prepared:
-        dx2 = gemm.input_grad_prepared(g2, w, mask, prepared["input_grad"]["values"],
-                                       prepared["input_grad"]["meta"], precision=cfg.precision)
+        dx2 = gemm.input_grad_prepared(g2, w, mask, prepared["input_grad"], precision=cfg.precision)
     else:
         wm = prepared["masked"]
         dx2 = jnp.dot(g2.astype(wm.dtype), wm.T, precision=cfg.precision)
@@ -172,8 +170,9 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
 
     With ``backend="auto"`` each of the forward and input-gradient GEMMs runs sparse where the
     measured table says the sparse GEMM, with the compression paid once per ``reuse`` calls,
-    beats XLA's dense GEMM for ``tokens`` rows; the prepared weight then holds CUTLASS's compressed
-    operand (``W̃ᵀ`` for the forward, ``W̃`` for ``∇x``), else the masked dense ``W̃`` in ``dtype``.
+    beats XLA's dense GEMM for ``tokens`` rows; the prepared weight then holds the compressed operand
+    (``W̃ᵀ`` for the forward, ``W̃`` for ``∇x``) of the faster sparse backend — CUTLASS's, or
+    cuSPARSELt's written by our fused compressor (bfloat16) — else the masked dense ``W̃`` in ``dtype``.
     The weight gradient is unchanged (it depends on the call's ``∇y``).
 
     No gradient flows through the result (gradients reach ``w`` through ``sparse24_linear``), so
@@ -187,13 +186,15 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
       tokens: rows of ``x`` per call (all leading axes; per device under data parallelism).
       dtype: compute dtype of the calls (``None``: ``w``'s dtype). Must equal the calls' ``x``/``w``
         result dtype.
-      backend: as in :func:`sparse24_linear` (``"cusparselt"`` is not supported here).
+      backend: as in :func:`sparse24_linear`. ``"cusparselt"``: the sparse GEMMs' operands in
+        cuSPARSELt's format, planned for ``tokens`` rows.
       transposable: as in :func:`sparse24_linear` (``None``: checked when the mask is concrete).
       reuse: number of calls that share this preparation (e.g. micro-batches per step).
 
     Returns:
-      a dict (a pytree; keys ``"forward"``, ``"input_grad"`` with ``{"values", "meta"}``, and/or
-      ``"masked"``) to pass as ``sparse24_linear(..., prepared=)``.
+      a dict (a pytree; keys ``"forward"``, ``"input_grad"`` with ``{"values", "meta"}`` (CUTLASS) or
+      ``{"cusparselt"}`` (one uint8 buffer), and/or ``"masked"``) to pass as
+      ``sparse24_linear(..., prepared=)``.
 
     >>> import jax, jax.numpy as jnp, jax_sparse24 as s24
     >>> w = jax.random.normal(jax.random.key(0), (8, 4))

@@ -188,7 +188,7 @@ def mvue_rule(key, ndim: int, axis: int) -> Rule:
 
 
 def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
-              align: int = GROUP, prepared: bool = False) -> Rule:
+              align: int = GROUP, prepared: str | None = None) -> Rule:
     """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
 
     * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
@@ -202,18 +202,23 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     parallel; ``weight_grad`` then ends with the data-parallel ``psum``). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
-    ``prepared``: ``forward`` / ``input_grad`` with two more operands, the weight's compressed
-    ``values`` and ``meta`` (``gemm.forward_prepared``). They are the compression of the *whole*
-    weight (its metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay
-    replicated: a tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
+    ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
+    (``gemm.forward_prepared``): ``"cutlass"`` its ``values`` and ``meta`` (two 2-D arrays),
+    ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
+    metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay replicated: a
+    tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
     """
-    if prepared:
+    if prepared is not None:
         if kind not in ("forward", "input_grad"):
             raise ValueError(f"gemm_rule: prepared applies to 'forward' and 'input_grad', got {kind!r}")
+        extras = {"cutlass": (("pv0", "pv1"), ("pm0", "pm1")), "cusparselt": (("pb",),)}
+        if prepared not in extras:
+            raise ValueError(f"gemm_rule: prepared must be 'cutlass' or 'cusparselt', got {prepared!r}")
         base = gemm_rule(kind, transposable=transposable, align=align)
-        extra = (("pv0", "pv1"), ("pm0", "pm1"))
-        return dataclasses.replace(base, name=base.name + " (prepared weight)", operands=base.operands + extra, contract=(),
-                                   replicated=("i", "o", "pv0", "pv1", "pm0", "pm1"))
+        extra = extras[prepared]
+        return dataclasses.replace(base, name=base.name + f" (prepared {prepared} weight)",
+                                   operands=base.operands + extra, contract=(),
+                                   replicated=("i", "o") + tuple(d for dims in extra for d in dims))
     if kind == "forward":
         return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
                     contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0))
