@@ -495,17 +495,30 @@ def _prepare_cutlass(wc, mk, names, dtype):
     return {name: {"values": v, "meta": m} for name, (v, m) in zip(names, ffi.per_platform(placeholder, cuda, wc, mk))}
 
 
+def _lt_prepared_a_layout(name: str, dtype) -> int:
+    """cuSPARSELt's A layout of a prepared operand — the per-call path's (:func:`_weight_gemm`):
+    bfloat16 A stored (M, K) (our fused compressor, or the library's on the transposed W̃ where the
+    layout check fails); float16 (library compressor) W̃ as stored, (K, M) for the forward."""
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) or name != "forward":
+        return lt.A_MK
+    return lt.A_KM
+
+
 def _prepare_cusparselt(wc, mk, names, tokens: int, dtype):
-    """cuSPARSELt operands ``{"cusparselt"}`` (A stored (M, K), plan with ``tokens`` rows of B) of the
-    GEMMs ``names``: written by our fused compressor where its layout check passes, else by
-    ``cusparseLtSpMMACompress`` on the masked weight (once per preparation, so its speed matters less)."""
+    """cuSPARSELt operands ``{"cusparselt"}`` (plan with ``tokens`` rows of B, A layout
+    :func:`_lt_prepared_a_layout`) of the GEMMs ``names``: written by our fused compressor where its
+    layout check passes (bfloat16), else by ``cusparseLtSpMMACompress`` on the masked weight (once
+    per preparation)."""
     from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_cusparselt_ops as lt
 
     i, o = wc.shape
     plans = {n: _mk_of(n, i, o) for n in names}
-    fused = {n: lt.fused_compress_ok(m, tokens, k, dtype) for n, (m, k) in plans.items()}
-    sizes = {n: lt.cusparselt_compressed_size(m, tokens, k, dtype, lt.A_MK, lt.B_NK) for n, (m, k) in plans.items()}
+    layouts = {n: _lt_prepared_a_layout(n, dtype) for n in names}
+    fused = {n: layouts[n] == lt.A_MK and lt.fused_compress_ok(m, tokens, k, dtype) for n, (m, k) in plans.items()}
+    sizes = {n: lt.cusparselt_compressed_size(m, tokens, k, dtype, layouts[n], lt.B_NK) for n, (m, k) in plans.items()}
 
     def cuda(wc, mk):
         if len(names) == 2 and all(fused.values()):
@@ -514,11 +527,12 @@ def _prepare_cusparselt(wc, mk, names, tokens: int, dtype):
         for n in names:
             if fused[n]:
                 out.append(cc.masked_compress(wc, mk, transposed=n == "forward", layout="cusparselt"))
-            else:
-                a = masked_weight(wc, mk)
-                m, k = plans[n]
-                out.append(lt.cusparselt_compress(a.T if n == "forward" else a, m=m, n=tokens, k=k,
-                                                  a_layout=lt.A_MK, b_layout=lt.B_NK))
+                continue
+            a = masked_weight(wc, mk)  # (I, O): the forward's A stored (K, M), the input gradient's (M, K)
+            if n == "forward" and layouts[n] == lt.A_MK:
+                a = a.T
+            m, k = plans[n]
+            out.append(lt.cusparselt_compress(a, m=m, n=tokens, k=k, a_layout=layouts[n], b_layout=lt.B_NK))
         return tuple(out)
 
     def placeholder(wc, mk):
@@ -602,17 +616,17 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
                 f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
 
 
-def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precision):
+def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precision, a_layout: int = 0):
     """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed: ``operand`` is CUTLASS's
-    ``(values, meta)`` or cuSPARSELt's ``(buffer,)``; ``w`` and ``mask`` feed the reference lowering
-    on non-CUDA platforms."""
+    ``(values, meta)`` or cuSPARSELt's ``(buffer,)`` (A layout ``a_layout``); ``w`` and ``mask`` feed
+    the reference lowering on non-CUDA platforms."""
     t = b2.shape[0]
 
     def sparse(b2, wc, mk, *operand):
-        if len(operand) == 1:  # cuSPARSELt, A stored (M, K), B = b2 (T, K)
+        if len(operand) == 1:  # cuSPARSELt, B = b2 (T, K)
             from jax_sparse24._src import cuda_cusparselt_ops as lt
 
-            return lt.cusparselt_spmm(operand[0], b2, m=m, n=t, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
+            return lt.cusparselt_spmm(operand[0], b2, m=m, n=t, k=k, a_layout=a_layout, b_layout=lt.B_NK)
         from jax_sparse24._src import cuda_spmm_ops as cs
 
         values, meta = operand
@@ -626,12 +640,14 @@ def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precisi
 
 def _forward_prepared(x2, w, mask, *operand, dtype, precision=None):
     i, o = w.shape
-    return _prepared_gemm(x2, w, mask, *operand, m=o, k=i, orient=lambda a: a, dtype=dtype, precision=precision)
+    return _prepared_gemm(x2, w, mask, *operand, m=o, k=i, orient=lambda a: a, dtype=dtype, precision=precision,
+                          a_layout=_lt_prepared_a_layout("forward", dtype) if len(operand) == 1 else 0)
 
 
 def _input_grad_prepared(g2, w, mask, *operand, dtype, precision=None):
     i, o = w.shape
-    return _prepared_gemm(g2, w, mask, *operand, m=i, k=o, orient=lambda a: a.T, dtype=dtype, precision=precision)
+    return _prepared_gemm(g2, w, mask, *operand, m=i, k=o, orient=lambda a: a.T, dtype=dtype, precision=precision,
+                          a_layout=_lt_prepared_a_layout("input_grad", dtype) if len(operand) == 1 else 0)
 
 
 def _prepared_dtype(entry):
