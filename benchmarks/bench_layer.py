@@ -398,6 +398,8 @@ def main(argv=None):
     p.add_argument("--backends", nargs="+", default=["dense", "cutlass", "cusparselt"])
     p.add_argument("--recipes", nargs="+", default=None)
     p.add_argument("--trials", type=int, default=0)
+    p.add_argument("--tokens", type=int, default=TOKENS, help="rows T of x (default %(default)s)")
+    p.add_argument("--name", default="layer", help="results file name: NAME.json / NAME.md (default %(default)s)")
     p.add_argument("--smoke-cpu", action="store_true", help=argparse.SUPPRESS)  # script test without a GPU
     args = p.parse_args(argv)
     if not _ffi.cuda_kernels_available() and not args.smoke_cpu:
@@ -406,8 +408,7 @@ def main(argv=None):
     recipes = args.recipes or (["srste"] if args.quick else ["srste", "ste", "soft"])
     trials = args.trials or (3 if args.quick else 7)
     global TOKENS
-    if args.smoke_cpu:
-        TOKENS = 64
+    TOKENS = 64 if args.smoke_cpu else args.tokens
     backends = [b for b in args.backends if b != "cusparselt" or lt.cusparselt_available()]
     if "cusparselt" in args.backends and "cusparselt" not in backends:
         print(f"cusparselt left out: {lt.cusparselt_error()}", flush=True)
@@ -426,7 +427,7 @@ def main(argv=None):
         records += bench_layer(dims, trials, backends, recipes)
     if "cusparselt" in backends:
         meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]
-    write_results(args.out, "layer", meta, records, markdown(meta, records))
+    write_results(args.out, args.name, meta, records, markdown(meta, records))
 
 
 if __name__ == "__main__":

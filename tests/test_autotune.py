@@ -177,6 +177,10 @@ def test_auto_prepared_weights_weigh_both_backends_amortized(gpu_stubs, monkeypa
     assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cusparselt"  # per call cuSPARSELt 1.05
     assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16, reuse=8) == "cutlass"  # not measured: CUTLASS
     assert gemm.amortized_speedup(2048, 8192, 512, jnp.bfloat16, 8, backend="cusparselt") is None
+    # far from the measured tokens (2048 vs 8192): cuSPARSELt's measurement is not carried over
+    assert gemm.choose("auto", 4096, 2048, 1024, jnp.bfloat16, reuse=8) == "cutlass"
+    assert gemm.choose("auto", 1024, 2048, 4096, jnp.bfloat16) == "dense"  # CUTLASS per call 1.0
+    assert gemm.choose("auto", 1024, 6144, 4096, jnp.bfloat16) == "cusparselt"  # within CUSPARSELT_RADIUS
     layout_ok["ok"] = False  # no fused path for cuSPARSELt: CUTLASS
     assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cutlass"
     layout_ok["ok"] = True

@@ -158,11 +158,23 @@ def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) ->
     return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
 
 
+#: ``auto`` takes cuSPARSELt only where the nearest measured shape is within this factor in every
+#: dimension: its advantage does not carry to other sizes — at gpt2-medium with 4 micro-batches of
+#: 2048 tokens, cuSPARSELt chosen from the 8192-token measurements made every 2:4 recipe 2–3% slower
+#: (``train_gpt_h100_gpt2-medium_accum4_prepared_lt8192.md``).
+CUSPARSELT_RADIUS = 1.5
+
+
+def _near(entry, m: int, n: int, k: int, factor: float = CUSPARSELT_RADIUS) -> bool:
+    return all(max(a / b, b / a) <= factor for a, b in zip((entry["m"], entry["n"], entry["k"]), (m, n, k)))
+
+
 def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> bool:
-    """``auto``: the table entry measured cuSPARSELt (operand from our fused compressor, per call)
-    faster than both CUTLASS and the noise floor, and that path is available here."""
+    """``auto``: the table entry, measured near this shape (:data:`CUSPARSELT_RADIUS`), has
+    cuSPARSELt (operand from our fused compressor, per call) faster than both CUTLASS and the noise
+    floor, and that path is available here."""
     s_lt = entry.get("cusparselt_speedup_with_compress")
-    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN):
+    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN) or not _near(entry, m, n, k):
         return False
     return _fused_lt_available(m, n, k, dtype, b_kn=b_kn)
 
@@ -173,8 +185,8 @@ def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
     from jax_sparse24._src import cuda_cusparselt_ops as lt
 
     if not lt.cusparselt_supports(m, n, k, dtype):
-        reason = lt.cusparselt_error() or (
-            f"cuSPARSELt needs bfloat16/float16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
+        reason = lt.cusparselt_error() or lt.float16_gemm_error(dtype) or (
+            f"cuSPARSELt needs bfloat16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
             f"dtype={jnp.dtype(dtype)}")
         raise RuntimeError(f"backend='cusparselt': {reason}")
     return "cusparselt"
@@ -211,7 +223,8 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
         return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
     s_cutlass = amortized_speedup(m, n, k, dtype, reuse) or 0.0
     s_lt = amortized_speedup(m, n, k, dtype, reuse, backend="cusparselt") or 0.0
-    if s_lt > max(s_cutlass, MIN_GAIN) and _fused_lt_available(m, n, k, dtype):
+    if s_lt > max(s_cutlass, MIN_GAIN) and _near(_nearest_entry(m, n, k, dtype), m, n, k) and \
+            _fused_lt_available(m, n, k, dtype):
         return "cusparselt"
     return "cutlass" if s_cutlass > MIN_GAIN else "dense"
 
