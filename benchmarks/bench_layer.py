@@ -398,7 +398,7 @@ def main(argv=None):
     p.add_argument("--backends", nargs="+", default=["dense", "cutlass", "cusparselt"])
     p.add_argument("--recipes", nargs="+", default=None)
     p.add_argument("--trials", type=int, default=0)
-    p.add_argument("--tokens", type=int, default=TOKENS, help="rows T of x (default %(default)s)")
+    p.add_argument("--tokens", type=int, default=8192, help="rows T of x (default %(default)s)")
     p.add_argument("--name", default="layer", help="results file name: NAME.json / NAME.md (default %(default)s)")
     p.add_argument("--smoke-cpu", action="store_true", help=argparse.SUPPRESS)  # script test without a GPU
     args = p.parse_args(argv)
