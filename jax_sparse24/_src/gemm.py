@@ -14,12 +14,13 @@ Backends:
   once by ``cusparseLtMatmulSearch``); its operands are written by our fused compressors in
   cuSPARSELt's layout where :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok` (m a
   multiple of 64, k of 32, layout checked against the library once per plan), else compressed by
-  ``cusparseLtSpMMACompress``; raises if the library or a GPU is missing or the shape is unsupported
-  (m, n, k multiples of 16);
+  ``cusparseLtSpMMACompress``; bfloat16 (float16 GEMMs are refused:
+  :func:`~jax_sparse24._src.cuda_cusparselt_ops.float16_gemm_error`); raises if the library or a GPU
+  is missing or the shape/dtype is unsupported (m, n, k multiples of 16);
 * ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
   compression included, beats XLA's dense GEMM for the shape, ``cusparselt`` where the table
-  measured it (operand from our fused compressor) faster still (bfloat16, per-call operands), else
-  ``dense``.
+  measured it (operand from our fused compressor) faster still near this shape (bfloat16,
+  :data:`CUSPARSELT_RADIUS`; for prepared weights compared amortized over their reuse), else ``dense``.
 
 Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
 ``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
@@ -160,8 +161,8 @@ def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) ->
 
 #: ``auto`` takes cuSPARSELt only where the nearest measured shape is within this factor in every
 #: dimension: its advantage does not carry to other sizes — at gpt2-medium with 4 micro-batches of
-#: 2048 tokens, cuSPARSELt chosen from the 8192-token measurements made every 2:4 recipe 2–3% slower
-#: (``train_gpt_h100_gpt2-medium_accum4_prepared_lt8192.md``).
+#: 2048 tokens, cuSPARSELt chosen from the 8192-token measurements made every 2:4 recipe 4–5% slower
+#: than CUTLASS there (``train_gpt_h100_gpt2-medium_accum4_prepared_lt8192.md`` vs ``..._prepared.md``).
 CUSPARSELT_RADIUS = 1.5
 
 
