@@ -64,14 +64,29 @@ def _force_step_phase(opt_state, phase: int = 1):
 PER_CALL = "/per-call"
 
 
+#: ``RECIPE@BACKEND`` runs RECIPE with ``--sparse-backend BACKEND`` (e.g. ``srste@cutlass``, and
+#: ``srste@cutlass/per-call``): two backends side by side in one run.
+AT_BACKEND = "@"
+
+
+def _split_label(label: str) -> tuple[str, str | None, bool]:
+    """``RECIPE[@BACKEND][/per-call]`` -> (recipe, backend or None, per_call)."""
+    per_call = label.endswith(PER_CALL)
+    name = label[: -len(PER_CALL)] if per_call else label
+    recipe, _, backend = name.partition(AT_BACKEND)
+    return recipe, backend or None, per_call
+
+
 def _base_recipe(label: str) -> str:
-    return label[: -len(PER_CALL)] if label.endswith(PER_CALL) else label
+    return _split_label(label)[0]
 
 
 def _experiment(size, label, batch, seq, steps, extra):
-    recipe = _base_recipe(label)
-    if label.endswith(PER_CALL):
+    recipe, backend, per_call = _split_label(label)
+    if per_call:
         extra = [*extra, "--prepare-weights", "off"]
+    if backend:
+        extra = [*extra, "--sparse-backend", backend]
     args = train_gpt.build_parser().parse_args(
         ["--size", size, "--recipe", recipe, "--steps", str(steps), "--batch-size", str(batch),
          "--seq-len", str(seq), "--warmup", str(max(1, steps // 10)), *extra])
@@ -237,7 +252,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="gpt2,gpt2-medium", help="comma-separated sizes")
     ap.add_argument("--recipes", default=",".join(ALL),
                     help=f"comma-separated recipes; RECIPE{PER_CALL} runs RECIPE with --prepare-weights off "
-                         "(with --grad-accum > 1: weights masked and compressed per micro-batch)")
+                         "(with --grad-accum > 1: weights masked and compressed per micro-batch), "
+                         f"RECIPE{AT_BACKEND}BACKEND with --sparse-backend BACKEND (e.g. srste@cutlass)")
     ap.add_argument("--quick", action="store_true", help="half batch, at most 512 tokens, fewer rounds and steps")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the size's (halved with --quick)")
     ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")
@@ -263,7 +279,9 @@ def main(argv=None) -> int:
     sizes = [s for s in a.size.split(",") if s]
     recipes = [r for r in a.recipes.split(",") if r]
     qsize = a.quality_size or sizes[0]
-    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [r for r in recipes if _base_recipe(r) not in train_gpt.RECIPES]
+    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [
+        r for r in recipes if _base_recipe(r) not in train_gpt.RECIPES
+        or _split_label(r)[1] not in (None, *train_gpt.s24.BACKENDS)]
     if bad or not sizes or not recipes or a.warmup < 1:
         print(f"bench_train_gpt.py: error: bad --size/--recipes/--quality-size {bad} or --warmup < 1; sizes "
               f"{list(train_gpt.SIZES)}, recipes {sorted(train_gpt.RECIPES)}", file=sys.stderr)

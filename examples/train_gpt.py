@@ -51,6 +51,9 @@ per micro-batch (same math, for comparison).
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
 requires it, ``xla`` never uses it. It is a kernel choice, not part of the checkpointed config.
+So is ``--sparse-backend`` (default ``auto``: each GEMM of a 2:4 layer on CUTLASS, cuSPARSELt or
+XLA's dense GEMM, whichever the measured table says is fastest; ``cutlass`` / ``cusparselt`` force
+one sparse kernel, ``dense`` the dense GEMM on the masked weight).
 """
 
 from __future__ import annotations
@@ -252,7 +255,7 @@ def build_experiment(hp: dict) -> Experiment:
         mvue=recipe["mvue"], transposable=recipe.get("transposable", True),
         mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
         attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"),
-        slorb_group=hp.get("slorb_group", 64),
+        slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])
@@ -880,6 +883,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         finetune_fraction=args.finetune_fraction, ffn=args.ffn, sparse_attn=args.sparse_attn,
         untied_head=args.untied_head, dtype=args.dtype, seed=args.seed,
         attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
+        sparse_backend=args.sparse_backend,  # not in CONFIG_KEYS: a kernel choice, same math
         prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
         grad_accum=args.grad_accum,
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
@@ -1261,6 +1265,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--grad-accum", type=int, default=1,
                     help="split each step's batch into this many micro-batches (gradients averaged; "
                          "activation memory of one micro-batch)")
+    ap.add_argument("--sparse-backend", choices=s24.BACKENDS, default="auto",
+                    help="GEMM backend of the 2:4 layers (Sparse24Dense(backend=)): auto picks per GEMM from "
+                         "the measured table; cutlass / cusparselt force the sparse kernels (GPU)")
     ap.add_argument("--prepare-weights", choices=("on", "off"), default="on",
                     help="with --grad-accum > 1: mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare; same math)")

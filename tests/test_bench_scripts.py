@@ -35,6 +35,12 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     exp = bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
     assert exp.hp["prepare_weights"] == "off" and exp.hp["recipe"] == "srste"
     assert bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "on"
+    # RECIPE@BACKEND: the example's --sparse-backend, combinable with /per-call
+    exp = bench_train_gpt._experiment("tiny", "srste@dense/per-call", 4, 32, 10, ["--grad-accum", "2"])
+    assert (exp.hp["recipe"], exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.backend) == (
+        "srste", "dense", "off", "dense")
+    assert bench_train_gpt._experiment("tiny", "sste", 4, 32, 10, []).cfg.backend == "auto"
+    assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
 def test_profile_step_writes_report(tmp_path):

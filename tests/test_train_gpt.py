@@ -144,7 +144,20 @@ def test_bad_recipe_and_size_exit_nonzero(capsys):
     assert e.value.code == 2
     assert run("--compare", "dense,nope", "--out", "unused") == 2
     assert "unknown recipe" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        run("--recipe", "srste", "--sparse-backend", "fast", "--out", "unused")
+    assert e.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
     assert not Path("unused").exists()
+
+
+def test_sparse_backend_flag_reaches_the_layers():
+    """--sparse-backend sets Sparse24Dense(backend=) of every 2:4 layer; not part of the checkpointed
+    config (a kernel choice: same math)."""
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, "--sparse-backend", "reference"]), "srste")
+    exp = train_gpt.build_experiment(hp)
+    assert exp.cfg.backend == "reference" and "sparse_backend" not in train_gpt.CONFIG_KEYS
+    assert train_gpt.build_experiment(train_gpt.resolve_flags(train_gpt.build_parser().parse_args(TINY), "srste")
+                                      ).cfg.backend == "auto"
 
 
 @pytest.mark.parametrize("content, message", [(b"", "empty"), (b"hello world " * 20, "too short")])
