@@ -437,3 +437,36 @@ def test_make_mesh_and_shard_batch():
     assert b["x"].sharding.spec == P("data") and b["x"].addressable_shards[0].data.shape == (2, 3)
     with pytest.raises(ValueError, match="not divisible"):
         shd.shard_batch(np.zeros((6, 2)), mesh)
+
+
+@pytest.mark.parametrize("backend", ["cutlass", "cusparselt"])
+def test_prepared_gemm_rules_data_parallel(backend):
+    """The prepared GEMMs take the compressed operand of either backend (CUTLASS's two 2-D arrays,
+    cuSPARSELt's one byte buffer) replicated, with the tokens sharded: per-shard GEMMs, no psum, and
+    the same values as unsharded (the reference lowering here; the GPU runs the kernels)."""
+    from jax_sparse24._src import gemm
+    from jax_sparse24._src import sharding as _sh
+
+    rule = _sh.gemm_rule("forward", prepared=backend)
+    extra = rule.operands[3:]
+    assert extra == ((("pv0", "pv1"), ("pm0", "pm1")) if backend == "cutlass" else (("pb",),))
+    assert {"i", "o", *(d for dims in extra for d in dims)} <= set(rule.replicated) and rule.contract == ()
+    mesh = _mesh("data=8")
+    x, w = _rand((64, 32), 30), _rand((32, 48), 31)
+    m = reference.mask24(w, 0) & reference.mask24(w, 1)
+    entry = ({"values": jnp.zeros((48, 16)), "meta": jnp.zeros((48, 4), jnp.uint8)} if backend == "cutlass"
+             else {"cusparselt": jnp.zeros((48 * 32 * 9 // 8,), jnp.uint8)})  # never read off CUDA
+    ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
+    rep = jax.tree.map(lambda _: ns(), entry)
+    for fn, b, want in ((gemm.forward_prepared, x, x @ (w * m)), (gemm.input_grad_prepared, x @ (w * m),
+                                                                   (x @ (w * m)) @ (w * m).T)):
+        f = jax.jit(lambda b, w, m, e, fn=fn: fn(b, w, m, e), in_shardings=(ns("data"), ns(), ns(), rep))
+        y = f(b, w, m, entry)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=2e-5, atol=2e-5)
+        assert y.sharding.spec == P("data")
+        hlo = f.lower(b, w, m, entry).compile().as_text()
+        assert _all_gathers(hlo) == [] and "all-reduce" not in hlo
+    with pytest.raises(ValueError, match="prepared must be 'cutlass' or 'cusparselt'"):
+        _sh.gemm_rule("forward", prepared="packed")
+    with pytest.raises(ValueError, match="applies to 'forward' and 'input_grad'"):
+        _sh.gemm_rule("weight_grad", prepared="cutlass")

@@ -453,7 +453,14 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             extra = tuple(f"kd{k}_{j}" for j in range(np.ndim(args[k]) - len(labels[k])))
             labels[k] = labels[k] + extra
     replicated = set(rule.replicated) | {l for k in key_impls for l in labels[k][len(rule.operands[k]):]}
-    rule_x = dataclasses.replace(rule, operands=tuple(labels), replicated=tuple(sorted(replicated)))
+    # Shardy numbers the factors in order of first appearance and wants need_replication in that
+    # order ("indices of special factors must be sorted"), not by name.
+    order: dict[str, int] = {}
+    for lab in (*labels, *rule.results):
+        for f in lab:
+            order.setdefault(f, len(order))
+    replicated = tuple(sorted((f for f in replicated if f in order), key=order.__getitem__))
+    rule_x = dataclasses.replace(rule, operands=tuple(labels), replicated=replicated)
     for k, a in enumerate(args):
         if np.ndim(a) != len(labels[k]):
             raise ValueError(f"{rule.name}: operand {k} has shape {np.shape(a)} but the rule labels "
