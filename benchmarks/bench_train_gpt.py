@@ -77,10 +77,6 @@ def _split_label(label: str) -> tuple[str, str | None, bool]:
     return recipe, backend or None, per_call
 
 
-def _base_recipe(label: str) -> str:
-    return _split_label(label)[0]
-
-
 def _experiment(size, label, batch, seq, steps, extra):
     recipe, backend, per_call = _split_label(label)
     if per_call:
@@ -280,7 +276,7 @@ def main(argv=None) -> int:
     recipes = [r for r in a.recipes.split(",") if r]
     qsize = a.quality_size or sizes[0]
     bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [
-        r for r in recipes if _base_recipe(r) not in train_gpt.RECIPES
+        r for r in recipes if _split_label(r)[0] not in train_gpt.RECIPES
         or _split_label(r)[1] not in (None, *train_gpt.s24.BACKENDS)]
     if bad or not sizes or not recipes or a.warmup < 1:
         print(f"bench_train_gpt.py: error: bad --size/--recipes/--quality-size {bad} or --warmup < 1; sizes "

@@ -209,8 +209,9 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
     if tuple(np.shape(b)) != want:
         raise ValueError(f"{op}: `b` must have shape {want} for n={n}, k={k}, b_layout={b_layout}, got {np.shape(b)}")
     dtype = jnp.result_type(b)
-    if float16_gemm_error(dtype):
-        raise ValueError(f"{op}: {float16_gemm_error(dtype)}")
+    refused = float16_gemm_error(dtype)
+    if refused:
+        raise ValueError(f"{op}: {refused}")
     size = cusparselt_compressed_size(m, n, k, dtype, a_layout, b_layout)
     if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
         raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "

@@ -67,13 +67,19 @@ def _table():
         return {"entries": [], "configs": []}
 
 
-def _nearest_entry(m: int, n: int, k: int, dtype):
-    """The table entry of the nearest measured shape (log distance, same dtype), or None."""
+def _nearest(section: str, m: int, n: int, k: int, dtype):
+    """The entry of table ``section`` (``"entries"``, ``"entries_kn"``) nearest to (m, n, k) (log
+    distance, same dtype), or None."""
     name = jnp.dtype(dtype).name
-    entries = [e for e in _table()["entries"] if e["dtype"] == name]
+    entries = [e for e in _table().get(section, []) if e["dtype"] == name]
     if not entries:
         return None
     return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+
+
+def _nearest_entry(m: int, n: int, k: int, dtype):
+    """The forward / input-gradient entry of the nearest measured shape, or None."""
+    return _nearest("entries", m, n, k, dtype)
 
 
 def lookup(m: int, n: int, k: int, dtype):
@@ -96,8 +102,11 @@ def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str
     fused compressor). ``None`` without a table entry (or without a cuSPARSELt measurement).
     """
     e = _nearest_entry(m, n, k, dtype)
-    if e is None:
-        return None
+    return None if e is None else _entry_amortized(e, reuse, backend)
+
+
+def _entry_amortized(e, reuse: int, backend: str):
+    """:func:`amortized_speedup` from the table entry ``e``."""
     if backend == "cusparselt":
         s_c = e.get("cusparselt_speedup_with_compress")
         if not s_c:
@@ -215,17 +224,16 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
     # auto
     if not (ok and ffi.cuda_kernels_available()):
         return "dense"
+    e = _nearest_entry(m, n, k, dtype)
+    if e is None:
+        return "dense"
     if reuse is None:
-        e = _nearest_entry(m, n, k, dtype)
-        if e is None:
-            return "dense"
         if _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
             return "cusparselt"
         return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
-    s_cutlass = amortized_speedup(m, n, k, dtype, reuse) or 0.0
-    s_lt = amortized_speedup(m, n, k, dtype, reuse, backend="cusparselt") or 0.0
-    if s_lt > max(s_cutlass, MIN_GAIN) and _near(_nearest_entry(m, n, k, dtype), m, n, k) and \
-            _fused_lt_available(m, n, k, dtype):
+    s_cutlass = _entry_amortized(e, reuse, "cutlass")
+    s_lt = _entry_amortized(e, reuse, "cusparselt") or 0.0
+    if s_lt > max(s_cutlass, MIN_GAIN) and _near(e, m, n, k) and _fused_lt_available(m, n, k, dtype):
         return "cusparselt"
     return "cutlass" if s_cutlass > MIN_GAIN else "dense"
 
@@ -309,11 +317,7 @@ def _pad_rows(a, multiple: int):
 
 def _nearest_entry_kn(m: int, n: int, k: int, dtype):
     """The ``entries_kn`` entry of the nearest measured weight-gradient shape (same dtype), or None."""
-    name = jnp.dtype(dtype).name
-    entries = [e for e in _table().get("entries_kn", []) if e["dtype"] == name]
-    if not entries:
-        return None
-    return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+    return _nearest("entries_kn", m, n, k, dtype)
 
 
 def lookup_weight_grad(m: int, n: int, k: int, dtype):
