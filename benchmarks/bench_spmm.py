@@ -1,4 +1,4 @@
-"""Benchmark: CUTLASS SM90 2:4 sparse GEMM (jax_sparse24) vs XLA's dense GEMM, forward y = x @ w̃.
+"""Benchmark: CUTLASS SM90 2:4 sparse GEMM (and cuSPARSELt's) vs XLA's dense GEMM, forward y = x @ w̃.
 
 For each (T, I, O) and dtype: our spmm in the forward formulation (M = O, N = T, K = I; the weight
 compressed once outside the timed region, as it is once per optimizer step) with the default
@@ -8,7 +8,9 @@ matter), the fastest configuration under every tile order of its persistent sche
 along M / along N x swizzle 1, 2, 4, 8; the configurations above run CUTLASS's heuristic order),
 against XLA's ``x @ w`` and ``x @ (w * mask)`` (the baseline is the faster of the two, DESIGN.md
 "Measuring"), plus a second, separately compiled ``x @ w`` as a dense-vs-dense control (the noise
-floor of the run). Also times ``cutlass_compress`` (effective GB/s: bytes read + written).
+floor of the run). Also times ``cutlass_compress`` (effective GB/s: bytes read + written), and,
+where libcusparseLt loads, cuSPARSELt's GEMM in the same trials (bfloat16; float16 GEMMs are
+refused, see ``cuda_cusparselt_ops.float16_gemm_error``).
 
 Method (device tool METHOD.md): every timed call runs the op once on each of R distinct input sets
 (R >= 3 and together well over the 50 MB L2; distinct sets also keep XLA from merging the calls),
@@ -203,6 +205,42 @@ def compress_variants(sets):
     }
 
 
+def cusparselt_variants(t, i, o, sets, dtype):
+    """cuSPARSELt beside CUTLASS in the same interleaved trials (the issue's "benchmarked beside
+    CUTLASS"): its GEMM alone on an operand our fused compressor wrote in cuSPARSELt's layout (A
+    stored (m, k), compressed once outside the timed region, like a prepared weight), and the GEMM
+    with that compressor per call (what ``backend="cusparselt"`` runs). Empty where the library is
+    missing, the dtype is refused (float16, ``cuda_cusparselt_ops.float16_gemm_error``) or the
+    fused compressor's bytes do not match the library's for this plan."""
+    from jax_sparse24._src import cuda_compress_ops as cc
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not (lt.cusparselt_supports(o, t, i, dtype) and lt.fused_compress_ok(o, t, i, dtype)):
+        return {}
+    kw = dict(m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
+    xs = tuple(s["x"] for s in sets)
+    ws = tuple(s["w"] for s in sets)
+    ms = tuple(s["mask"] != 0 for s in sets)
+    ops_lt = jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True, layout="cusparselt")
+                                          for w, m in zip(ws, ms)))(ws, ms)
+    jax.block_until_ready(ops_lt)
+    return {
+        "cusparselt": (jax.jit(lambda C, xs: tuple(lt.cusparselt_spmm(c, x, **kw) for c, x in zip(C, xs))),
+                       (ops_lt, xs)),
+        "cusparselt_fused": (jax.jit(lambda ws, ms, xs: tuple(
+            lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=True, layout="cusparselt"), x, **kw)
+            for w, m, x in zip(ws, ms, xs))), (ws, ms, xs)),
+    }
+
+
+def check_cusparselt(s, fn):
+    """Relative error of the cuSPARSELt forward against the masked dense product (HIGHEST precision)."""
+    y = fn((s["w"],), (s["mask"] != 0,), (s["x"],))[0].astype(jnp.float32)
+    ref = jnp.matmul(s["x"].astype(jnp.float32), s["a"].T.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+    rel = float(jnp.linalg.norm(y - ref) / jnp.linalg.norm(ref))
+    return rel if bool(jnp.isfinite(y).all()) else float("nan")
+
+
 def compress_bytes(sets):
     """Bytes read + written per call: (generic compressor, fused compressor)."""
     a, w = sets[0]["a"], sets[0]["w"]
@@ -249,8 +287,16 @@ def run(args):
             configs = list(enumerate(names))
             variants = build_variants(t, i, o, sets, configs)
             variants.update(compress_variants(sets))
+            lt_variants = cusparselt_variants(t, i, o, sets, dtype) if args.cusparselt else {}
+            variants.update(lt_variants)
             med, samples = measure(variants, r, trials)
             rel = check_result(t, i, o, sets[0], dtype)
+            lt_rec = {}
+            if "cusparselt" in med:
+                lt_ms = med["cusparselt"] * 1e3
+                lt_fused_ms = med.get("cusparselt_fused", math.nan) * 1e3
+                lt_rec = dict(cusparselt_ms=lt_ms, cusparselt_fused_ms=lt_fused_ms,
+                              cusparselt_rel_err=check_cusparselt(sets[0], lt_variants["cusparselt_fused"][0]))
             c_bytes, f_bytes = compress_bytes(sets)
             c_time = med["compress"]
             c_gbs = c_bytes / c_time / 1e9
@@ -294,13 +340,21 @@ def run(args):
                 fused_compress_ms=f_time * 1e3, fused_compress_gbs=f_gbs, fused_compress_matches_cutlass=f_same,
                 samples_ms={k: [s * 1e3 for s in v] for k, v in samples.items()},
             )
+            if lt_rec:
+                lt_rec.update(cusparselt_speedup=rec["baseline_ms"] / lt_rec["cusparselt_ms"],
+                              cusparselt_tflops=flops / (lt_rec["cusparselt_ms"] * 1e-3) / 1e12,
+                              cusparselt_speedup_with_compress=rec["baseline_ms"] / lt_rec["cusparselt_fused_ms"])
+                rec.update(lt_rec)
             records.append(rec)
             print(
                 f"{(t, i, o)} {dname}: dense {rec['dense_ms']:.3f} ms, masked {rec['masked_ms']:.3f} ms, "
                 f"ours[{rec['default_config']}] {rec['default_ms']:.3f} ms ({rec['default_speedup']:.2f}x), "
                 f"best[{best}] {rec['best_speedup']:.2f}x (tile order {best_order}: "
                 f"{rec['tile_order_gain']:.3f}x of heuristic), control {rec['control_ratio']:.3f}, "
-                f"compress {c_gbs:.0f} GB/s, fused compress {f_gbs:.0f} GB/s (matches: {f_same}), rel err {rel:.1e}",
+                f"compress {c_gbs:.0f} GB/s, fused compress {f_gbs:.0f} GB/s (matches: {f_same}), rel err {rel:.1e}"
+                + (f"; cusparselt {rec['cusparselt_ms']:.3f} ms ({rec['cusparselt_speedup']:.2f}x, with fused "
+                   f"compress {rec['cusparselt_speedup_with_compress']:.2f}x, rel err {rec['cusparselt_rel_err']:.1e})"
+                   if lt_rec else ""),
                 flush=True,
             )
             del sets, variants
@@ -309,7 +363,7 @@ def run(args):
 
 def markdown(meta, records):
     lines = [
-        f"# CUTLASS 2:4 spmm vs XLA dense — {meta['device']}, jax {meta['jax']}, {meta['date']}",
+        f"# 2:4 spmm (CUTLASS; cuSPARSELt where it loads) vs XLA dense — {meta['device']}, jax {meta['jax']}, {meta['date']}",
         "",
         "Forward y = x·w̃ (x: T×I, w̃: I×O), sparse GEMM M = O, N = T, K = I. Baseline = faster of XLA "
         "`x @ w` and `x @ (w * mask)`; speedup = baseline / ours; TFLOP/s count 2·T·I·O (dense "
@@ -330,6 +384,19 @@ def markdown(meta, records):
             f"| {r['best_config']} ({r['best_speedup']:.2f}×) | {r['control_ratio']:.3f} "
             f"| {r['compress_gbs']:.0f} | {r.get('fused_compress_gbs', float('nan')):.0f} | {r['rel_err']:.1e} |"
         )
+    lt = [r for r in records if "cusparselt_ms" in r]
+    if lt:
+        lines += ["", "cuSPARSELt in the same trials (its GEMM on an operand our fused compressor wrote in its "
+                  "layout, compressed once like a prepared weight; and with that compression per call). "
+                  "Speedup vs the same baseline; CUTLASS = the best configuration above:", "",
+                  "| T, I, O | dtype | cuSPARSELt ms | TFLOP/s | speedup | with fused compress | CUTLASS best "
+                  "| rel err |", "|---|---|---|---|---|---|---|---|"]
+        for r in lt:
+            lines.append(
+                f"| {r['T']}, {r['I']}, {r['O']} | {r['dtype']} | {r['cusparselt_ms']:.3f} "
+                f"| {r['cusparselt_tflops']:.0f} | **{r['cusparselt_speedup']:.2f}×** "
+                f"| {r['cusparselt_speedup_with_compress']:.2f}× | {r['best_speedup']:.2f}× "
+                f"| {r['cusparselt_rel_err']:.1e} |")
     names = meta["configs"]
     lines += ["", "Speedup of every compiled configuration (for re-tuning `CutlassDefaultConfig`):", ""]
     lines.append("| T, I, O | dtype | " + " | ".join(names) + " |")
@@ -375,6 +442,8 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=0, help="trials per variant (default 7, quick 3)")
     p.add_argument("--no-tile-orders", dest="tile_orders", action="store_false",
                    help="skip the sweep of the best configuration's tile orders")
+    p.add_argument("--no-cusparselt", dest="cusparselt", action="store_false",
+                   help="leave out cuSPARSELt (timed beside CUTLASS by default where the library loads)")
     args = p.parse_args(argv)
     meta, records = run(args)
     write_results(args.out, "spmm", meta, records, markdown(meta, records))

@@ -24,6 +24,10 @@ def _write(tmp_path):
         # measured again by the layer run below, whose fused-compressor measurement replaces this one
         dict(O=1024, T=8192, I=4096, dtype="bfloat16", config_ms={"a": 0.08, "b": 0.09}, baseline_ms=0.1,
              fused_compress_ms=0.005),
+        # cuSPARSELt timed beside CUTLASS by bench_spmm (no layer run measures this shape)
+        dict(O=8192, T=8192, I=8192, dtype="bfloat16", config_ms={"a": 1.2, "b": 1.1}, baseline_ms=1.5,
+             fused_compress_ms=0.05, cusparselt_ms=0.9, cusparselt_speedup=1.5 / 0.9,
+             cusparselt_speedup_with_compress=1.5 / 0.96),
     ]}
     ms = {"fwd dense x@w": 0.2, "fwd dense x@(w*m)": 0.21, "fwd cutlass + fused compress": 0.25,
           "dx dense g@w.T": 0.2, "dx cutlass + fused compress": 0.1,
@@ -69,6 +73,11 @@ def test_table_counts_the_fused_compressor_and_the_exact_weight_grad(tmp_path):
     assert e[(4096, 8192, 1024)]["cusparselt_gemm_speedup"] == pytest.approx(0.2 / 0.05)  # for prepared weights
     assert "cusparselt_speedup_with_compress" not in e[(3072, 8192, 768)]
     assert kn["cusparselt_speedup_with_compress"] == pytest.approx(0.2 / 0.16)
+    # bench_spmm's own cuSPARSELt timings where no layer run measured the shape
+    big = e[(8192, 8192, 8192)]
+    assert big["cusparselt_gemm_speedup"] == pytest.approx(1.5 / 0.9)
+    assert big["cusparselt_speedup_with_compress"] == pytest.approx(1.5 / 0.96)
+    assert big["speedup_with_compress"] == pytest.approx(1.5 / 1.15)
 
 
 def test_table_ignores_the_tile_order_sweep(tmp_path):
