@@ -260,7 +260,8 @@ def run(args):
     if not _ffi.cuda_kernels_available():
         raise SystemExit(f"needs a CUDA GPU and the built extension: {_ffi.extension_error() or 'no GPU'}")
     names = ops.cutlass_configs()
-    dtypes = [jnp.bfloat16] if args.quick else [jnp.bfloat16, jnp.float16]
+    dtypes = [jnp.dtype(d) for d in args.dtypes] if args.dtypes else (
+        [jnp.bfloat16] if args.quick else [jnp.bfloat16, jnp.float16])
     shapes = QUICK_SHAPES if args.quick else SHAPES
     trials = args.trials or (3 if args.quick else 7)
     dev = jax.devices()[0]
@@ -268,6 +269,7 @@ def run(args):
         device=dev.device_kind, jax=jax.__version__, python=platform.python_version(),
         date=datetime.datetime.now().isoformat(timespec="seconds"), configs=list(names),
         alignment=list(ops.cutlass_alignment()), trials=trials, quick=bool(args.quick),
+        dtypes=[jnp.dtype(d).name for d in dtypes], tile_orders=bool(args.tile_orders),
     )
     print(f"# {meta['device']}, jax {meta['jax']}, configs {list(names)}", flush=True)
     records = []
@@ -442,6 +444,8 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=0, help="trials per variant (default 7, quick 3)")
     p.add_argument("--no-tile-orders", dest="tile_orders", action="store_false",
                    help="skip the sweep of the best configuration's tile orders")
+    p.add_argument("--dtypes", nargs="+", choices=["bfloat16", "float16"], default=None,
+                   help="default: both (quick: bfloat16)")
     p.add_argument("--no-cusparselt", dest="cusparselt", action="store_false",
                    help="leave out cuSPARSELt (timed beside CUTLASS by default where the library loads)")
     args = p.parse_args(argv)

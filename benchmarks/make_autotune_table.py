@@ -1,6 +1,6 @@
 """Turn a bench_spmm.py result (spmm.json) into the table ``backend="auto"`` reads.
 
-    python benchmarks/make_autotune_table.py benchmarks/results/spmm.json [--layer benchmarks/results/layer.json ...]
+    python benchmarks/make_autotune_table.py benchmarks/results/spmm.json [...] [--layer benchmarks/results/layer.json ...]
 
 writes ``jax_sparse24/_src/spmm_autotune.json``: per measured (M, N, K, dtype) the fastest
 configuration and its speedup over the faster XLA dense GEMM *with the per-call compression of
@@ -34,16 +34,25 @@ DEFAULT_OUT = os.path.join(HERE, "..", "jax_sparse24", "_src", "spmm_autotune.js
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("spmm_json")
+    p.add_argument("spmm_json", nargs="+",
+                   help="bench_spmm.py result(s); a later file's record of the same (T, I, O, dtype) replaces an "
+                        "earlier one (e.g. a full older run, then a newer bfloat16-only run)")
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--layer", nargs="+", default=None,
                    help="bench_layer.py result(s) (layer.json): replace the fwd/dx speedups, add entries_kn")
     a = p.parse_args()
-    with open(a.spmm_json) as f:
-        data = json.load(f)
-    meta = data["meta"]
+    records, meta = {}, None
+    for path in a.spmm_json:
+        with open(path) as f:
+            data = json.load(f)
+        if meta is not None and data["meta"]["configs"] != meta["configs"]:
+            raise SystemExit(f"{path}: its CUTLASS configurations differ from {a.spmm_json[0]}'s; "
+                             "the table's config_id would be ambiguous")
+        meta = data["meta"]
+        for r in data["records"]:
+            records[(r["T"], r["I"], r["O"], r["dtype"])] = r
     entries = []
-    for r in data["records"]:
+    for r in records.values():
         if not r.get("config_ms"):
             continue
         cfg, ms = min(r["config_ms"].items(), key=lambda kv: kv[1])
@@ -107,7 +116,7 @@ def main():
                 # GEMM only: what a prepared weight pays per call (compression amortized)
                 e["cusparselt_gemm_speedup"] = gemm_only_lt.get(key) or measured_lt[key]
     out = {
-        "source": os.path.relpath(a.spmm_json, os.path.join(HERE, "..")),
+        "source": [os.path.relpath(path, os.path.join(HERE, "..")) for path in a.spmm_json],
         "device": meta["device"], "date": meta["date"], "configs": meta["configs"],
         "entries": entries,
     }
