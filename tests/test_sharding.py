@@ -470,3 +470,57 @@ def test_prepared_gemm_rules_data_parallel(backend):
         _sh.gemm_rule("forward", prepared="packed")
     with pytest.raises(ValueError, match="applies to 'forward' and 'input_grad'"):
         _sh.gemm_rule("weight_grad", prepared="cutlass")
+
+
+@pytest.mark.parametrize("local_kernel", ["sparse", "mvue_dense"])
+def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, local_kernel):
+    """Under tensor parallelism the fused MVUE weight-gradient GEMM runs on O-shards: every size
+    handed to the kernels is the shard's (a 2-GPU run with ``--mesh data=1,model=2`` failed with
+    "`values` must have the compressed shape (3072, 4096) ..., got (1536, 4096)": the global O).
+    The CUDA branch is traced here with the kernel calls stubbed (shape-checked by the real argument
+    checks); a shard the sparse kernel cannot take draws the same MVUE sample and multiplies dense."""
+    from jax_sparse24._src import cuda_compress_ops as cc
+    from jax_sparse24._src import cuda_mask_ops as cmo
+    from jax_sparse24._src import cuda_spmm_ops as cs
+    from jax_sparse24._src import ffi, gemm
+
+    if ffi.extension() is None:
+        pytest.skip(f"needs the built extension (shape checks): {ffi.extension_error()}")
+    calls = []
+    monkeypatch.setattr(gemm, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(cs, "cutlass_configs_kn", lambda: ("k1",))
+    # global O = 128 is supported; the 16-wide shards are only where local_kernel == "sparse"
+    monkeypatch.setattr(cs, "cutlass_supports_kn", lambda m, n, k, dt: local_kernel == "sparse" or m >= 128)
+
+    def compress(key, x, *, transposed=True, layout="cutlass"):  # A = MVUE(x)ᵀ: (x.cols, x.rows)
+        calls.append(("compress", x.shape))
+        vs, ms = cs.cutlass_compressed_shapes(x.shape[1], x.shape[0], x.dtype)
+        return jnp.zeros(vs, x.dtype), jnp.zeros(ms, jnp.uint8)
+
+    def spmm_call(target, values, meta, b, dtype, m, n, k, *rest):
+        calls.append(("spmm", m, n, k))
+        return jnp.zeros((n, m), dtype)
+
+    def mvue_cuda(key, g, axis):
+        calls.append(("mvue", g.shape))
+        return g
+
+    monkeypatch.setattr(cc, "mvue24_compress", compress)
+    monkeypatch.setattr(cs, "_spmm_call", spmm_call)
+    monkeypatch.setattr(cmo, "mvue24_cuda", mvue_cuda)
+    # trace the CUDA branch (its argument checks run), compute with the reference on the CPU
+    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a: (cuda(*a), ref(*a))[1])
+    mesh = _mesh("model=8")
+    x, g = _rand((64, 32), 40).astype(jnp.bfloat16), _rand((64, 128), 41).astype(jnp.bfloat16)
+    key = jax.random.key(5)
+    ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
+    f = jax.jit(lambda key, x, g: gemm.weight_grad_mvue(key, x, g, backend="cutlass"),
+                in_shardings=(ns(), ns(), ns(None, "model")), out_shardings=ns(None, "model"))
+    dw = f(key, x, g)
+    assert dw.shape == (32, 128) and bool(jnp.isfinite(dw.astype(jnp.float32)).all())
+    # (the partitioner also traces the whole op once on the global shapes: the calls with O = 128)
+    local_calls = [c for c in calls if c[0] != "spmm" and c[1] == (64, 16) or c[0] == "spmm" and c[1] == 16]
+    if local_kernel == "sparse":
+        assert local_calls == [("compress", (64, 16)), ("spmm", 16, 32, 64)], calls
+    else:
+        assert local_calls == [("mvue", (64, 16))], calls

@@ -426,10 +426,19 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     def reference_fn(key, x2, g2):
         return _mvue_weight_grad_reference(key, x2, g2, precision)
 
-    def local(key, x2, g2):  # on the local shards (local token count)
-        tl = x2.shape[0]
+    def local(key, x2, g2):
+        # On the local shards: the tokens of a data-parallel shard, and O (or I) of a tensor-parallel
+        # one — every size below comes from the shards, never from the global (o, i, t) above.
+        tl, i = x2.shape
+        o = g2.shape[1]
         tlp = tl + (-tl) % _WGRAD_TOKEN_ALIGN
         cfg = lookup_weight_grad(o, i, tlp, dtype)
+
+        def mvue_dense(key, x2, g2):  # a shard the sparse kernel cannot take: the same draws, dense GEMM
+            from jax_sparse24._src import cuda_mask_ops
+
+            gs = cuda_mask_ops.mvue24_cuda(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), axis=0)
+            return _dot(_pad_rows(x2, _WGRAD_TOKEN_ALIGN).T, gs, precision)
 
         def sparse(key, x2, g2):
             values, meta = cc.mvue24_compress(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), transposed=True)
@@ -451,7 +460,13 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
             return lt.cusparselt_spmm(ca, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, n=i, k=tlp, a_layout=lt.A_KM,
                                       b_layout=lt.B_KN)  # (I, O)
 
-        return ffi.per_platform(reference_fn, sparse_lt if chosen == "cusparselt" else sparse, key, x2, g2)
+        if chosen == "cusparselt":
+            from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+            cuda_fn = sparse_lt if lt.cusparselt_supports(o, i, tlp, dtype) else mvue_dense
+        else:
+            cuda_fn = sparse if cs.cutlass_supports_kn(o, i, tlp, dtype) else mvue_dense
+        return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2)
 
     # Partitioned like the dense weight gradient (tokens contracted: psum over a sharded token axis),
     # with the key folded with the index of the token shard as the MVUE op does (sharding.mvue_rule),
