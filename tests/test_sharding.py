@@ -466,6 +466,17 @@ def test_prepared_gemm_rules_data_parallel(backend):
         assert y.sharding.spec == P("data")
         hlo = f.lower(b, w, m, entry).compile().as_text()
         assert _all_gathers(hlo) == [] and "all-reduce" not in hlo
+    # tensor parallel: the weight (and mask) sharded over `model`; the prepared operand covers the
+    # whole weight, so the rule gathers the weight for these GEMMs — same values
+    tp = _mesh("data=2,model=4")
+    nt = lambda *s: NamedSharding(tp, P(*s))  # noqa: E731
+    rep_tp = jax.tree.map(lambda _: nt(), entry)
+    for fn, b, want in ((gemm.forward_prepared, x, x @ (w * m)), (gemm.input_grad_prepared, x @ (w * m),
+                                                                   (x @ (w * m)) @ (w * m).T)):
+        f = jax.jit(lambda b, w, m, e, fn=fn: fn(b, w, m, e),
+                    in_shardings=(nt("data"), nt(None, "model"), nt(None, "model"), rep_tp))
+        y = f(b, w, m, entry)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=2e-5, atol=2e-5)
     with pytest.raises(ValueError, match="prepared must be 'cutlass' or 'cusparselt'"):
         _sh.gemm_rule("forward", prepared="packed")
     with pytest.raises(ValueError, match="applies to 'forward' and 'input_grad'"):
