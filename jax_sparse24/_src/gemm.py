@@ -400,6 +400,8 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     dense gradient, no MVUE. ``dense`` / ``reference``: the MVUE op (``ops.mvue24``) then the dense
     :func:`weight_grad` (the sparse path's math, for tests and quality studies). The CUDA sample is drawn with the
     same generator in both paths on a GPU (the CPU reference draws differently: same distribution).
+    Under sharding the op runs on each device's shards (tokens, and O or I under tensor parallelism);
+    a shard whose sizes the sparse kernel does not take draws the same sample and multiplies dense.
 
     Args:
       key: PRNG key of the MVUE sample.
