@@ -2,7 +2,8 @@
 # Build the CUDA extension offline, run the GPU tests, compute-sanitizer and the benchmarks on a
 # Hopper machine; logs and JSON go to $OUT (default ./gpu_out).
 #
-#   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize ...]   (default: all)
+#   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize|multigpu ...]   (default: all)
+#   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU
 #
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
 set -uo pipefail
@@ -92,6 +93,27 @@ if want sanitize; then
       rc=$?; note "racecheck[$kns: $case] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|Internal Sanitizer Error' "$log" | tail -1)"; [ $rc -eq 0 ] || status=1
     done
   done
+fi
+
+if want multigpu; then
+  # Sharded training with the CUDA kernels on every visible GPU (a functional check, not a
+  # benchmark): the GPT example under a data-parallel and a tensor-parallel mesh, each sparse
+  # backend forced (auto runs dense GEMMs at these shapes), prepared weights (--grad-accum 2).
+  ngpu=$($PY -c "import jax; print(sum(d.platform == 'gpu' for d in jax.devices()))" 2>/dev/null || echo 0)
+  if [ "${ngpu:-0}" -lt 2 ]; then
+    note "multigpu skipped: $ngpu GPU(s) visible"
+  else
+    for mesh in "data=$ngpu,model=1" "data=1,model=$ngpu"; do
+      for backend in ${MULTIGPU_BACKENDS:-cutlass cusparselt}; do
+        t0=$(date +%s); tag="train_${mesh//[=,]/_}_$backend"
+        timeout ${MULTIGPU_TIMEOUT:-180} $PY examples/train_gpt.py --recipe srste --size gpt2 --steps 30 \
+          --grad-accum 2 --mesh "$mesh" --sparse-backend "$backend" --out "/tmp/$tag" --overwrite --quiet \
+          --eval-every 15 --log-every 10 > "$OUT/logs/$tag.log" 2>&1
+        rc=$?; note "multigpu[$mesh $backend] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'final val loss|Error' "$OUT/logs/$tag.log" | tail -1 | cut -c1-300)"
+        [ $rc -eq 0 ] || status=1
+      done
+    done
+  fi
 fi
 
 echo; cat "$OUT/logs/summary.txt"
