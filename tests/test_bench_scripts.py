@@ -100,3 +100,27 @@ def test_bench_layer_command_line(capsys):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_layer.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--tokens" in out and "--name" in out
+
+
+def test_bench_spmm_cusparselt_table_and_options():
+    """bench_spmm's markdown renders the cuSPARSELt rows beside CUTLASS (a record shaped like the
+    GPU run's) and leaves them out for a run without them; its options parse without a GPU."""
+    import json
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_spmm
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "spmm.json").read_text())
+    rec = data["records"][-1]
+    assert {"cusparselt_ms", "cusparselt_speedup", "cusparselt_speedup_with_compress"} <= set(rec)
+    md = bench_spmm.markdown(data["meta"], [rec])
+    section = md.split("cuSPARSELt in the same trials", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith("| 8192, 8192, 8192 | bfloat16 |"))
+    assert f"| {rec['cusparselt_ms']:.3f} |" in row
+    assert f"**{rec['cusparselt_speedup']:.2f}×**" in row and f"{rec['best_speedup']:.2f}×" in row
+    plain = {k: v for k, v in rec.items() if not k.startswith("cusparselt")}
+    assert "cuSPARSELt in the same trials" not in bench_spmm.markdown(data["meta"], [plain])
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_spmm.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--dtypes" in out and "--no-cusparselt" in out
