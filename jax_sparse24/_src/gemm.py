@@ -179,12 +179,12 @@ def _near(entry, m: int, n: int, k: int, factor: float = CUSPARSELT_RADIUS) -> b
     return all(max(a / b, b / a) <= factor for a, b in zip((entry["m"], entry["n"], entry["k"]), (m, n, k)))
 
 
-def _cusparselt_wins(entry, m: int, n: int, k: int, dtype, *, b_kn: bool) -> bool:
-    """``auto``: the table entry, measured near this shape (:data:`CUSPARSELT_RADIUS`), has
-    cuSPARSELt (operand from our fused compressor, per call) faster than both CUTLASS and the noise
-    floor, and that path is available here."""
-    s_lt = entry.get("cusparselt_speedup_with_compress")
-    if not s_lt or s_lt <= max(entry["speedup_with_compress"], MIN_GAIN) or not _near(entry, m, n, k):
+def _cusparselt_wins(entry, s_lt, s_cutlass: float, m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
+    """``auto``: cuSPARSELt (operand from our fused compressor) where its speedup ``s_lt`` (from the
+    table ``entry``: per call, or amortized over a prepared weight's reuse; ``None`` when not
+    measured) beats both CUTLASS's ``s_cutlass`` and the noise floor, the entry was measured near
+    this shape (:data:`CUSPARSELT_RADIUS`), and that path is available here."""
+    if not s_lt or s_lt <= max(s_cutlass, MIN_GAIN) or not _near(entry, m, n, k):
         return False
     return _fused_lt_available(m, n, k, dtype, b_kn=b_kn)
 
@@ -228,12 +228,11 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
     if e is None:
         return "dense"
     if reuse is None:
-        if _cusparselt_wins(e, m, n, k, dtype, b_kn=False):
+        if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n, k, dtype):
             return "cusparselt"
         return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
     s_cutlass = _entry_amortized(e, reuse, "cutlass")
-    s_lt = _entry_amortized(e, reuse, "cusparselt") or 0.0
-    if s_lt > max(s_cutlass, MIN_GAIN) and _near(e, m, n, k) and _fused_lt_available(m, n, k, dtype):
+    if _cusparselt_wins(e, _entry_amortized(e, reuse, "cusparselt"), s_cutlass, m, n, k, dtype):
         return "cusparselt"
     return "cutlass" if s_cutlass > MIN_GAIN else "dense"
 
@@ -366,7 +365,8 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
     e = _nearest_entry_kn(m, n, k, dtype)
     if e is None:
         return "dense"
-    if _cusparselt_wins(e, m, n, k + (-k) % 32, dtype, b_kn=True):
+    if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n,
+                        k + (-k) % 32, dtype, b_kn=True):
         return "cusparselt"
     return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
 
