@@ -1,0 +1,71 @@
+// A/B timing of the fused MVUE compressor (Sparse24Mvue24Compress, transposed: dy (R, C) bf16 ->
+// MVUE(dy)^T in CUTLASS's layout) without JAX or a full build: compiles xla_ffi/compress_kernels.cu
+// from the directory on the include path, so variants of the kernel (copies of xla_ffi/ with a
+// change) can be timed side by side in one run. Prints, per shape of the GPT FFN gradients, the
+// median of 60 launches over 3 inputs (each larger than L2), the effective TB/s (dense bytes read +
+// compressed bytes written, as benchmarks/bench_layer.py) and a hash of the outputs (poisoned
+// before the run), which must be equal across variants: a kernel change must not change the bits.
+// scripts/ab_mvue_compress.sh builds and runs it.
+#include "compress_kernels.cu"
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace jax_sparse24 {
+bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
+}  // namespace jax_sparse24
+
+using namespace jax_sparse24::compress;
+
+__global__ void Fill(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed; h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    float u = (h >> 8) * (1.0f / 16777216.0f);
+    x[i] = __float2bfloat16((u - 0.5f) * 4.0f * ((h & 7) == 0 ? 0.01f : 1.0f));
+  }
+}
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
+
+int main() {
+  const int64_t shapes[][2] = {{8192, 5120}, {8192, 3072}, {8192, 1280}, {8192, 768}};
+  int sms = 0; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t st; CK(cudaStreamCreate(&st));
+  for (auto& sh : shapes) {
+    const int64_t R = sh[0], C = sh[1];
+    const int nsets = 3;
+    __nv_bfloat16* x[nsets];
+    for (int s = 0; s < nsets; ++s) { CK(cudaMalloc(&x[s], R * C * 2)); Fill<<<1024, 256>>>(x[s], R * C, 1234u + s); }
+    uint32_t* key; CK(cudaMalloc(&key, 8)); uint32_t hk[2] = {42u, 7u}; CK(cudaMemcpy(key, hk, 8, cudaMemcpyHostToDevice));
+    const int64_t m64 = (C + 63) / 64 * 64, kb = (R + 127) / 128;
+    const int64_t vbytes = C * (R / 2) * 2, mbytes = kb * m64 * 16;
+    void* tv; uint8_t* tm; CK(cudaMalloc(&tv, vbytes)); CK(cudaMalloc(&tm, mbytes));
+    TileParams p{};
+    p.rows = R; p.cols = C; p.key = key; p.nkw = 2; p.t_values = tv; p.t_meta = tm; p.t_meta_rows = m64; p.lt = false;
+    CK(cudaMemset(tv, 0xFF, vbytes)); CK(cudaMemset(tm, 0xFF, mbytes));  // poisoned
+    p.x = x[0];
+    if (!Launch<__nv_bfloat16, Op::kMvue, false, true>(st, sms, p).success()) { printf("launch failed\n"); return 1; }
+    CK(cudaStreamSynchronize(st));
+    std::vector<uint8_t> hv(vbytes), hm(mbytes);
+    CK(cudaMemcpy(hv.data(), tv, vbytes, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hm.data(), tm, mbytes, cudaMemcpyDeviceToHost));
+    uint64_t hsh = 1469598103934665603ull;
+    for (auto b : hv) hsh = (hsh ^ b) * 1099511628211ull;
+    for (auto b : hm) hsh = (hsh ^ b) * 1099511628211ull;
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int it = 0; it < 5 + 60; ++it) {
+      p.x = x[it % nsets];
+      CK(cudaEventRecord(e0, st));
+      (void)Launch<__nv_bfloat16, Op::kMvue, false, true>(st, sms, p);
+      CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
+      float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); if (it >= 5) ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    const double med = ts[ts.size() / 2];
+    const double bytes = double(R * C * 2 + vbytes + mbytes);
+    printf("R=%lld C=%lld median %.4f ms  %.3f TB/s  min %.4f  hash %016llx\n", (long long)R, (long long)C, med,
+           bytes / (med * 1e-3) / 1e12, ts[0], (unsigned long long)hsh);
+    for (int s = 0; s < nsets; ++s) cudaFree(x[s]);
+    cudaFree(key); cudaFree(tv); cudaFree(tm);
+  }
+  return 0;
+}
