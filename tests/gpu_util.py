@@ -6,6 +6,7 @@ Importable on a CPU-only machine: nothing here touches a GPU until it is called.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +68,8 @@ def poisoned(fn):
     """``jit(fn)`` whose outputs are written into donated buffers pre-filled with poison.
 
     Poison: NaN for floats, 0xFF for uint8, True for bool — an element the kernel does not write
-    keeps a value no valid output has (or breaks the 2-per-group mask structure).
+    keeps a value no valid output has (or breaks the 2-per-group mask structure). Raises if XLA
+    cannot alias a donated buffer to its output (JAX's "donated buffers were not usable" warning).
     """
 
     def poison_of(sds):
@@ -84,6 +86,9 @@ def poisoned(fn):
 
     def call(*args):
         poison = jax.tree_util.tree_map(poison_of, jax.eval_shape(fn, *args))
-        return run(poison, *args)
+        # A donated buffer XLA cannot use for an output would leave that output unpoisoned: fail.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*donated buffers were not usable")
+            return run(poison, *args)
 
     return call

@@ -27,7 +27,7 @@ from gpu_util import skip_module_without_kernels  # noqa: E402
 skip_module_without_kernels()
 
 from jax_sparse24._src import cuda_spmm_ops as ops  # noqa: E402
-from gpu_util import LEGAL_NIBBLES, mask24_np, skip_uncompiled  # noqa: E402
+from gpu_util import LEGAL_NIBBLES, mask24_np, poisoned, skip_uncompiled  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 
 DTYPES = [jnp.bfloat16, jnp.float16]
@@ -54,14 +54,6 @@ def nonzero_normal(rng, shape, dtype) -> np.ndarray:
 def sparse_operand(rng, m, k, dtype) -> np.ndarray:
     w = nonzero_normal(rng, (m, k), dtype)
     return w * mask24_np(w)
-
-
-def _poison(n, m, dtype):
-    # XLA owns the output buffer; fill and free a same-sized block first so the allocator is likely
-    # to hand the spmm NaN-filled memory (an unwritten element then fails the elementwise check).
-    p = jnp.full((n, m), jnp.nan, dtype)
-    p.block_until_ready()
-    del p
 
 
 def check_close(d, ref, dtype, what: str):
@@ -98,10 +90,9 @@ def test_spmm_matches_dense_every_config(shape, dtype):
     b = nonzero_normal(rng, (n, k), dtype)
     ref = b.astype(np.float64) @ a.astype(np.float64).T  # (n, m)
     values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
+    b = jnp.asarray(b, dtype)
     for config in [-1] + _config_ids():
-        f = jax.jit(functools.partial(ops.cutlass_spmm, m=m, k=k, config=config))
-        _poison(n, m, dtype)
-        d = f(values, meta, jnp.asarray(b, dtype))
+        d = poisoned(functools.partial(ops.cutlass_spmm, m=m, k=k, config=config))(values, meta, b)
         name = "default" if config == -1 else ops.cutlass_configs()[config]
         check_close(d, ref, dtype, f"seed={seed} shape={shape} config={name}")
 
@@ -121,12 +112,12 @@ def test_spmm_every_tile_order(kn):
     values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
     spmm = ops.cutlass_spmm_kn if kn else ops.cutlass_spmm
     names = ops.cutlass_configs_kn() if kn else ops.cutlass_configs()
+    b = jnp.asarray(b, dtype)
     for config in range(len(names)):
         for raster in ops.RASTERS:
             for swizzle in ops.SWIZZLES:
-                f = jax.jit(functools.partial(spmm, m=m, k=k, config=config, raster=raster, swizzle=swizzle))
-                _poison(n, m, dtype)
-                d = f(values, meta, jnp.asarray(b, dtype))
+                f = poisoned(functools.partial(spmm, m=m, k=k, config=config, raster=raster, swizzle=swizzle))
+                d = f(values, meta, b)
                 check_close(d, ref, dtype, f"seed={seed} config={names[config]} raster={raster} swizzle={swizzle}")
 
 
@@ -150,7 +141,7 @@ def test_no_stale_results(dtype):
     m, n, k = 384, 264, 256
     rng, seed = _rng()
 
-    @jax.jit
+    @poisoned
     def f(a, b):
         values, meta = ops.cutlass_compress(a)
         return ops.cutlass_spmm(values, meta, b, m=m, k=k)
@@ -158,7 +149,6 @@ def test_no_stale_results(dtype):
     for trial in range(2):
         a = sparse_operand(rng, m, k, dtype)
         b = nonzero_normal(rng, (n, k), dtype)
-        _poison(n, m, dtype)
         d = f(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
         ref = b.astype(np.float64) @ a.astype(np.float64).T
         check_close(d, ref, dtype, f"seed={seed} trial={trial}")
@@ -191,8 +181,9 @@ def test_round_trip_identity_is_exact(mk, dtype):
     # Every metadata byte, padding included (M to 64 rows, K to 128), holds legal index pairs.
     e = np.asarray(meta)
     assert set(np.unique(np.concatenate([e & 0xF, e >> 4])).tolist()) <= LEGAL_NIBBLES, f"seed={seed}"
-    for config in _config_ids():
-        d = ops.cutlass_spmm(values, meta, jnp.asarray(eye, dtype), m=m, k=k, config=config)
+    eye = jnp.asarray(eye, dtype)
+    for config in _config_ids():  # poisoned: every config gives the same bits, a stale buffer would pass
+        d = poisoned(functools.partial(ops.cutlass_spmm, m=m, k=k, config=config))(values, meta, eye)
         got = np.asarray(d.astype(jnp.float32)).T
         np.testing.assert_array_equal(
             got, a, err_msg=f"seed={seed} config={ops.cutlass_configs()[config]}"
@@ -367,10 +358,9 @@ def test_spmm_kn_matches_dense_every_config(shape, dtype):
     b = nonzero_normal(rng, (k, n), dtype)
     ref = (a.astype(np.float64) @ b.astype(np.float64)).T  # (n, m)
     values, meta = jax.jit(ops.cutlass_compress)(jnp.asarray(a, dtype))
+    b = jnp.asarray(b, dtype)
     for config in [-1] + list(range(len(ops.cutlass_configs_kn()))):
-        f = jax.jit(functools.partial(ops.cutlass_spmm_kn, m=m, k=k, config=config))
-        _poison(n, m, dtype)
-        d = f(values, meta, jnp.asarray(b, dtype))
+        d = poisoned(functools.partial(ops.cutlass_spmm_kn, m=m, k=k, config=config))(values, meta, b)
         name = "default" if config == -1 else ops.cutlass_configs_kn()[config]
         check_close(d, ref, dtype, f"seed={seed} shape={shape} kn config={name}")
 
@@ -436,7 +426,9 @@ def test_sparse24_linear_cutlass_backward_matches_dense():
 @pytest.mark.parametrize("method", ["srste", "ste", "soft"])
 def test_sparse24dense_every_method_differentiates_on_gpu(method):
     """Every Sparse24Dense method under jax.grad with the CUDA ops (the masks / soft threshold run as
-    custom calls, which have no derivative of their own) agrees with the reference ops on the CPU."""
+    custom calls, which have no derivative of their own) agrees with the reference ops on the CPU.
+    srste's stored mask is recomputed from the kernel inside the differentiated function, so its
+    transposable-mask kernel runs there too."""
     import jax_sparse24 as s24
 
     rng, seed = _rng()
@@ -448,7 +440,13 @@ def test_sparse24dense_every_method_differentiates_on_gpu(method):
 
     def grads(device):
         v, xx = jax.device_put((variables, x), device)
-        f = lambda p: (layer.apply({**v, "params": p}, xx) ** 2).sum()  # noqa: E731
+
+        def f(p):
+            vv = {**v, "params": p}
+            if method == "srste":  # the transposable mask from the kernel, in the differentiated program
+                vv["sparsity"] = s24.nn.refresh_masks(p, v["sparsity"])[0]
+            return (layer.apply(vv, xx) ** 2).sum()
+
         return jax.jit(jax.grad(f))(v["params"])
 
     g_gpu, g_cpu = grads(jax.devices("gpu")[0]), grads(cpu)
@@ -479,8 +477,8 @@ def test_prepared_weight_is_the_per_call_path_bit_for_bit(transposable, dtype, b
     w = jnp.asarray(nonzero_normal(rng, (i, o), dtype) / 16, dtype)
     mask = s24.transposable_mask24(w) if transposable else s24.mask24(w, axis=0)
     prep = jax.jit(lambda w, m: s24.prepare_weight(w, m, tokens=t, backend=backend, transposable=transposable))
-    if backend == "cusparselt" and _float16_refused(dtype, lambda: prep(w, mask)):
-        return
+    if backend == "cusparselt":
+        _skip_float16_refused(dtype, lambda: prep(w, mask))
     pw = prep(w, mask)
     assert set(pw) == ({"forward", "input_grad"} if transposable else {"forward", "masked"}), seed
     wm = np.asarray(jnp.where(mask, w, 0))
@@ -511,6 +509,9 @@ def test_prepared_weight_is_the_per_call_path_bit_for_bit(transposable, dtype, b
         check_close(g1[0], g @ wm.T.astype(np.float64), dtype, f"seed={seed} prepared dx")
     for a, b, what in ((y0, y1, "y"), (g0[0], g1[0], "dx"), (g0[1], g1[1], "dW"), (l0, l1, "loss")):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed} {what}")
+    # The GEMMs really read the prepared operands: prepared from 2 W (exact), they give x (2 W̃).
+    y2 = jax.jit(lambda x, w, p: loss(x, w, p)[1])(x, w, prep(2 * w, mask))
+    check_close(y2, np.asarray(x, np.float64) @ (2 * wm.astype(np.float64)), dtype, f"seed={seed} prepared from 2W")
 
     xs = jnp.stack([x, -x, 2 * x])  # gradient accumulation: prepared once, outside the scan
     acc = jax.jit(lambda w, p: jax.lax.scan(
@@ -538,9 +539,12 @@ def test_auto_prepared_weight_takes_cusparselt_where_the_table_says(monkeypatch)
     mask = s24.transposable_mask24(w)
     pw = s24.prepare_weight(w, mask, tokens=t, reuse=4)
     assert {k: set(v) for k, v in pw.items()} == {"forward": {"cusparselt"}, "input_grad": {"cusparselt"}}, seed
-    y = jax.jit(lambda x, w, p: s24.sparse24_linear(x, w, mask, prepared=p))(x, w, pw)
-    check_close(y, np.asarray(x, np.float64) @ np.asarray(jnp.where(mask, w, 0), np.float64), jnp.bfloat16,
-                f"seed={seed}")
+    layer = jax.jit(lambda x, w, p: s24.sparse24_linear(x, w, mask, prepared=p))
+    wm = np.asarray(jnp.where(mask, w, 0), np.float64)
+    check_close(layer(x, w, pw), np.asarray(x, np.float64) @ wm, jnp.bfloat16, f"seed={seed}")
+    # ... and the GEMM reads them: operands prepared from 2 W (exact) give x (2 W̃).
+    pw2 = s24.prepare_weight(2 * w, mask, tokens=t, reuse=4)
+    check_close(layer(x, w, pw2), np.asarray(x, np.float64) @ (2 * wm), jnp.bfloat16, f"seed={seed} from 2W")
 
 
 def test_nn_prepare_on_gpu_matches_the_per_call_path():
@@ -568,6 +572,13 @@ def test_nn_prepare_on_gpu_matches_the_per_call_path():
     f = jax.jit(jax.value_and_grad(loss))
     for a, b in zip(jax.tree.leaves(f(v["params"], None)), jax.tree.leaves(f(v["params"], prep))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed}")
+    # The layers really use the prepared operands: prepared from kernels scaled by 2 (exact), the
+    # loss is the loss of the model with those kernels.
+    p2 = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: 2 * leaf if jax.tree_util.keystr(path).endswith("['kernel']") else leaf, v["params"])
+    prep2 = jax.jit(lambda v, x: s24.nn.prepare(m, v, x, reuse=2))({**v, "params": p2}, x)
+    np.testing.assert_array_equal(np.asarray(jax.jit(loss)(v["params"], prep2)), np.asarray(jax.jit(loss)(p2, None)),
+                                  f"seed={seed} prepared from 2W")
 
 
 def test_error_kn_shapes():
@@ -596,14 +607,15 @@ def _skip_no_cusparselt():
         pytest.skip(f"cuSPARSELt unavailable: {_lt.cusparselt_error()}")
 
 
-def _float16_refused(dtype, call) -> bool:
+def _skip_float16_refused(dtype, call):
     """float16 cuSPARSELt GEMMs are refused unless FLOAT16_ENV is set (cuda_cusparselt_ops.float16_gemm_error):
-    then check that ``call()`` raises the message naming it, and return True (nothing more to test)."""
+    then check that ``call()`` raises the message naming it and skip the rest of the test (it
+    reports as skipped, not passed: the GEMM itself did not run)."""
     if not _lt.float16_gemm_error(dtype):
-        return False
+        return
     with pytest.raises((ValueError, RuntimeError), match="float16 GEMMs are disabled"):
         call()
-    return True
+    pytest.skip(f"float16 cuSPARSELt GEMMs are refused (the refusal was checked); set {_lt.FLOAT16_ENV}=1 to run them")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
@@ -622,15 +634,12 @@ def test_cusparselt_matches_dense(layouts, dtype, mnk):
     b_st = jnp.asarray(b if b_layout == _lt.B_NK else b.T, dtype)
     kw = dict(m=m, n=n, k=k, a_layout=a_layout, b_layout=b_layout)
 
-    @jax.jit
+    @poisoned
     def f(a_st, b_st):
         return _lt.cusparselt_spmm(_lt.cusparselt_compress(a_st, **kw), b_st, **kw)
 
-    if _float16_refused(dtype, lambda: f(a_st, b_st)):
-        return
-
+    _skip_float16_refused(dtype, lambda: f(a_st, b_st))
     for trial in range(2):  # the first call searches the algorithm, the second uses the cached plan
-        _poison(n, m, dtype)
         check_close(f(a_st, b_st), ref, dtype, f"seed={seed} layouts={layouts} trial={trial}")
     code = 0 if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else 1
     plans = [p for p in _lt.cusparselt_plans() if p[1:7] == (m, n, k, code, a_layout, b_layout)]
@@ -649,8 +658,7 @@ def test_cusparselt_layer_matches_dense_float16():
     """float16: operands from cusparseLtSpMMACompress (the forward's A = W̃ᵀ read as W̃ is stored)."""
     _skip_no_cusparselt()
     skip_uncompiled(jnp.float16)
-    if _float16_refused(jnp.float16, lambda: _layer_grads_vs_dense("cusparselt", t=272, dtype=jnp.float16)):
-        return
+    _skip_float16_refused(jnp.float16, lambda: _layer_grads_vs_dense("cusparselt", t=272, dtype=jnp.float16))
     v1, v0, seed = _layer_grads_vs_dense("cusparselt", t=272, dtype=jnp.float16)
     assert abs(float(v1) - float(v0)) <= 1e-2 * abs(float(v0)), f"seed={seed} loss {v1} vs {v0}"
 
