@@ -24,11 +24,16 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert (tp["n_embd"], tp["n_layer"], tp["n_head"], tp["attention"]) == (32, 1, 2, "xla")
     assert [r["variant"] for r in tp["rows"]] == ["dense", "srste", "srste/per-call", "dense (control)"]
     assert all(r["median_step_s"] > 0 for r in tp["rows"])
+    for r in tp["rows"]:  # the mean of the recorded rounds, and its ratio to dense's mean
+        assert abs(r["mean_step_s"] - sum(r["step_times_s"]) / len(r["step_times_s"])) < 1e-12
+    d_mean = tp["rows"][0]["mean_step_s"]
+    assert all(abs(r["vs_dense_mean"] - d_mean / r["mean_step_s"]) < 1e-12 for r in tp["rows"])
     assert set(res["quality"]["recipes"]) == {"dense", "srste", "srste/per-call"}
     md = (tmp_path / "train_gpt_t.md").read_text()
     assert tp["auto_plan"] == {shape: {"forward": "dense", "input_grad": "dense", "weight_grad": "dense (exact)"}
                                for shape in ("32x128", "128x32")}  # CPU: every GEMM dense
     assert "32x128: fwd dense, dx dense, dW dense (exact)" in md
+    assert "| vs dense (mean of rounds) |" in md and f"| {tp['rows'][1]['vs_dense_mean']:.3f}x |" in md
     assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "fast/per-call", "--out", str(tmp_path)]) == 2
