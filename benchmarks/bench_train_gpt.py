@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import json
 import statistics
 import sys
@@ -123,7 +124,11 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
     return exes
 
 
-def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
+def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze") -> dict:
+    """Interleaved timing rounds. ``gc_mode="freeze"``: Python's collector is run, then every live
+    object (the compiled and lowered programs, jaxprs, ...) is moved out of its reach
+    (``gc.freeze``) before the rounds, so a full collection during a round scans only what the
+    steps allocate; ``"on"`` leaves the collector as it is."""
     runs = {}
     variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
     for label, recipe in variants:
@@ -139,6 +144,18 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
         runs[label] = dict(exe=exe, state=state, batches=batches, times=[], sparse=bool(m["sparse"]),
                            n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
     labels = list(runs)
+    if gc_mode == "freeze":
+        gc.collect()
+        gc.freeze()
+    pauses, started = [], {}
+
+    def on_gc(phase, info):  # every collection during the rounds: generation, seconds
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            pauses.append((info["generation"], time.perf_counter() - started.pop("t")))
+
+    gc.callbacks.append(on_gc)
     for rnd in range(rounds):
         for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
             r = runs[label]
@@ -149,6 +166,14 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
             jax.block_until_ready(state)
             r["times"].append((time.perf_counter() - t0) / iters)
             r["state"] = state
+    gc.callbacks.remove(on_gc)
+    if gc_mode == "freeze":
+        gc.unfreeze()
+    gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
+                             "total_s": sum(t for q, t in pauses if q == g),
+                             "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}
+    log(f"  gc during the rounds ({gc_mode}): " + ", ".join(
+        f"{k} {v['count']}x max {1e3 * v['max_s']:.1f} ms" for k, v in gc_pauses.items()))
     hp = next(iter(rts.values())).exp.hp
     tokens = hp["batch_size"] * hp["seq_len"]
     dense_t = statistics.median(runs["dense"]["times"]) if "dense" in runs else None
@@ -165,7 +190,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log) -> dict:
                      "n_params": r["n_params"]})
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
-            "iters": iters, "rounds": rounds, "n_params": rows[0]["n_params"], "rows": rows}
+            "iters": iters, "rounds": rounds, "gc": gc_mode, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
 
 
 def auto_plan(rts) -> dict:
@@ -220,7 +245,7 @@ def to_markdown(res: dict) -> str:
             shape += f"{tp['grad_accum']} micro-batches, "
         lines += [f"## Throughput: {tp['size']} ({shape}{tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
                   f"{tp['seq_len']} tokens, {tp.get('attention', 'xla')} attention, median of {tp['rounds']} interleaved "
-                  f"rounds x {tp['iters']} steps)", "",
+                  f"rounds x {tp['iters']} steps" + (", Python gc frozen" if tp.get("gc") == "freeze" else "") + ")", "",
                   "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) |",
                   "|---|---|---|---|---|---|"]
         for r in tp["rows"]:
@@ -265,6 +290,10 @@ def main(argv=None) -> int:
                          "recipes with larger optimizer states 2-3%% more than dense (same code, gpt2-medium)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 5; quick 3)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation (>= 1)")
+    ap.add_argument("--gc", choices=("freeze", "on"), default="freeze",
+                    help="Python's garbage collector during the timed rounds: 'freeze' (default) collects and "
+                         "freezes the live objects first (the compiled programs of every variant), so a "
+                         "collection in a round does not scan them; 'on' leaves it as it is")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
@@ -330,7 +359,7 @@ def main(argv=None) -> int:
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra)) for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log)
         t0 = time.perf_counter()
-        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log)
+        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc)
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
@@ -1195,6 +1196,12 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             do_ckpt = ckpt_every > 0 and (step % ckpt_every == 0 or step == stop)
             if new_program or step % log_every == 0 or do_eval or do_ckpt:
                 flush()  # ends the timed interval (after a new program: the untimed compile step)
+                if new_program:
+                    # Move what compiling left alive (jaxprs, lowered modules, ...) out of the
+                    # collector's reach: a full collection that scans it stalls the step loop for up
+                    # to ~0.7 s in the benchmark's process (bench_train_gpt.py --gc on). Undone below.
+                    gc.collect()
+                    gc.freeze()
                 if do_eval:
                     last["val"] = evaluate(state)
                     history.append({"step": step, "val_loss": last["val"]})
@@ -1212,6 +1219,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             save(state, step, train_time, train_tokens)
             print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
                   file=sys.stderr)
+    finally:
+        gc.unfreeze()  # the frozen objects are collectable again (callers that train several times)
     if not interrupted:
         bar.close()
 

@@ -33,6 +33,8 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert tp["auto_plan"] == {shape: {"forward": "dense", "input_grad": "dense", "weight_grad": "dense (exact)"}
                                for shape in ("32x128", "128x32")}  # CPU: every GEMM dense
     assert "32x128: fwd dense, dx dense, dW dense (exact)" in md
+    assert tp["gc"] == "freeze" and set(tp["gc_pauses"]) == {"gen0", "gen1", "gen2"}
+    assert "Python gc frozen" in md and not __import__("gc").get_freeze_count()  # unfrozen after the rounds
     assert "| vs dense (mean of rounds) |" in md and f"| {tp['rows'][1]['vs_dense_mean']:.3f}x |" in md
     assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2

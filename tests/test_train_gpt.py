@@ -516,3 +516,16 @@ print(json.dumps(seen))
     assert train_gpt.main(argv) == 0
     err = capsys.readouterr().err
     assert "ste GEMMs per sparse layer" in err and "32x128: fwd dense, dx dense, dW dense (exact)" in err
+
+
+def test_step_loop_freezes_gc_after_each_compile_and_unfreezes(tmp_path, monkeypatch):
+    """After the first step of each program (srste: sparse, then the dense fine-tune) the loop moves
+    the live objects out of the collector's reach; when training ends nothing stays frozen."""
+    import gc
+
+    calls = []
+    real = gc.freeze
+    monkeypatch.setattr(train_gpt.gc, "freeze", lambda: (calls.append(gc.get_freeze_count()), real()))
+    assert run("--recipe", "srste", "--steps", 12, "--eval-every", 12, "--ckpt-every", 0, "--out", tmp_path / "r") == 0
+    assert len(calls) == 2  # one per compiled program: the sparse phase and the dense fine-tune
+    assert gc.get_freeze_count() == 0
