@@ -1220,7 +1220,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
                   file=sys.stderr)
     finally:
-        gc.unfreeze()  # the frozen objects are collectable again (callers that train several times)
+        gc.unfreeze()  # collectable again (callers that train several times); also undoes a caller's own gc.freeze()
     if not interrupted:
         bar.close()
 
