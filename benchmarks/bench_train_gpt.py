@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import gc
 import json
 import statistics
@@ -124,51 +125,66 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
     return exes
 
 
-def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze") -> dict:
-    """Interleaved timing rounds. ``gc_mode="freeze"``: Python's collector is run, then every live
-    object (the compiled and lowered programs, jaxprs, ...) is moved out of its reach
-    (``gc.freeze``) before the rounds, so a full collection during a round scans only what the
-    steps allocate; ``"on"`` leaves the collector as it is."""
-    runs = {}
-    variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
-    for label, recipe in variants:
-        rt = rts[recipe]
-        exe = exes[(recipe, "train", None if rt.exp.cfg.method == "dense" else True)]
-        state = rt.init()
-        if rt.exp.needs_phase():
-            state = dict(state, opt_state=_force_step_phase(state["opt_state"]))
-        batches = [rt.put(data_by_recipe.batch(10_000 + i)) for i in range(4)]
-        for i in range(warmup):
-            state, m = exe(state, batches[i % 4])
-        jax.block_until_ready(state)
-        runs[label] = dict(exe=exe, state=state, batches=batches, times=[], sparse=bool(m["sparse"]),
-                           n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
-    labels = list(runs)
-    if gc_mode == "freeze":
-        gc.collect()
-        gc.freeze()
+def warmed_up(rt, exes, recipe, data, warmup):
+    """A recipe's timed train program and its state after ``warmup`` steps (STEP forced into its
+    sparse phase) on the four timing batches: (exe, state, batches, metrics of the last step)."""
+    exe = exes[(recipe, "train", None if rt.exp.cfg.method == "dense" else True)]
+    state = rt.init()
+    if rt.exp.needs_phase():
+        state = dict(state, opt_state=_force_step_phase(state["opt_state"]))
+    batches = [rt.put(data.batch(10_000 + i)) for i in range(4)]
+    for i in range(warmup):
+        state, m = exe(state, batches[i % 4])
+    jax.block_until_ready(state)
+    return exe, state, batches, m
+
+
+@contextlib.contextmanager
+def collector(mode: str):
+    """Python's garbage collector while timing; yields the list of (generation, seconds) of every
+    collection inside the block. ``mode="freeze"``: collect, then move every live object (the
+    compiled and lowered programs, jaxprs, ...) out of its reach (``gc.freeze``), so a full
+    collection scans only what the steps allocate; ``"on"``: leave it as it is. Undone on exit."""
     pauses, started = [], {}
 
-    def on_gc(phase, info):  # every collection during the rounds: generation, seconds
+    def on_gc(phase, info):
         if phase == "start":
             started["t"] = time.perf_counter()
         elif "t" in started:
             pauses.append((info["generation"], time.perf_counter() - started.pop("t")))
 
+    if mode == "freeze":
+        gc.collect()
+        gc.freeze()
     gc.callbacks.append(on_gc)
-    for rnd in range(rounds):
-        for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
-            r = runs[label]
-            state = r["state"]
-            t0 = time.perf_counter()
-            for i in range(iters):
-                state, _ = r["exe"](state, r["batches"][i % 4])
-            jax.block_until_ready(state)
-            r["times"].append((time.perf_counter() - t0) / iters)
-            r["state"] = state
-    gc.callbacks.remove(on_gc)
-    if gc_mode == "freeze":
-        gc.unfreeze()
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(on_gc)
+        if mode == "freeze":
+            gc.unfreeze()
+
+
+def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze") -> dict:
+    """Interleaved timing rounds, with Python's collector as :func:`collector` ``(gc_mode)`` sets it."""
+    runs = {}
+    variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
+    for label, recipe in variants:
+        exe, state, batches, m = warmed_up(rts[recipe], exes, recipe, data_by_recipe, warmup)
+        runs[label] = dict(exe=exe, state=state, batches=batches, times=[], sparse=bool(m["sparse"]),
+                           n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
+    labels = list(runs)
+    with collector(gc_mode) as pauses:
+        for rnd in range(rounds):
+            for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
+                r = runs[label]
+                state = r["state"]
+                t0 = time.perf_counter()
+                for i in range(iters):
+                    state, _ = r["exe"](state, r["batches"][i % 4])
+                jax.block_until_ready(state)
+                r["times"].append((time.perf_counter() - t0) / iters)
+                r["state"] = state
     gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
                              "total_s": sum(t for q, t in pauses if q == g),
                              "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}

@@ -2,7 +2,7 @@
 
 ``bench_train_gpt.py`` times rounds of N steps and reports the median round; a round with a slow
 step shows up only as a large ``spread``. This script compiles the same program (the bench's
-``_experiment`` / ``compile_all``), runs ``--steps`` steps with a sync after every step and
+``_experiment`` / ``compile_all`` / ``warmed_up``), runs ``--steps`` steps with a sync after every step and
 prints each slow step (above ``--slow`` × the median) with its optimizer step number, whether
 ``(step + 1) % mask_every == 0`` (srste mask refresh), and a summary: median, mean, p90, max.
 Writes ``probe_step_times_<recipe>.json`` to ``--out``.
@@ -48,15 +48,8 @@ def main(argv=None) -> int:
     rt = train_gpt.make_runtime(bench_train_gpt._experiment(
         a.size, a.recipe, batch, seq, 10**6, ["--grad-accum", str(a.grad_accum)]))
     exes = bench_train_gpt.compile_all({a.recipe: rt}, False, 1, lambda m: print(m, file=sys.stderr))
-    exe = exes[(a.recipe, "train", None if rt.exp.cfg.method == "dense" else True)]
     data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
-    batches = [rt.put(data.batch(10_000 + i)) for i in range(4)]
-    state = rt.init()
-    if rt.exp.needs_phase():
-        state = dict(state, opt_state=bench_train_gpt._force_step_phase(state["opt_state"]))
-    for i in range(a.warmup):
-        state, _ = exe(state, batches[i % 4])
-    jax.block_until_ready(state)
+    exe, state, batches, _ = bench_train_gpt.warmed_up(rt, exes, a.recipe, data, a.warmup)
 
     times = []
     for i in range(a.steps):

@@ -131,3 +131,18 @@ def test_bench_spmm_cusparselt_table_and_options():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_spmm.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--dtypes" in out and "--no-cusparselt" in out
+
+
+def test_collector_records_collections_and_restores_on_error():
+    import gc
+
+    import pytest
+
+    n_callbacks = len(gc.callbacks)
+    with bench_train_gpt.collector("freeze") as pauses:
+        assert gc.get_freeze_count() > 0
+        gc.collect()
+    assert [g for g, _ in pauses] == [2] and pauses[0][1] >= 0
+    with pytest.raises(RuntimeError), bench_train_gpt.collector("freeze"):
+        raise RuntimeError("a failing round")
+    assert gc.get_freeze_count() == 0 and len(gc.callbacks) == n_callbacks

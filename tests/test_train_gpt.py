@@ -525,7 +525,7 @@ def test_step_loop_freezes_gc_after_each_compile_and_unfreezes(tmp_path, monkeyp
 
     calls = []
     real = gc.freeze
-    monkeypatch.setattr(train_gpt.gc, "freeze", lambda: (calls.append(gc.get_freeze_count()), real()))
+    monkeypatch.setattr(train_gpt.gc, "freeze", lambda: (calls.append("freeze"), real()))
     assert run("--recipe", "srste", "--steps", 12, "--eval-every", 12, "--ckpt-every", 0, "--out", tmp_path / "r") == 0
     assert len(calls) == 2  # one per compiled program: the sparse phase and the dense fine-tune
     assert gc.get_freeze_count() == 0
