@@ -73,9 +73,32 @@ def _rand(key, shape, scale=1.0):
     return (jax.random.normal(key, shape, jnp.float32) * scale).astype(DTYPE)
 
 
+#: ``--shapes I:O ...``: the layers the compress and gemm sections measure instead of the FFNs of
+#: ``--dims`` (e.g. a LLaMA block's fused gate+up, down, fused qkv and output projections).
+SHAPES = None
+
+
 def _ffn_layers(d):
     """(name, I, O) of the FFN's two GEMMs."""
     return [("up", d, 4 * d), ("down", 4 * d, d)]
+
+
+def _layers(dims):
+    """(d, name, I, O) of the layers the compress and gemm sections measure."""
+    if SHAPES:
+        return [(i, f"{i}x{o}", i, o) for i, o in SHAPES]
+    return [(d, lname, i, o) for d in dims for lname, i, o in _ffn_layers(d)]
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """``"I:O"`` -> (I, O), both positive multiples of 4."""
+    try:
+        i, o = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is I:O (e.g. 4096:11008), got {text!r}") from None
+    if i < 4 or o < 4 or i % 4 or o % 4:
+        raise argparse.ArgumentTypeError(f"I and O must be positive multiples of 4, got {text!r}")
+    return i, o
 
 
 # ------------------------------------------------------------------------------------------------
@@ -84,69 +107,68 @@ def _ffn_layers(d):
 
 def bench_compress(dims, trials):
     records = []
-    for d in dims:
-        for lname, i, o in _ffn_layers(d):
-            key = jax.random.PRNGKey(i * 7 + o)
-            r = n_sets(i * o * 2 * 3)
-            ws, masks, gs = [], [], []
-            for j in range(r):
-                k1, k2, key = jax.random.split(key, 3)
-                w = _rand(k1, (i, o), 1 / math.sqrt(i))
-                ws.append(w)
-                masks.append(cm.transposable_mask24_cuda(w))
-                gs.append(_rand(k2, (TOKENS, o)))
-            ws, masks, gs = tuple(ws), tuple(masks), tuple(gs)
-            wms = tuple(jnp.where(m, w, jnp.zeros((), DTYPE)) for w, m in zip(ws, masks))
-            wmts = tuple(wm.T for wm in wms)
-            beta = jnp.float32(1.1)
-            mkey = jax.random.key(0)
-            jax.block_until_ready((ws, masks, gs, wmts))
-            comp_w = cc.masked_compress(ws[0], masks[0], transposed=True)
-            comp_g = cc.mvue24_compress(mkey, gs[0], transposed=True)
-            cw = _nbytes(comp_w)
-            cg = _nbytes(comp_g)
-            wb, mb, gb = _nbytes(ws[0]), masks[0].size, _nbytes(gs[0])
-            variants = {
-                "prune24_compress (W -> W~^T)": (
-                    jax.jit(lambda ws: tuple(cc.prune24_compress(w, transposed=True) for w in ws)), (ws,), wb + cw),
-                "masked_compress (W, M -> W~^T)": (
-                    jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))),
-                    (ws, masks), wb + mb + cw),
-                "masked_compress_both (W, M -> W~^T, W~)": (
-                    jax.jit(lambda ws, ms: tuple(cc.masked_compress_both(w, m) for w, m in zip(ws, ms))),
-                    (ws, masks), wb + mb + 2 * cw),
-                "soft_threshold24_compress (W -> b*S(W)^T)": (
-                    jax.jit(lambda ws, b: tuple(cc.soft_threshold24_compress(w, b, transposed=True) for w in ws)),
-                    (ws, beta), wb + cw),
-                "mvue24_compress (dy -> MVUE(dy)^T)": (
-                    jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in gs)), (gs,),
-                    gb + cg),
-                "cutlass_compress (generic, W~^T given)": (
-                    jax.jit(lambda a: tuple(cs.cutlass_compress(x) for x in a)), (wmts,), wb + cw),
-                "mvue24_cuda (dense MVUE only)": (
-                    jax.jit(lambda gs: tuple(cm.mvue24_cuda(mkey, g, axis=0) for g in gs)), (gs,), 2 * gb),
-            }
-            if lt.cusparselt_available():
-                variants["mvue24_compress, cuSPARSELt layout"] = (
-                    jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True, layout="cusparselt")
-                                             for g in gs)), (gs,), gb + cg)
-                variants["masked_compress, cuSPARSELt layout"] = (
-                    jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True, layout="cusparselt")
-                                                 for w, m in zip(ws, ms))), (ws, masks), wb + mb + cw)
-            if lt.cusparselt_supports(o, TOKENS, i, DTYPE):
-                kw = dict(m=o, n=TOKENS, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
-                lt_bytes = lt.cusparselt_compressed_size(o, TOKENS, i, DTYPE, lt.A_KM, lt.B_NK)
-                variants["cusparseLtSpMMACompress (W~ given)"] = (
-                    jax.jit(lambda a: tuple(lt.cusparselt_compress(x, **kw) for x in a)), (wms,), wb + lt_bytes)
-            fns = {n: (f, a) for n, (f, a, _) in variants.items()}
-            med, _ = measure(fns, r, trials)
-            for name, (_, _, nbytes) in variants.items():
-                if name not in med:
-                    continue
-                rec = dict(section="compress", d=d, layer=lname, I=i, O=o, T=TOKENS, op=name,
-                           ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes)
-                records.append(rec)
-                print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s", flush=True)
+    for d, lname, i, o in _layers(dims):
+        key = jax.random.PRNGKey(i * 7 + o)
+        r = n_sets(i * o * 2 * 3)
+        ws, masks, gs = [], [], []
+        for j in range(r):
+            k1, k2, key = jax.random.split(key, 3)
+            w = _rand(k1, (i, o), 1 / math.sqrt(i))
+            ws.append(w)
+            masks.append(cm.transposable_mask24_cuda(w))
+            gs.append(_rand(k2, (TOKENS, o)))
+        ws, masks, gs = tuple(ws), tuple(masks), tuple(gs)
+        wms = tuple(jnp.where(m, w, jnp.zeros((), DTYPE)) for w, m in zip(ws, masks))
+        wmts = tuple(wm.T for wm in wms)
+        beta = jnp.float32(1.1)
+        mkey = jax.random.key(0)
+        jax.block_until_ready((ws, masks, gs, wmts))
+        comp_w = cc.masked_compress(ws[0], masks[0], transposed=True)
+        comp_g = cc.mvue24_compress(mkey, gs[0], transposed=True)
+        cw = _nbytes(comp_w)
+        cg = _nbytes(comp_g)
+        wb, mb, gb = _nbytes(ws[0]), masks[0].size, _nbytes(gs[0])
+        variants = {
+            "prune24_compress (W -> W~^T)": (
+                jax.jit(lambda ws: tuple(cc.prune24_compress(w, transposed=True) for w in ws)), (ws,), wb + cw),
+            "masked_compress (W, M -> W~^T)": (
+                jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))),
+                (ws, masks), wb + mb + cw),
+            "masked_compress_both (W, M -> W~^T, W~)": (
+                jax.jit(lambda ws, ms: tuple(cc.masked_compress_both(w, m) for w, m in zip(ws, ms))),
+                (ws, masks), wb + mb + 2 * cw),
+            "soft_threshold24_compress (W -> b*S(W)^T)": (
+                jax.jit(lambda ws, b: tuple(cc.soft_threshold24_compress(w, b, transposed=True) for w in ws)),
+                (ws, beta), wb + cw),
+            "mvue24_compress (dy -> MVUE(dy)^T)": (
+                jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in gs)), (gs,),
+                gb + cg),
+            "cutlass_compress (generic, W~^T given)": (
+                jax.jit(lambda a: tuple(cs.cutlass_compress(x) for x in a)), (wmts,), wb + cw),
+            "mvue24_cuda (dense MVUE only)": (
+                jax.jit(lambda gs: tuple(cm.mvue24_cuda(mkey, g, axis=0) for g in gs)), (gs,), 2 * gb),
+        }
+        if lt.cusparselt_available():
+            variants["mvue24_compress, cuSPARSELt layout"] = (
+                jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True, layout="cusparselt")
+                                         for g in gs)), (gs,), gb + cg)
+            variants["masked_compress, cuSPARSELt layout"] = (
+                jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True, layout="cusparselt")
+                                             for w, m in zip(ws, ms))), (ws, masks), wb + mb + cw)
+        if lt.cusparselt_supports(o, TOKENS, i, DTYPE):
+            kw = dict(m=o, n=TOKENS, k=i, a_layout=lt.A_KM, b_layout=lt.B_NK)
+            lt_bytes = lt.cusparselt_compressed_size(o, TOKENS, i, DTYPE, lt.A_KM, lt.B_NK)
+            variants["cusparseLtSpMMACompress (W~ given)"] = (
+                jax.jit(lambda a: tuple(lt.cusparselt_compress(x, **kw) for x in a)), (wms,), wb + lt_bytes)
+        fns = {n: (f, a) for n, (f, a, _) in variants.items()}
+        med, _ = measure(fns, r, trials)
+        for name, (_, _, nbytes) in variants.items():
+            if name not in med:
+                continue
+            rec = dict(section="compress", d=d, layer=lname, I=i, O=o, T=TOKENS, op=name,
+                       ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes)
+            records.append(rec)
+            print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s", flush=True)
     return records
 
 
@@ -157,99 +179,98 @@ def bench_compress(dims, trials):
 def bench_gemm(dims, trials, backends):
     records = []
     t = TOKENS
-    for d in dims:
-        for lname, i, o in _ffn_layers(d):
-            key = jax.random.PRNGKey(1000 + i + o)
-            r = n_sets((t * i + t * o + i * o) * 2)
-            sets = []
-            for j in range(r):
-                k1, k2, k3, key = jax.random.split(key, 4)
-                w = _rand(k1, (i, o), 1 / math.sqrt(i))
-                m = cm.transposable_mask24_cuda(w)
-                sets.append(dict(x=_rand(k2, (t, i)), g=_rand(k3, (t, o)), w=w, m=m,
-                                 wm=jnp.where(m, w, jnp.zeros((), DTYPE))))
-            jax.block_until_ready(sets)
-            X = tuple(s["x"] for s in sets)
-            G = tuple(s["g"] for s in sets)
-            W = tuple(s["w"] for s in sets)
-            M = tuple(s["m"] for s in sets)
-            WM = tuple(s["wm"] for s in sets)
-            mkey = jax.random.key(7)
-            tp = t + (-t) % 16
-            v = {}
-            # dense (XLA)
-            v["fwd dense x@w"] = (jax.jit(lambda X, W: tuple(x @ w for x, w in zip(X, W))), (X, W))
-            v["fwd dense x@(w*m)"] = (jax.jit(lambda X, W, M: tuple(x @ jnp.where(m, w, 0) for x, w, m in zip(X, W, M))),
-                                      (X, W, M))
-            v["fwd dense control"] = (jax.jit(lambda X, W: tuple(jnp.matmul(x, w) for x, w in zip(X, W))), (X, W))
-            v["dx dense g@w.T"] = (jax.jit(lambda G, W: tuple(g @ w.T for g, w in zip(G, W))), (G, W))
-            v["dw dense x.T@g"] = (jax.jit(lambda X, G: tuple(x.T @ g for x, g in zip(X, G))), (X, G))
-            v["dw mvue24 + dense"] = (jax.jit(lambda X, G: tuple(
-                x.T @ cm.mvue24_cuda(mkey, g, axis=0) for x, g in zip(X, G))), (X, G))
-            if "cutlass" in backends and cs.cutlass_supports(o, t, i, DTYPE):
-                ct = tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(W, M))
-                cd = tuple(cc.masked_compress(w, m, transposed=False) for w, m in zip(W, M))
-                v["fwd cutlass gemm"] = (jax.jit(lambda C, X: tuple(
-                    cs.cutlass_spmm(c[0], c[1], x, m=o, k=i) for c, x in zip(C, X))), (ct, X))
-                v["fwd cutlass + fused compress"] = (jax.jit(lambda W, M, X: tuple(
-                    cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=True), x, m=o, k=i)
-                    for w, m, x in zip(W, M, X))), (W, M, X))
-                v["dx cutlass gemm"] = (jax.jit(lambda C, G: tuple(
-                    cs.cutlass_spmm(c[0], c[1], g, m=i, k=o) for c, g in zip(C, G))), (cd, G))
-                v["dx cutlass + fused compress"] = (jax.jit(lambda W, M, G: tuple(
-                    cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=False), g, m=i, k=o)
-                    for w, m, g in zip(W, M, G))), (W, M, G))
-                if cs.cutlass_supports_kn(o, i, tp, DTYPE):
-                    cg = tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in G)
-                    v["dw cutlass kn gemm"] = (jax.jit(lambda C, X: tuple(
-                        cs.cutlass_spmm_kn(c[0], c[1], x, m=o, k=t) for c, x in zip(C, X))), (cg, X))
-                    for c, cname in enumerate(cs.cutlass_configs_kn()):  # sweep, for the auto table
-                        v[f"dw cutlass kn gemm [{cname}]"] = (jax.jit(functools.partial(lambda C, X, c: tuple(
-                            cs.cutlass_spmm_kn(a[0], a[1], x, m=o, k=t, config=c) for a, x in zip(C, X)), c=c)),
-                            (cg, X))
-                    v["dw cutlass + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
-                        cs.cutlass_spmm_kn(*cc.mvue24_compress(mkey, g, transposed=True), x, m=o, k=t)
-                        for x, g in zip(X, G))), (X, G))
-            if ("cusparselt" in backends and lt.cusparselt_supports(o, t, i, DTYPE)
-                    and lt.fused_compress_ok(o, t, i, DTYPE) and lt.fused_compress_ok(i, t, o, DTYPE)
-                    and lt.fused_compress_ok(o, i, t, DTYPE, lt.B_KN)):
-                # what backend='cusparselt' runs: our fused compressors write cuSPARSELt's operand
-                # (A stored (m, k)), the library multiplies
-                kf = dict(m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
-                kd = dict(m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
-                kw = dict(m=o, n=i, k=t, a_layout=lt.A_MK, b_layout=lt.B_KN)
-                lay = dict(layout="cusparselt")
-                lf = tuple(cc.masked_compress(w, m, transposed=True, **lay) for w, m in zip(W, M))
-                ld = tuple(cc.masked_compress(w, m, transposed=False, **lay) for w, m in zip(W, M))
-                lg = tuple(cc.mvue24_compress(mkey, g, transposed=True, **lay) for g in G)
-                v["fwd cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
-                    lt.cusparselt_spmm(c, x, **kf) for c, x in zip(C, X))), (lf, X))
-                v["fwd cusparselt + fused compress"] = (jax.jit(lambda W, M, X: tuple(
-                    lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=True, **lay), x, **kf)
-                    for w, m, x in zip(W, M, X))), (W, M, X))
-                v["dx cusparselt gemm"] = (jax.jit(lambda C, G: tuple(
-                    lt.cusparselt_spmm(c, g, **kd) for c, g in zip(C, G))), (ld, G))
-                v["dx cusparselt + fused compress"] = (jax.jit(lambda W, M, G: tuple(
-                    lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=False, **lay), g, **kd)
-                    for w, m, g in zip(W, M, G))), (W, M, G))
-                v["dw cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
-                    lt.cusparselt_spmm(c, x, **kw) for c, x in zip(C, X))), (lg, X))
-                v["dw cusparselt + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
-                    lt.cusparselt_spmm(cc.mvue24_compress(mkey, g, transposed=True, **lay), x, **kw)
+    for d, lname, i, o in _layers(dims):
+        key = jax.random.PRNGKey(1000 + i + o)
+        r = n_sets((t * i + t * o + i * o) * 2)
+        sets = []
+        for j in range(r):
+            k1, k2, k3, key = jax.random.split(key, 4)
+            w = _rand(k1, (i, o), 1 / math.sqrt(i))
+            m = cm.transposable_mask24_cuda(w)
+            sets.append(dict(x=_rand(k2, (t, i)), g=_rand(k3, (t, o)), w=w, m=m,
+                             wm=jnp.where(m, w, jnp.zeros((), DTYPE))))
+        jax.block_until_ready(sets)
+        X = tuple(s["x"] for s in sets)
+        G = tuple(s["g"] for s in sets)
+        W = tuple(s["w"] for s in sets)
+        M = tuple(s["m"] for s in sets)
+        WM = tuple(s["wm"] for s in sets)
+        mkey = jax.random.key(7)
+        tp = t + (-t) % 16
+        v = {}
+        # dense (XLA)
+        v["fwd dense x@w"] = (jax.jit(lambda X, W: tuple(x @ w for x, w in zip(X, W))), (X, W))
+        v["fwd dense x@(w*m)"] = (jax.jit(lambda X, W, M: tuple(x @ jnp.where(m, w, 0) for x, w, m in zip(X, W, M))),
+                                  (X, W, M))
+        v["fwd dense control"] = (jax.jit(lambda X, W: tuple(jnp.matmul(x, w) for x, w in zip(X, W))), (X, W))
+        v["dx dense g@w.T"] = (jax.jit(lambda G, W: tuple(g @ w.T for g, w in zip(G, W))), (G, W))
+        v["dw dense x.T@g"] = (jax.jit(lambda X, G: tuple(x.T @ g for x, g in zip(X, G))), (X, G))
+        v["dw mvue24 + dense"] = (jax.jit(lambda X, G: tuple(
+            x.T @ cm.mvue24_cuda(mkey, g, axis=0) for x, g in zip(X, G))), (X, G))
+        if "cutlass" in backends and cs.cutlass_supports(o, t, i, DTYPE):
+            ct = tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(W, M))
+            cd = tuple(cc.masked_compress(w, m, transposed=False) for w, m in zip(W, M))
+            v["fwd cutlass gemm"] = (jax.jit(lambda C, X: tuple(
+                cs.cutlass_spmm(c[0], c[1], x, m=o, k=i) for c, x in zip(C, X))), (ct, X))
+            v["fwd cutlass + fused compress"] = (jax.jit(lambda W, M, X: tuple(
+                cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=True), x, m=o, k=i)
+                for w, m, x in zip(W, M, X))), (W, M, X))
+            v["dx cutlass gemm"] = (jax.jit(lambda C, G: tuple(
+                cs.cutlass_spmm(c[0], c[1], g, m=i, k=o) for c, g in zip(C, G))), (cd, G))
+            v["dx cutlass + fused compress"] = (jax.jit(lambda W, M, G: tuple(
+                cs.cutlass_spmm(*cc.masked_compress(w, m, transposed=False), g, m=i, k=o)
+                for w, m, g in zip(W, M, G))), (W, M, G))
+            if cs.cutlass_supports_kn(o, i, tp, DTYPE):
+                cg = tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in G)
+                v["dw cutlass kn gemm"] = (jax.jit(lambda C, X: tuple(
+                    cs.cutlass_spmm_kn(c[0], c[1], x, m=o, k=t) for c, x in zip(C, X))), (cg, X))
+                for c, cname in enumerate(cs.cutlass_configs_kn()):  # sweep, for the auto table
+                    v[f"dw cutlass kn gemm [{cname}]"] = (jax.jit(functools.partial(lambda C, X, c: tuple(
+                        cs.cutlass_spmm_kn(a[0], a[1], x, m=o, k=t, config=c) for a, x in zip(C, X)), c=c)),
+                        (cg, X))
+                v["dw cutlass + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
+                    cs.cutlass_spmm_kn(*cc.mvue24_compress(mkey, g, transposed=True), x, m=o, k=t)
                     for x, g in zip(X, G))), (X, G))
-            med, _ = measure(v, r, trials)
-            ms = {k: val * 1e3 for k, val in med.items()}
-            fwd_base = min(ms.get("fwd dense x@w", math.inf), ms.get("fwd dense x@(w*m)", math.inf))
-            base = {"fwd": fwd_base, "dx": ms.get("dx dense g@w.T", math.inf), "dw": ms.get("dw dense x.T@g", math.inf)}
-            kn = {k[len("dw cutlass kn gemm ["):-1]: val for k, val in ms.items() if k.startswith("dw cutlass kn gemm [")}
-            rec = dict(section="gemm", d=d, layer=lname, I=i, O=o, T=t, ms=ms,
-                       kn_best_config=min(kn, key=kn.get) if kn else None,
-                       speedup={k: base[k.split()[0]] / val for k, val in ms.items()},
-                       control=ms.get("fwd dense x@w", math.nan) / ms.get("fwd dense control", math.nan))
-            records.append(rec)
-            print(f"gemm d={d} {lname}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)"
-                                                         for k, val in ms.items()), flush=True)
-            del sets, v
+        if ("cusparselt" in backends and lt.cusparselt_supports(o, t, i, DTYPE)
+                and lt.fused_compress_ok(o, t, i, DTYPE) and lt.fused_compress_ok(i, t, o, DTYPE)
+                and lt.fused_compress_ok(o, i, t, DTYPE, lt.B_KN)):
+            # what backend='cusparselt' runs: our fused compressors write cuSPARSELt's operand
+            # (A stored (m, k)), the library multiplies
+            kf = dict(m=o, n=t, k=i, a_layout=lt.A_MK, b_layout=lt.B_NK)
+            kd = dict(m=i, n=t, k=o, a_layout=lt.A_MK, b_layout=lt.B_NK)
+            kw = dict(m=o, n=i, k=t, a_layout=lt.A_MK, b_layout=lt.B_KN)
+            lay = dict(layout="cusparselt")
+            lf = tuple(cc.masked_compress(w, m, transposed=True, **lay) for w, m in zip(W, M))
+            ld = tuple(cc.masked_compress(w, m, transposed=False, **lay) for w, m in zip(W, M))
+            lg = tuple(cc.mvue24_compress(mkey, g, transposed=True, **lay) for g in G)
+            v["fwd cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
+                lt.cusparselt_spmm(c, x, **kf) for c, x in zip(C, X))), (lf, X))
+            v["fwd cusparselt + fused compress"] = (jax.jit(lambda W, M, X: tuple(
+                lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=True, **lay), x, **kf)
+                for w, m, x in zip(W, M, X))), (W, M, X))
+            v["dx cusparselt gemm"] = (jax.jit(lambda C, G: tuple(
+                lt.cusparselt_spmm(c, g, **kd) for c, g in zip(C, G))), (ld, G))
+            v["dx cusparselt + fused compress"] = (jax.jit(lambda W, M, G: tuple(
+                lt.cusparselt_spmm(cc.masked_compress(w, m, transposed=False, **lay), g, **kd)
+                for w, m, g in zip(W, M, G))), (W, M, G))
+            v["dw cusparselt gemm"] = (jax.jit(lambda C, X: tuple(
+                lt.cusparselt_spmm(c, x, **kw) for c, x in zip(C, X))), (lg, X))
+            v["dw cusparselt + fused mvue compress"] = (jax.jit(lambda X, G: tuple(
+                lt.cusparselt_spmm(cc.mvue24_compress(mkey, g, transposed=True, **lay), x, **kw)
+                for x, g in zip(X, G))), (X, G))
+        med, _ = measure(v, r, trials)
+        ms = {k: val * 1e3 for k, val in med.items()}
+        fwd_base = min(ms.get("fwd dense x@w", math.inf), ms.get("fwd dense x@(w*m)", math.inf))
+        base = {"fwd": fwd_base, "dx": ms.get("dx dense g@w.T", math.inf), "dw": ms.get("dw dense x.T@g", math.inf)}
+        kn = {k[len("dw cutlass kn gemm ["):-1]: val for k, val in ms.items() if k.startswith("dw cutlass kn gemm [")}
+        rec = dict(section="gemm", d=d, layer=lname, I=i, O=o, T=t, ms=ms,
+                   kn_best_config=min(kn, key=kn.get) if kn else None,
+                   speedup={k: base[k.split()[0]] / val for k, val in ms.items()},
+                   control=ms.get("fwd dense x@w", math.nan) / ms.get("fwd dense control", math.nan))
+        records.append(rec)
+        print(f"gemm d={d} {lname}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)"
+                                                     for k, val in ms.items()), flush=True)
+        del sets, v
     return records
 
 
@@ -399,6 +420,8 @@ def main(argv=None):
     p.add_argument("--recipes", nargs="+", default=None)
     p.add_argument("--trials", type=int, default=0)
     p.add_argument("--tokens", type=int, default=8192, help="rows T of x (default %(default)s)")
+    p.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="I:O",
+                   help="layers (in:out) for the compress and gemm sections instead of the FFNs of --dims")
     p.add_argument("--name", default="layer", help="results file name: NAME.json / NAME.md (default %(default)s)")
     p.add_argument("--smoke-cpu", action="store_true", help=argparse.SUPPRESS)  # script test without a GPU
     args = p.parse_args(argv)
@@ -407,13 +430,14 @@ def main(argv=None):
     dims = args.dims or ([1280] if args.quick else [768, 1024, 1280])
     recipes = args.recipes or (["srste"] if args.quick else ["srste", "ste", "soft"])
     trials = args.trials or (3 if args.quick else 7)
-    global TOKENS
+    global TOKENS, SHAPES
     TOKENS = 64 if args.smoke_cpu else args.tokens
+    SHAPES = args.shapes
     backends = [b for b in args.backends if b != "cusparselt" or lt.cusparselt_available()]
     if "cusparselt" in args.backends and "cusparselt" not in backends:
         print(f"cusparselt left out: {lt.cusparselt_error()}", flush=True)
     meta = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, python=platform.python_version(),
-                date=datetime.datetime.now().isoformat(timespec="seconds"), dims=dims, tokens=TOKENS, dtype="bfloat16",
+                date=datetime.datetime.now().isoformat(timespec="seconds"), dims=dims, shapes=SHAPES, tokens=TOKENS, dtype="bfloat16",
                 backends=backends, recipes=recipes, trials=trials, quick=bool(args.quick),
                 cutlass_configs=list(cs.cutlass_configs()) if _ffi.extension() else [],
                 cutlass_configs_kn=list(cs.cutlass_configs_kn()) if _ffi.extension() else [])

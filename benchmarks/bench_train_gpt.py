@@ -313,8 +313,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
-    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default="gelu")
-    ap.add_argument("--sparse-attn", action="store_true")
+    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None, help="default: per size (the example's)")
+    ap.add_argument("--sparse-attn", action=argparse.BooleanOptionalAction, default=None,
+                    help="2:4 attention projections (default: per size, the example's)")
     ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
                     help="attention kernel of every recipe (dense included)")
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (the example's --grad-accum)")
@@ -339,7 +340,9 @@ def main(argv=None) -> int:
     rounds = a.rounds or (3 if a.quick else 5)
     qsteps = a.quality_steps if a.quality_steps is not None else (30 if a.quick else 150)
     tag = a.tag or (backend + ("_quick" if a.quick else ""))
-    extra = ["--ffn", a.ffn, "--attention", a.attention] + (["--sparse-attn"] if a.sparse_attn else [])
+    extra = ["--attention", a.attention] + (["--ffn", a.ffn] if a.ffn else [])
+    if a.sparse_attn is not None:
+        extra.append("--sparse-attn" if a.sparse_attn else "--no-sparse-attn")
     extra += ["--grad-accum", str(a.grad_accum)]
     for flag in ("n_layer", "n_head", "n_embd"):
         if getattr(a, flag) is not None:

@@ -1,8 +1,11 @@
-"""A nanoGPT-style decoder in Flax linen with 2:4 sparse linear layers.
+"""A nanoGPT-style decoder in Flax linen with 2:4 sparse linear layers, GPT-2 or LLaMA style.
 
-Pre-LayerNorm blocks, causal multi-head self-attention, learned positional embeddings, an FFN
-of GELU (``4·d``) or SwiGLU (gate and up projection fused into one matmul, hidden ``8d/3``
-rounded to 64), and an optionally weight-tied head. The FFN linears — and with
+``arch="gpt"``: pre-LayerNorm blocks, causal multi-head self-attention, learned positional
+embeddings, an FFN of GELU (``4·d``) or SwiGLU (gate and up projection fused into one matmul,
+hidden ``8d/3`` rounded to 64), and an optionally weight-tied head.
+``arch="llama"``: pre-RMSNorm blocks, rotary position embeddings on q and k (no learned
+positions), SwiGLU FFN of ``ffn_hidden_size`` (LLaMA-1B: 5632, LLaMA-7B: 11008), no biases, an
+untied head — the shapes of the LLaMA family (sizes ``llama-1b`` and ``llama-7b``). The FFN linears — and with
 ``sparse_attn=True`` the attention projections — are :class:`jax_sparse24.nn.Sparse24Dense`
 with ``method`` chosen by the recipe; everything else (embeddings, head, LayerNorms) is dense.
 
@@ -18,6 +21,8 @@ Parameter tree (per block ``h_<i>``)::
 
     wte/embedding, wpe/embedding, ln_f/{scale,bias}, [lm_head/kernel]
     h_<i>/ln_1, h_<i>/attn/{qkv,proj}/{kernel,bias}, h_<i>/ln_2, h_<i>/mlp/{fc,proj}/{kernel,bias}
+
+(``arch="llama"``: no ``wpe``, RMSNorm ``{scale}`` only, no ``bias``, ``lm_head`` always.)
 
 The ``"sparsity"`` collection mirrors the sparse layers' paths (masks / β).
 
@@ -42,7 +47,7 @@ from flax import linen as nn
 from jax_sparse24.distill import Sparse24LowRankDense
 from jax_sparse24.nn import Sparse24Dense
 
-__all__ = ["GPTConfig", "GPT", "SIZES", "attention_implementation", "sparse_layer_paths"]
+__all__ = ["GPTConfig", "GPT", "SIZES", "attention_implementation", "rotary", "sparse_layer_paths"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +55,14 @@ class GPTConfig:
     """Model hyper-parameters (hashable: usable as a static jit argument)."""
 
     vocab_size: int = 256
-    block_size: int = 128  # max sequence length (learned positions)
+    block_size: int = 128  # max sequence length (learned positions; rotary: the longest sequence)
+    arch: str = "gpt"  # "gpt" (LayerNorm, learned positions) | "llama" (RMSNorm, rotary positions)
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
     ffn: str = "gelu"  # "gelu" | "swiglu"
+    ffn_hidden_size: Optional[int] = None  # hidden width of the FFN (None: 4d for gelu, 8d/3 for swiglu)
+    rope_theta: float = 10000.0  # base of the rotary frequencies (arch="llama")
     tie_head: bool = True
     use_bias: bool = True
     # Sparsity: method of the sparse layers ("dense" = plain nn.Dense everywhere).
@@ -75,17 +83,26 @@ class GPTConfig:
 
     @property
     def ffn_hidden(self) -> int:
+        if self.ffn_hidden_size is not None:
+            return int(self.ffn_hidden_size)
         if self.ffn == "swiglu":
             return int(64 * math.ceil(8 * self.n_embd / 3 / 64))
         return 4 * self.n_embd
 
 
 #: Size presets: the transformer body of GPT-2 small / medium (vocabulary is 256 bytes here, so
-#: the parameter counts are those of GPT-2 minus most of the 50257-token embedding).
+#: the parameter counts are those of GPT-2 minus most of the 50257-token embedding), and the
+#: layer shapes of LLaMA-1B (TinyLlama's: d 2048, FFN 5632, 16 layers) and LLaMA-7B (d 4096,
+#: FFN 11008, 32 heads; 8 of its 32 layers by default so that parameters, AdamW state and the
+#: activations of 16384 tokens fit one 80 GB GPU — ``--n-layer`` sets the depth).
+_LLAMA = dict(arch="llama", ffn="swiglu", tie_head=False, use_bias=False)
 SIZES = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=128),
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024),
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, block_size=1024),
+    "llama-tiny": dict(n_layer=2, n_head=4, n_embd=128, block_size=128, ffn_hidden_size=352, **_LLAMA),
+    "llama-1b": dict(n_layer=16, n_head=16, n_embd=2048, block_size=2048, ffn_hidden_size=5632, **_LLAMA),
+    "llama-7b": dict(n_layer=8, n_head=32, n_embd=4096, block_size=2048, ffn_hidden_size=11008, **_LLAMA),
 }
 
 
@@ -150,10 +167,32 @@ class CausalSelfAttention(nn.Module):
         qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
+        if cfg.arch == "llama":
+            q, k = rotary(q, cfg.rope_theta), rotary(k, cfg.rope_theta)
         y = jax.nn.dot_product_attention(
             q, k, v, is_causal=True, implementation=attention_implementation(cfg.attention, q.dtype, hd))
         y = y.reshape(b, t, c)
         return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std, c), y, sparse)
+
+
+def rotary(x, theta: float = 10000.0):
+    """Rotary position embedding of ``x (batch, tokens, heads, head_dim)`` (positions 0..tokens-1).
+
+    Pairs feature ``j`` with ``j + head_dim/2`` (the "rotate half" form) and rotates each pair by
+    ``position · theta^(-2j/head_dim)``; computed in float32, returned in ``x``'s dtype.
+
+    >>> x = jnp.ones((1, 3, 1, 4))
+    >>> bool(jnp.allclose(rotary(x)[:, 0], x[:, 0]))   # position 0 is not rotated
+    True
+    """
+    t, hd = x.shape[1], x.shape[-1]
+    if hd % 2:
+        raise ValueError(f"rotary embeddings need an even head dimension, got {hd}")
+    freqs = theta ** (-jnp.arange(0, hd, 2, dtype=jnp.float32) / hd)
+    ang = jnp.arange(t, dtype=jnp.float32)[:, None] * freqs[None]  # (t, hd/2)
+    cos, sin = jnp.cos(ang)[None, :, None], jnp.sin(ang)[None, :, None]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
 
 def _cudnn_head_dim_ok(hd: int) -> bool:
@@ -227,12 +266,18 @@ class MLP(nn.Module):
         return _call(_linear(cfg, cfg.n_embd, "proj", True, proj_std, h), y, sparse)
 
 
+def _norm(cfg: GPTConfig, name: str):
+    if cfg.arch == "llama":
+        return nn.RMSNorm(epsilon=1e-5, dtype=cfg.dtype, name=name)
+    return nn.LayerNorm(epsilon=1e-5, dtype=cfg.dtype, name=name)
+
+
 class Block(nn.Module):
     cfg: GPTConfig
 
     @nn.compact
     def __call__(self, x, sparse):
-        ln = lambda name: nn.LayerNorm(epsilon=1e-5, dtype=self.cfg.dtype, name=name)  # noqa: E731
+        ln = lambda name: _norm(self.cfg, name)  # noqa: E731
         x = x + CausalSelfAttention(self.cfg, name="attn")(ln("ln_1")(x), sparse)
         x = x + MLP(self.cfg, name="mlp")(ln("ln_2")(x), sparse)
         return x
@@ -255,19 +300,23 @@ class GPT(nn.Module):
     @nn.compact
     def __call__(self, idx, *, sparse: Optional[Any] = None):
         cfg = self.cfg
+        if cfg.arch not in ("gpt", "llama"):
+            raise ValueError(f"GPTConfig.arch must be 'gpt' or 'llama', got {cfg.arch!r}")
         b, t = idx.shape
         if t > cfg.block_size:
             raise ValueError(f"sequence length {t} exceeds block_size {cfg.block_size}")
         embed = OneHotEmbed if cfg.vocab_size <= ONE_HOT_MAX_VOCAB else nn.Embed
         wte = embed(cfg.vocab_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
                     dtype=cfg.dtype, name="wte")
-        wpe = nn.Embed(cfg.block_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
-                       dtype=cfg.dtype, name="wpe")
-        # Positions 0..t-1 are a slice of the table (its gradient a pad, not a scatter-add).
-        x = wte(idx) + wpe.embedding[:t].astype(cfg.dtype)[None]
+        x = wte(idx)
+        if cfg.arch == "gpt":
+            wpe = nn.Embed(cfg.block_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
+                           dtype=cfg.dtype, name="wpe")
+            # Positions 0..t-1 are a slice of the table (its gradient a pad, not a scatter-add).
+            x = x + wpe.embedding[:t].astype(cfg.dtype)[None]
         for i in range(cfg.n_layer):
             x = Block(cfg, name=f"h_{i}")(x, sparse)
-        x = nn.LayerNorm(epsilon=1e-5, dtype=cfg.dtype, name="ln_f")(x)
+        x = _norm(cfg, "ln_f")(x)
         if cfg.tie_head:
             logits = wte.attend(x)
         else:

@@ -117,6 +117,13 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
                  ckpt_every=1000, log_every=10, eval_batches=4),
     "gpt2-medium": dict(steps=5000, batch_size=8, seq_len=1024, lr=3e-4, warmup=200,
                         eval_every=250, ckpt_every=1000, log_every=10, eval_batches=4),
+    # LLaMA shapes: 8 x 2048 = 16384 tokens per step; every linear layer 2:4 (attention too).
+    "llama-tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
+                       ckpt_every=100, log_every=5, eval_batches=4, sparse_attn=True),
+    "llama-1b": dict(steps=5000, batch_size=8, seq_len=2048, lr=3e-4, warmup=200, eval_every=250,
+                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
+    "llama-7b": dict(steps=5000, batch_size=8, seq_len=2048, lr=1.5e-4, warmup=200, eval_every=250,
+                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
 }
 
 #: flags that define the training run; a checkpoint is only resumed by an identical set.
@@ -247,7 +254,7 @@ class Experiment:
 
 def build_experiment(hp: dict) -> Experiment:
     recipe = RECIPES[hp["recipe"]]
-    size = dict(SIZES[hp["size"]])
+    size = {k: v for k, v in SIZES[hp["size"]].items() if k not in ("ffn", "tie_head")}  # from hp below
     size["block_size"] = hp["seq_len"]
     for k in ("n_layer", "n_head", "n_embd"):
         size[k] = hp[k]
@@ -881,8 +888,11 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         recipe=recipe, size=args.size, min_lr_fraction=args.min_lr_fraction,
         weight_decay=args.weight_decay, b1=args.b1, b2=args.b2, grad_clip=args.grad_clip,
         decay_alpha=args.decay_alpha, mask_every=args.mask_every,
-        finetune_fraction=args.finetune_fraction, ffn=args.ffn, sparse_attn=args.sparse_attn,
-        untied_head=args.untied_head, dtype=args.dtype, seed=args.seed,
+        finetune_fraction=args.finetune_fraction,
+        ffn=args.ffn or SIZES[args.size].get("ffn", "gelu"),
+        sparse_attn=defaults.get("sparse_attn", False) if args.sparse_attn is None else args.sparse_attn,
+        untied_head=args.untied_head or not SIZES[args.size].get("tie_head", True),
+        dtype=args.dtype, seed=args.seed,
         attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
         sparse_backend=args.sparse_backend,  # not in CONFIG_KEYS: a kernel choice, same math
         prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
@@ -1300,9 +1310,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
     ap.add_argument("--n-head", type=int, default=None, help="override the size's number of heads")
     ap.add_argument("--n-embd", type=int, default=None, help="override the size's width")
-    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default="gelu",
-                    help="FFN activation; swiglu fuses gate+up into one GEMM (plain jnp, no custom kernel)")
-    ap.add_argument("--sparse-attn", action="store_true", help="2:4 attention projections too")
+    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None,
+                    help="FFN activation (default: per size; gelu for gpt sizes, swiglu for llama sizes); swiglu "
+                         "fuses gate+up into one GEMM (plain jnp, no custom kernel)")
+    ap.add_argument("--sparse-attn", action=argparse.BooleanOptionalAction, default=None,
+                    help="2:4 attention projections too (default: per size; on for llama sizes)")
     ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
                     help="attention kernel: cudnn (flash attention; GPU, bfloat16), xla, or auto (cudnn "
                          "where it applies)")

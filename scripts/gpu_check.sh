@@ -2,8 +2,13 @@
 # Build the CUDA extension offline, run the GPU tests, compute-sanitizer and the benchmarks on a
 # Hopper machine; logs and JSON go to $OUT (default ./gpu_out).
 #
-#   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize|multigpu ...]   (default: all)
+#   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize|multigpu|llama ...]   (default: all)
 #   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU
+#   llama: the three GEMMs of the LLaMA-1B / -7B layer shapes at 16384 tokens (bench_layer.py
+#          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
+#          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS=gemm|train picks one
+#   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
+#            and leave out `build` to skip the compile on the next machine: same sources only)
 #
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
 set -uo pipefail
@@ -14,6 +19,7 @@ export PYTHONUNBUFFERED=1
 STEPS=${*:-all}
 PY=${PYTHON:-python3}
 want() { [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* ]]; }
+asked() { [[ " $STEPS " == *" $1 "* ]]; }  # steps that "all" leaves out
 status=0
 note() { echo "== $*" | tee -a "$OUT/logs/summary.txt"; tar -C "$OUT" -czf "$OUT/logs.tgz" logs; }
 BENCHES=${BENCHES:-"bench_spmm bench_mask_kernels"}
@@ -33,6 +39,11 @@ if want build; then
     $PY -m pip install --no-build-isolation --no-deps -v -e . > "$OUT/logs/build.log" 2>&1
   rc=$?; note "build rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -60 "$OUT/logs/build.log"; status=1; }
   $PY -c "import jax_sparse24._src.ffi as f; print('extension:', f.extension() is not None, f.extension_error() or '', 'kernels available:', f.cuda_kernels_available())" 2>&1 | tee -a "$OUT/logs/summary.txt"
+fi
+
+if asked keepext; then
+  so=$($PY -c "import jax_sparse24._sparse24_ffi as m; print(m.__file__)" 2>/dev/null)
+  mkdir -p "$OUT/ext" && [ -n "$so" ] && cp "$so" "$OUT/ext/" && note "extension kept: $(basename "$so")" || note "keepext: no extension"
 fi
 
 if want test; then
@@ -93,6 +104,30 @@ if want sanitize; then
       rc=$?; note "racecheck[$kns: $case] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|Internal Sanitizer Error' "$log" | tail -1)"; [ $rc -eq 0 ] || status=1
     done
   done
+fi
+
+if asked llama; then
+  LS=${LLAMA_SECTIONS:-gemm train}
+  if [[ " $LS " == *" gemm "* ]]; then
+    for spec in "llama7b_t16384:compress gemm:4096:22016 11008:4096 4096:12288 4096:4096" \
+                "llama1b_t16384:gemm:2048:11264 5632:2048 2048:6144 2048:2048"; do
+      name=${spec%%:*}; rest=${spec#*:}; sections=${rest%%:*}; shapes=${rest#*:}
+      t0=$(date +%s)
+      timeout ${LLAMA_GEMM_TIMEOUT:-240} $PY benchmarks/bench_layer.py --out "$OUT" --name "layer_$name" \
+        --sections $sections --tokens 16384 --trials ${LLAMA_TRIALS:-5} --shapes $shapes > "$OUT/logs/layer_$name.log" 2>&1
+      rc=$?; note "bench_layer $name rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/layer_$name.log"; status=1; }
+    done
+  fi
+  if [[ " $LS " == *" train "* ]]; then
+    for spec in ${LLAMA_SIZES:-llama-7b:4 llama-1b:4}; do
+      size=${spec%%:*}; layers=${spec#*:}; t0=$(date +%s)
+      timeout ${LLAMA_TRAIN_TIMEOUT:-300} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "h100_${size}_l$layers" \
+        --size $size --n-layer $layers --quality-steps 0 --rounds ${LLAMA_ROUNDS:-5} --iters ${LLAMA_ITERS:-10} \
+        --compile-workers 4 --recipes ${LLAMA_RECIPES:-dense,srste,srste@cusparselt,srste@cutlass} \
+        > "$OUT/logs/train_$size.log" 2>&1
+      rc=$?; note "bench_train_gpt $size x$layers rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$size.log"; status=1; }
+    done
+  fi
 fi
 
 if want multigpu; then
