@@ -47,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from bench_spmm import measure, write_results  # noqa: E402  (interleaved medians, same method)
+from bench_spmm import measure, write_json, write_results  # noqa: E402  (interleaved medians, same method)
 
 import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
@@ -106,7 +106,6 @@ def parse_shape(text: str) -> tuple[int, int]:
 
 
 def bench_compress(dims, trials):
-    records = []
     for d, lname, i, o in _layers(dims):
         key = jax.random.PRNGKey(i * 7 + o)
         r = n_sets(i * o * 2 * 3)
@@ -167,9 +166,8 @@ def bench_compress(dims, trials):
                 continue
             rec = dict(section="compress", d=d, layer=lname, I=i, O=o, T=TOKENS, op=name,
                        ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes)
-            records.append(rec)
+            yield rec
             print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s", flush=True)
-    return records
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,7 +175,6 @@ def bench_compress(dims, trials):
 
 
 def bench_gemm(dims, trials, backends):
-    records = []
     t = TOKENS
     for d, lname, i, o in _layers(dims):
         key = jax.random.PRNGKey(1000 + i + o)
@@ -267,11 +264,10 @@ def bench_gemm(dims, trials, backends):
                    kn_best_config=min(kn, key=kn.get) if kn else None,
                    speedup={k: base[k.split()[0]] / val for k, val in ms.items()},
                    control=ms.get("fwd dense x@w", math.nan) / ms.get("fwd dense control", math.nan))
-        records.append(rec)
+        yield rec
         print(f"gemm d={d} {lname}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)"
                                                      for k, val in ms.items()), flush=True)
         del sets, v
-    return records
 
 
 # ------------------------------------------------------------------------------------------------
@@ -292,7 +288,6 @@ def _ffn(d, make):
 def bench_layer(dims, trials, backends, recipes):
     from flax import linen as nn
 
-    records = []
     t = TOKENS
     for d in dims:
         key = jax.random.PRNGKey(d)
@@ -357,10 +352,9 @@ def bench_layer(dims, trials, backends, recipes):
                 agree[name] = float(jnp.linalg.norm(y - yr) / jnp.linalg.norm(yr))
         rec = dict(section="layer", d=d, T=t, ms=ms, speedup={k: base / val for k, val in ms.items()},
                    control=base / ms.get("nn.Dense control", math.nan), fwd_rel_err_vs_dense_backend=agree)
-        records.append(rec)
+        yield rec
         print(f"layer d={d}: " + ", ".join(f"{k} {val:.3f} ms ({rec['speedup'][k]:.2f}x)" for k, val in ms.items()),
               flush=True)
-    return records
 
 
 # ------------------------------------------------------------------------------------------------
@@ -368,7 +362,9 @@ def bench_layer(dims, trials, backends, recipes):
 
 def markdown(meta, records):
     lines = [f"# 2:4 layer benchmark — {meta['device']}, jax {meta['jax']}, {meta['date']}", "",
-             f"T = {TOKENS} tokens, bfloat16 compute; FFN layers up (d→4d) and down (4d→d). Speedup = the dense "
+             f"T = {TOKENS} tokens, bfloat16 compute; "
+             + ("layers I×O " + ", ".join(f"{i}×{o}" for i, o in meta["shapes"]) if meta.get("shapes")
+                else "FFN layers up (d→4d) and down (4d→d)") + ". Speedup = the dense "
              "baseline of the same run / the variant; control = dense / separately compiled dense (noise floor).", ""]
     comp = [r for r in records if r["section"] == "compress"]
     if comp:
@@ -443,12 +439,20 @@ def main(argv=None):
                 cutlass_configs_kn=list(cs.cutlass_configs_kn()) if _ffi.extension() else [])
     print(f"# {meta['device']}, jax {meta['jax']}, dims {dims}, backends {backends}, recipes {recipes}", flush=True)
     records = []
+
+    def keep(rec):  # the JSON is rewritten after every record: a run cut short keeps what it measured
+        records.append(rec)
+        write_json(args.out, args.name, dict(meta, partial=True), records)
+
     if "compress" in args.sections:
-        records += bench_compress(dims, trials)
+        for rec in bench_compress(dims, trials):
+            keep(rec)
     if "gemm" in args.sections:
-        records += bench_gemm(dims, trials, backends)
+        for rec in bench_gemm(dims, trials, backends):
+            keep(rec)
     if "layer" in args.sections:
-        records += bench_layer(dims, trials, backends, recipes)
+        for rec in bench_layer(dims, trials, backends, recipes):
+            keep(rec)
     if "cusparselt" in backends:
         meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]
     write_results(args.out, args.name, meta, records, markdown(meta, records))

@@ -453,11 +453,16 @@ def main(argv=None):
     write_results(args.out, "spmm", meta, records, markdown(meta, records))
 
 
-def write_results(out_dir: str, name: str, meta: dict, records: list, md: str) -> None:
-    """``out_dir/<name>.json`` ({"meta", "records"}) and ``<name>.md``; the table is printed too."""
+def write_json(out_dir: str, name: str, meta: dict, records: list) -> None:
+    """``out_dir/<name>.json``: ``{"meta", "records"}``."""
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
         json.dump(dict(meta=meta, records=records), f, indent=1)
+
+
+def write_results(out_dir: str, name: str, meta: dict, records: list, md: str) -> None:
+    """``out_dir/<name>.json`` ({"meta", "records"}) and ``<name>.md``; the table is printed too."""
+    write_json(out_dir, name, meta, records)
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write(md)
     print()

@@ -6,7 +6,8 @@
 #   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU
 #   llama: the three GEMMs of the LLaMA-1B / -7B layer shapes at 16384 tokens (bench_layer.py
 #          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
-#          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS=gemm|train picks one
+#          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS="gemm table train"
+#          (default "gemm train"; table: rebuild the auto table with this run's layer results first)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -109,14 +110,21 @@ fi
 if asked llama; then
   LS=${LLAMA_SECTIONS:-gemm train}
   if [[ " $LS " == *" gemm "* ]]; then
-    for spec in "llama7b_t16384:compress gemm:4096:22016 11008:4096 4096:12288 4096:4096" \
-                "llama1b_t16384:gemm:2048:11264 5632:2048 2048:6144 2048:2048"; do
+    IFS=';' read -ra specs <<< "${LLAMA_GEMM_SPECS:-llama7b_t16384:compress gemm:4096:22016 11008:4096 4096:12288 4096:4096;llama1b_t16384:gemm:2048:11264 5632:2048 2048:6144 2048:2048}"
+    for spec in "${specs[@]}"; do
       name=${spec%%:*}; rest=${spec#*:}; sections=${rest%%:*}; shapes=${rest#*:}
       t0=$(date +%s)
       timeout ${LLAMA_GEMM_TIMEOUT:-240} $PY benchmarks/bench_layer.py --out "$OUT" --name "layer_$name" \
         --sections $sections --tokens 16384 --trials ${LLAMA_TRIALS:-5} --shapes $shapes > "$OUT/logs/layer_$name.log" 2>&1
       rc=$?; note "bench_layer $name rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/layer_$name.log"; status=1; }
     done
+  fi
+  if [[ " $LS " == *" table "* ]]; then  # the auto table from every committed layer run plus this one's
+    cp "$OUT"/layer_llama*.json benchmarks/results/ 2>/dev/null
+    $PY benchmarks/make_autotune_table.py benchmarks/results/spmm_h100_2026-11-22T13-52.json benchmarks/results/spmm.json \
+      --layer benchmarks/results/layer.json benchmarks/results/layer_wide.json benchmarks/results/layer_t2048.json \
+      $(ls benchmarks/results/layer_llama*_t16384.json) > "$OUT/logs/table.log" 2>&1
+    rc=$?; note "make_autotune_table rc=$rc"; cp jax_sparse24/_src/spmm_autotune.json "$OUT/"
   fi
   if [[ " $LS " == *" train "* ]]; then
     for spec in ${LLAMA_SIZES:-llama-7b:4 llama-1b:4}; do

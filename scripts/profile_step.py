@@ -5,7 +5,11 @@
 Builds each recipe's train program exactly as benchmarks/bench_train_gpt.py does (sparse phase),
 runs a few steps under ``jax.profiler.trace``, then sums the device-side events of the trace per
 kernel name and writes ``DIR/profile_step.md``: per recipe the total kernel time per step and the
-kernels whose time differs most from the first recipe's.
+kernels whose time differs most from the first recipe's, and a breakdown by kind of kernel
+(:func:`category`: dense and sparse GEMMs, our compress / mask / MVUE kernels, attention, and the
+rest — XLA's fusions: norms, activations, loss, optimizer).
+
+    python scripts/profile_step.py --size llama-7b --n-layer 4 --recipes dense,srste --out DIR
 """
 
 from __future__ import annotations
@@ -29,6 +33,39 @@ import bench_train_gpt as btg  # noqa: E402  (puts examples/ on sys.path)
 import train_gpt  # noqa: E402
 
 
+#: (category, pattern on the full kernel name), first match wins.
+CATEGORIES = (
+    ("MVUE (∇y sample + compress)", re.compile(r"mvue", re.I)),
+    ("GEMM, sparse (CUTLASS / cuSPARSELt)",
+     re.compile(r"cutlass::device_kernel|sparse_?gemm|xmma_sparse|sparse_xmma|spmma|cusparselt|sm90_sp", re.I)),
+    ("weight compress / masks", re.compile(r"jax_sparse24|compress|mask24|transposable|softthreshold", re.I)),
+    ("GEMM, dense", re.compile(r"gemm|nvjet|xmma|cublas|cutlass|dot", re.I)),
+    ("attention (cuDNN / XLA)", re.compile(r"sdpa|flash|fmha|cudnn|softmax", re.I)),
+)
+OTHER = "other (XLA fusions: norms, activations, loss, optimizer, copies)"
+
+
+def category(name: str) -> str:
+    """The kind of a kernel, from its full name (:data:`CATEGORIES`, else :data:`OTHER`).
+
+    >>> category("jax_sparse24::compress_kernels::MvueCompressTile<...>")
+    'MVUE (∇y sample + compress)'
+    >>> category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_TNT")
+    'GEMM, dense'
+    >>> category("loop_add_fusion_1")
+    'other (XLA fusions: norms, activations, loss, optimizer, copies)'
+    """
+    for cat, pat in CATEGORIES:
+        if pat.search(name):
+            return cat
+    return OTHER
+
+
+def tag(cat: str) -> str:
+    """Short label of a category, appended to kernel names in the report (``[k1]``...)."""
+    return f"k{([c for c, _ in CATEGORIES] + [OTHER]).index(cat)}"
+
+
 def kernel_times(trace_dir: str) -> tuple[dict, float]:
     """{kernel name: total µs} over the device streams of the newest trace, and the device span."""
     path = max(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime)
@@ -41,8 +78,8 @@ def kernel_times(trace_dir: str) -> tuple[dict, float]:
     t_min, t_max = float("inf"), 0.0
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e.get("pid") in device and "dur" in e:
-            name = re.sub(r"\.\d+$", "", e["name"])[:90]
-            times[name] += float(e["dur"])
+            name = re.sub(r"\.\d+$", "", e["name"])
+            times[name[:90] + ("\u2026" if len(name) > 90 else "") + f" [{tag(category(name))}]"] += float(e["dur"])
             t_min, t_max = min(t_min, e["ts"]), max(t_max, e["ts"] + e["dur"])
     return dict(times), max(0.0, t_max - t_min)
 
@@ -51,10 +88,20 @@ def write_report(results: dict, a, batch: int, seq: int, final: bool) -> None:
     """Write ``profile_step.md`` (after every recipe, so a run cut short keeps what it measured)."""
     names = list(results)
     base = results[names[0]][0]
-    lines = [f"# Train-step kernel time by kernel, {a.size} (batch {batch} x {seq}), {jax.devices()[0].device_kind}",
+    layers = f", {a.n_layer} layers" if a.n_layer else ""
+    lines = [f"# Train-step kernel time by kernel, {a.size}{layers} (batch {batch} x {seq}), {jax.devices()[0].device_kind}",
              "", "| recipe | kernel time / step (ms) | device span / step (ms) |", "|---|---|---|"]
     for r in names:
         lines.append(f"| {r} | {sum(results[r][0].values()) / 1e3:.2f} | {results[r][1] / 1e3:.2f} |")
+    cats = [c for c, _ in CATEGORIES] + [OTHER]
+    by = {r: collections.Counter() for r in names}
+    for r in names:
+        for k, v in results[r][0].items():
+            by[r][next(c for c in cats if k.endswith(f"[{tag(c)}]"))] += v
+    lines += ["", "## Kernel time per step by kind (ms)", "",
+              "| kind | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in cats:
+        lines.append(f"| {c} [{tag(c)}] | " + " | ".join(f"{by[r][c] / 1e3:.2f}" for r in names) + " |")
     lines += ["", f"## {names[0]}: largest kernels (µs per step)", "", "| kernel | µs | share |", "|---|---|---|"]
     total = sum(base.values())
     for k in sorted(base, key=lambda k: -base[k])[: a.top]:
@@ -85,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
     a = ap.parse_args(argv)
     d = train_gpt.SIZE_DEFAULTS[a.size]
     batch, seq = d["batch_size"], d["seq_len"]
@@ -93,6 +141,7 @@ def main(argv=None) -> int:
     for name in a.recipes.split(","):
         recipe, _, attention = name.partition("@")
         extra = ["--attention", attention] if attention else []
+        extra += ["--n-layer", str(a.n_layer)] if a.n_layer else []
         rts[name] = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, extra))
     exes = btg.compile_all(rts, False, a.compile_workers, lambda m: print(m, flush=True))  # concurrently
     results = {}
