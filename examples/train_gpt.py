@@ -35,7 +35,10 @@ rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--l
 ``ckpt/`` every ``--ckpt-every`` steps (params, sparsity collection, optimizer state including
 the STEP phase, step, config). ``--resume`` continues bit-exactly from the latest checkpoint;
 the batch of step ``t`` and the MVUE key of step ``t`` are pure functions of ``(--seed, t)``,
-so the data position is the step. ``--compare dense,srste,...`` trains several recipes into
+so the data position is the step. A corrupt checkpoint is refused with one line naming the newest
+intact one; ``--resume-from STEP`` continues from it (deleting the checkpoints after it). A previous
+run's files in ``--out`` (checkpoints, metrics, summary, plot) are never written over without
+``--overwrite``. ``--compare dense,srste,...`` trains several recipes into
 ``--out/<recipe>`` and writes ``compare.png``, ``compare.md`` and ``compare.json``.
 
 ``--mesh data=2,model=1`` shards the batch over the ``data`` axis of a device mesh and the
