@@ -1406,7 +1406,8 @@ def _sizes_help() -> str:
     parts = []
     for name, shape in SIZES.items():
         d = SIZE_DEFAULTS.get(name, {})
-        desc = f"{shape.get('n_layer')} layers, width {shape.get('n_embd')}, {shape.get('n_head')} heads"
+        desc = (f"{shape['arch']}, " if shape.get("arch") else "") + (
+            f"{shape.get('n_layer')} layers, width {shape.get('n_embd')}, {shape.get('n_head')} heads")
         if d:
             desc += f"; {d.get('steps')} steps of {d.get('batch_size')}x{d.get('seq_len')} tokens"
         parts.append(f"{name} ({desc})")

@@ -312,7 +312,7 @@ def test_help_shows_each_default_once():
     flat = " ".join(text.split())
     assert "--b1 B1 AdamW beta1" in flat and "--b2 B2 AdamW beta2" in flat
     for name, shape in train_gpt.SIZES.items():  # every size is described
-        assert f"{name} ({shape['n_layer']} layers, width {shape['n_embd']}" in flat, name
+        assert f" {name} (" in flat and f"{shape['n_layer']} layers, width {shape['n_embd']}," in flat, name
     assert "--seed SEED init / data / MVUE seed (default: 0)" in flat
 
 
