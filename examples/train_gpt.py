@@ -35,7 +35,10 @@ rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--l
 ``ckpt/`` every ``--ckpt-every`` steps (params, sparsity collection, optimizer state including
 the STEP phase, step, config). ``--resume`` continues bit-exactly from the latest checkpoint;
 the batch of step ``t`` and the MVUE key of step ``t`` are pure functions of ``(--seed, t)``,
-so the data position is the step. ``--compare dense,srste,...`` trains several recipes into
+so the data position is the step. A corrupt checkpoint is refused with one line naming the newest
+intact one; ``--resume-from STEP`` continues from it (deleting the checkpoints after it). A previous
+run's files in ``--out`` (checkpoints, metrics, summary, plot) are never written over without
+``--overwrite``. ``--compare dense,srste,...`` trains several recipes into
 ``--out/<recipe>`` and writes ``compare.png``, ``compare.md`` and ``compare.json``.
 
 ``--mesh data=2,model=1`` shards the batch over the ``data`` axis of a device mesh and the
@@ -69,6 +72,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -604,6 +608,59 @@ def _quiet_orbax():
         absl_logging.set_verbosity(absl_logging.ERROR)
     except ImportError:
         pass
+    warnings.filterwarnings("ignore", module=r"orbax(\.|$)")
+    _ignore_orbax_teardown_errors()
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _OrbaxAsyncioFilter) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_OrbaxAsyncioFilter())
+
+
+def _raised_in_orbax(exc) -> bool:
+    tb = getattr(exc, "__traceback__", None)
+    while tb is not None:
+        if "orbax" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+class _OrbaxAsyncioFilter(logging.Filter):
+    """Drops asyncio's "exception was never retrieved" reports of orbax's abandoned reads (a failed
+    restore has already been reported as one line); anything else asyncio logs passes."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not ("never retrieved" in record.getMessage() and _raised_in_orbax(exc))
+
+
+def _is_orbax_teardown_error(unraisable) -> bool:
+    """An exception orbax leaves behind after a failed restore: the reads still in flight when its
+    event loop closed finish later (``RuntimeError: Event loop is closed`` from
+    ``call_soon_threadsafe``), and its abandoned read coroutines raise when they are collected."""
+    exc, obj = unraisable.exc_value, unraisable.object
+    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb is None or "asyncio" in tb.tb_frame.f_code.co_filename
+    code = getattr(obj, "cr_code", None)
+    return code is not None and "orbax" in code.co_filename
+
+
+def _ignore_orbax_teardown_errors():
+    """Drop (only) those leftovers from ``sys.unraisablehook``: after the one-line error for a corrupt
+    checkpoint they printed dozens of tracebacks that looked like a crash. Installed once; every
+    other unraisable exception goes to the previous hook."""
+    prev = sys.unraisablehook
+    if getattr(prev, "_train_gpt_filter", False):
+        return
+
+    def hook(unraisable):
+        if not _is_orbax_teardown_error(unraisable):
+            prev(unraisable)
+
+    hook._train_gpt_filter = True
+    sys.unraisablehook = hook
 
 
 class Checkpoints:
@@ -632,22 +689,31 @@ class Checkpoints:
         if not meta_file.exists():
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or incomplete: no 'meta' item")
         try:
-            mngr = self._manager(read_only=True)
-            meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            meta = self._restore(step, ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
         except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or unreadable: {_short(e)}") from None
         if not isinstance(meta, dict) or "config" not in meta or "fingerprint" not in meta:
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt: its meta has no config/fingerprint")
         return meta
 
+    def _restore(self, step: int, args):
+        """One orbax restore; the manager is closed however it ends, and a failed restore's
+        abandoned reads are collected here (their leftovers are dropped, see _quiet_orbax)."""
+        mngr = self._manager(read_only=True)
+        try:
+            return mngr.restore(step, args=args)
+        except BaseException:
+            gc.collect()
+            raise
+        finally:
+            mngr.close()
+
     def restore(self, step: int, abstract_state) -> tuple[Any, dict]:
         import orbax.checkpoint as ocp
 
         meta = self.read_meta(step)
         try:
-            mngr = self._manager(read_only=True)
-            state = mngr.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state))).state
+            state = self._restore(step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))).state
         except Exception as e:  # noqa: BLE001
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or unreadable: {_short(e)}") from None
         got = [int(v) for v in jax.device_get(_fingerprint(state))]
@@ -656,6 +722,35 @@ class Checkpoints:
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt: {bad} arrays do not match "
                            "the fingerprints stored when it was written")
         return state, meta
+
+    def newest_intact(self, below: int, abstract_state, config: dict) -> Optional[int]:
+        """The newest checkpoint before step ``below`` that restores, matches its fingerprints and
+        was written by ``config`` (None if there is none)."""
+        for step in reversed([s for s in self.steps() if s < below]):
+            try:
+                check_config(self.read_meta(step)["config"], config, self.dir)
+                self.restore(step, abstract_state)
+            except CLIError:
+                continue
+            return step
+        return None
+
+    def with_intact_hint(self, err: CLIError, bad: int, abstract_state, config: dict) -> CLIError:
+        """``err`` (checkpoint ``bad`` is corrupt) plus which older checkpoint can be resumed instead."""
+        good = self.newest_intact(bad, abstract_state, config)
+        if good is None:
+            older = [s for s in self.steps() if s < bad]
+            return CLIError(f"{err}; no older checkpoint is intact ({'steps ' + str(older) if older else 'there are none'}): "
+                            "start over with --overwrite")
+        return CLIError(f"{err}; the newest intact checkpoint is step {good}: continue from it with "
+                        f"--resume-from {good} (this discards the checkpoints after it)")
+
+    def discard_after(self, step: int) -> list[int]:
+        """Delete the checkpoints after ``step`` (a resume from an older one rewrites them)."""
+        later = [s for s in self.steps() if s > step]
+        for s in later:
+            shutil.rmtree(self.dir / str(s))
+        return later
 
     def save(self, step: int, state, meta: dict) -> None:
         import orbax.checkpoint as ocp
@@ -671,7 +766,10 @@ class Checkpoints:
 
 
 def _short(e: Exception, n: int = 300) -> str:
-    s = f"{type(e).__name__}: {e}".replace("\n", " ")
+    text = str(e).split(" See full TensorStore details")[0]  # orbax appends a page of spec
+    if e.__cause__ is not None:  # e.g. tensorstore's OUT_OF_RANGE under orbax's generic Exception
+        text += f" ({type(e.__cause__).__name__}: {e.__cause__})"
+    s = f"{type(e).__name__}: {text}".replace("\n", " ")
     return s if len(s) <= n else s[:n] + "..."
 
 
@@ -1069,16 +1167,39 @@ def load_teacher(hp: dict):
     return state["params"]
 
 
-def _precheck_out(out: Path, resume: bool, overwrite: bool) -> None:
+#: files a run writes into --out (besides ckpt/); never replaced without --overwrite.
+RUN_FILES = ("summary.json", "metrics.jsonl", "loss.png")
+#: files --compare writes into --out.
+COMPARE_FILES = ("compare.md", "compare.json", "compare.png")
+
+
+def _check_out_is_dir(out: Path) -> None:
+    """``--out`` (or the first of its parents that exists) must be a directory."""
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == out else f"is inside {p}, which is a file"
+                raise CLIError(f"--out {out} {what}, not a directory; choose another --out")
+            return
+
+
+def _precheck_out(out: Path, resume: bool, overwrite: bool, resume_from: Optional[int] = None) -> None:
+    """Refuse to write over a previous run (any of its files, not only ckpt/) without --overwrite."""
+    _check_out_is_dir(out)
     ck = Checkpoints(out / "ckpt")
     steps = ck.steps()
     if resume and not steps:
         raise CLIError(f"--resume: no checkpoint found in {ck.dir}")
-    if not resume and (steps or (ck.dir.exists() and any(ck.dir.iterdir()))) and not overwrite:
-        raise CLIError(
-            f"{ck.dir} already holds checkpoints (steps {steps}); pass --resume to continue that "
-            "run, --overwrite to start over, or choose another --out"
-        )
+    if resume_from is not None and resume_from not in steps:
+        raise CLIError(f"--resume-from {resume_from}: {ck.dir} has no checkpoint of that step (steps {steps})")
+    if resume or overwrite:
+        return
+    held = [f"checkpoints (steps {steps})"] if steps or (ck.dir.exists() and any(ck.dir.iterdir())) else []
+    held += [f for f in RUN_FILES if (out / f).exists()]
+    if held:
+        how = "--resume to continue it, " if steps else ""
+        raise CLIError(f"--out {out} already holds a previous run ({', '.join(held)}); pass {how}--overwrite to "
+                       "replace it, or choose another --out")
 
 
 def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
@@ -1110,10 +1231,19 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     metrics_path = out / "metrics.jsonl"
     history: list[dict] = []
     if args.resume:
-        step0 = ckpts.steps()[-1]
-        meta = ckpts.read_meta(step0)
-        check_config(meta["config"], config, ckpts.dir)
-        state, meta = ckpts.restore(step0, abstract_sh)
+        step0 = args.resume_from if args.resume_from is not None else ckpts.steps()[-1]
+        try:
+            meta = ckpts.read_meta(step0)
+            check_config(meta["config"], config, ckpts.dir)
+            state, meta = ckpts.restore(step0, abstract_sh)
+        except CLIError as e:
+            if "corrupt" not in str(e):
+                raise
+            raise ckpts.with_intact_hint(e, step0, abstract_sh, config) from None
+        discarded = ckpts.discard_after(step0)
+        if discarded:
+            print(f"{PROG}: discarded the checkpoints after step {step0} (steps {discarded}) in {ckpts.dir}",
+                  file=sys.stderr)
         history = [r for r in _read_jsonl(metrics_path) if r.get("step", 0) <= step0]
         elapsed_prev = float(meta.get("train_time", 0.0))
         tokens_prev = int(meta.get("train_tokens", 0))
@@ -1121,6 +1251,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     else:
         if ckpts.dir.exists():
             shutil.rmtree(ckpts.dir)  # --overwrite (checked before)
+        for f in RUN_FILES:  # --overwrite: no file of the previous run survives a shorter new one
+            (out / f).unlink(missing_ok=True)
         state = init_jit()
         if exp.teacher_model is not None:
             state = rt.init_from_teacher(state)
@@ -1268,15 +1400,40 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` once: not for flags without a default (None) or on/off switches, nor
+    where the help already states the default (e.g. "default: per size")."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _sizes_help() -> str:
+    """``--size`` help: each size's shape and default training length (from SIZES / SIZE_DEFAULTS)."""
+    parts = []
+    for name, shape in SIZES.items():
+        d = SIZE_DEFAULTS.get(name, {})
+        desc = (f"{shape['arch']}, " if shape.get("arch") else "") + (
+            f"{shape.get('n_layer')} layers, width {shape.get('n_embd')}, {shape.get('n_head')} heads")
+        if d:
+            desc += f"; {d.get('steps')} steps of {d.get('batch_size')}x{d.get('seq_len')} tokens"
+        parts.append(f"{name} ({desc})")
+    return ("model size, which also sets the defaults of --steps/--batch-size/--seq-len/--lr/--warmup/"
+            "--eval-every/--ckpt-every: " + "; ".join(parts) + " (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG, description="Pre-train a GPT on bytes with 2:4 sparse-training recipes (jax_sparse24).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="srste", help="2:4 training recipe")
     ap.add_argument("--compare", default=None,
                     help="comma-separated recipes to train one after another (e.g. dense,srste,sste,step,ste)")
-    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size")
+    ap.add_argument("--size", choices=list(SIZES), default="tiny", help=_sizes_help())
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: per size)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text corpus (bytes are the tokens)")
@@ -1295,12 +1452,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")
     ap.add_argument("--min-lr-fraction", type=float, default=0.1, help="cosine decays to lr * this")
     ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decoupled weight decay")
-    ap.add_argument("--b1", type=float, default=0.9)
-    ap.add_argument("--b2", type=float, default=0.95)
+    ap.add_argument("--b1", type=float, default=0.9, help="AdamW beta1: decay of the gradient's moving average")
+    ap.add_argument("--b2", type=float, default=0.95,
+                    help="AdamW beta2: decay of the squared gradient's moving average")
     ap.add_argument("--grad-clip", type=float, default=1.0, help="global-norm clip (0: off)")
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
-    ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction")
+    ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")
     ap.add_argument("--teacher", type=Path, default=None,
                     help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
     ap.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
@@ -1324,9 +1482,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=None, help="steps between val evals (default: per size)")
     ap.add_argument("--eval-batches", type=int, default=None, help="val batches per eval (default: per size)")
     ap.add_argument("--ckpt-every", type=int, default=None, help="steps between checkpoints (0: none; default: per size)")
-    ap.add_argument("--log-every", type=int, default=None, help="steps between progress updates (and ste/sste/ast flip-rate measurements)")
+    ap.add_argument("--log-every", type=int, default=None, help="steps between progress updates (and ste/sste/ast flip-rate measurements; default: per size)")
     ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    ap.add_argument("--overwrite", action="store_true", help="discard existing checkpoints in --out")
+    ap.add_argument("--resume-from", type=int, default=None, metavar="STEP",
+                    help="continue from the checkpoint of this step in --out (e.g. the newest intact one when "
+                         "the latest is corrupt); the checkpoints after it are deleted")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace a previous run in --out (its checkpoints, metrics.jsonl, summary.json, loss.png); "
+                         "without it such a run is never written over")
     ap.add_argument("--stop-at", type=int, default=None,
                     help="stop (with a checkpoint) after this step, as if interrupted; --resume continues")
     ap.add_argument("--seed", type=int, default=0, help="init / data / MVUE seed")
@@ -1335,7 +1498,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _write_compare(out: Path, summaries: list[dict]) -> None:
+def _write_compare(out: Path, summaries: list[dict], compare_speed: bool = True) -> None:
+    """``compare.md`` / ``compare.json``. ``compare_speed=False`` (no GPU kernels: every 2:4 layer
+    ran the dense reference) leaves out the tokens/s ratios, which would only measure noise."""
     dense = next((s for s in summaries if s["recipe"] == "dense"), None)
     lines = [
         f"# {summaries[0]['size']}: {', '.join(s['recipe'] for s in summaries)} "
@@ -1349,10 +1514,13 @@ def _write_compare(out: Path, summaries: list[dict]) -> None:
         rel_l = rel_t = "-"
         if dense and vl is not None and dense["final_val_loss"]:
             rel_l = f"{100 * (vl / dense['final_val_loss'] - 1):+.1f}%"
-        if dense and tps and dense["tokens_per_s"]:
+        if compare_speed and dense and tps and dense["tokens_per_s"]:
             rel_t = f"{tps / dense['tokens_per_s']:.2f}x"
         lines.append(f"| {s['recipe']} | {_fmt(vl, '.4f')} | {rel_l} | {_fmt(tps, '.0f')} | {rel_t} | "
                      f"{_fmt(s['final_train_loss'], '.4f')} |")
+    if not compare_speed:
+        lines += ["", "no GPU kernels: speed not compared (every 2:4 layer ran the dense reference, so tokens/s "
+                      "differences between recipes are noise)"]
     lines.append("")
     (out / "compare.md").write_text("\n".join(lines))
     (out / "compare.json").write_text(json.dumps([{k: v for k, v in s.items() if k != "history"}
@@ -1380,6 +1548,12 @@ def main(argv=None) -> int:
                 raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
+        if args.resume_from is not None:
+            if args.resume_from < 1:
+                raise CLIError("--resume-from must be a checkpoint step (>= 1)")
+            args.resume = True
+        if args.resume and args.overwrite:
+            raise CLIError("--overwrite starts over and --resume/--resume-from continue: pass one of them")
         if args.teacher is not None and not any(RECIPES[r].get("ast") for r in recipes):
             raise CLIError("--teacher is only used by --recipe ast")
         for r in recipes:
@@ -1393,27 +1567,49 @@ def main(argv=None) -> int:
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
         data = ByteData(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"))
+        if args.compare is not None:
+            _check_out_is_dir(args.out)
+            held = [f for f in COMPARE_FILES if (args.out / f).exists()]
+            if held and not (args.overwrite or args.resume):
+                raise CLIError(f"--out {args.out} already holds a comparison ({', '.join(held)}); pass "
+                               "--overwrite to replace it, or choose another --out")
         for r in recipes:
-            _precheck_out(outs[r], args.resume, args.overwrite)
+            _precheck_out(outs[r], args.resume, args.overwrite, args.resume_from)
         if args.resume:  # refuse mismatched / corrupt checkpoints before training anything
             for r in recipes:
                 ck = Checkpoints(outs[r] / "ckpt")
                 hp = resolve_flags(args, r)
                 cfg = run_config(hp, data.sha256)
-                check_config(ck.read_meta(ck.steps()[-1])["config"], cfg, ck.dir)
+                step = args.resume_from if args.resume_from is not None else ck.steps()[-1]
+                try:
+                    check_config(ck.read_meta(step)["config"], cfg, ck.dir)
+                except CLIError as e:
+                    if "corrupt" not in str(e):
+                        raise
+                    exp = build_experiment(hp)
+                    raise ck.with_intact_hint(e, step, jax.eval_shape(lambda: init_state(exp, hp["seed"])),
+                                              cfg) from None
         print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}; "
               f"{jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
         summaries = []
         for r in recipes:
             s = train(args, r, outs[r], data, mesh)
             summaries.append(s)
+            if s["steps_done"] < s["steps"]:
+                saved = Checkpoints(outs[r] / "ckpt").steps()
+                how = (f"checkpoint of step {saved[-1]} in {outs[r] / 'ckpt'}; continue with the same flags and "
+                       "--resume instead of --stop-at" if saved and saved[-1] == s["steps_done"] else
+                       "no checkpoint was written (--ckpt-every 0), so it cannot be resumed")
+                print(f"{PROG}: {r}: stopped at step {s['steps_done']} of {s['steps']} (--stop-at): {how} "
+                      f"-> {outs[r]}", file=sys.stderr)
+                continue
             print(f"{PROG}: {r}: final val loss {_fmt(s['final_val_loss'], '.4f')}, "
                   f"{_fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
                   file=sys.stderr)
         if args.compare is not None:
             plot_compare({s["recipe"]: s["history"] for s in summaries}, args.out / "compare.png",
                          f"{args.size}")
-            _write_compare(args.out, summaries)
+            _write_compare(args.out, summaries, compare_speed=s24.cuda_kernels_available())
     except CLIError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

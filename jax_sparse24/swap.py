@@ -37,7 +37,27 @@ or run anything under :func:`swap_context`.
 Patterns are ``fnmatch`` globs matched against the Dense's module path relative to the wrapped
 model, joined by ``/`` (e.g. ``"h_0/mlp/fc"``, ``"Dense_0"``); ``*`` also matches ``/``, so
 ``"*mlp*"`` selects every Dense under any module named ``mlp``. A callable
-``where(path: str, module: nn.Dense) -> bool`` may be given instead.
+``where(path: str, module: nn.Dense) -> bool`` may be given instead. ``exclude=`` globs (same
+syntax) keep the layers they match dense, e.g. a classifier head whose 10 outputs cannot form
+groups of 4: ``swap_dense(model, "*", exclude=["head"])``.
+
+What is checked, on every call of a :class:`SwappedModule` (i.e. at ``init``/``apply``/tracing):
+
+* a swapped Dense whose shapes cannot be 2:4 (input features not divisible by 4; output features
+  not divisible by 4 for transposable ``srste`` masks) is a ``ValueError`` naming the Dense's path
+  (relative to the wrapped model) and the ``exclude=[...]`` argument that leaves it dense; any
+  other error of the replacement layer is re-raised with that path too;
+* **a swap that replaces nothing is an error** (``ValueError`` listing the model's Dense paths), so
+  a mistyped pattern cannot silently train a dense model; a glob pattern that matches no Dense while
+  others do is a ``UserWarning`` (it may name a layer that this call does not reach);
+* layers a pattern matches that are not ``nn.Dense`` — ``nn.DenseGeneral`` (the ``query``/``key``/
+  ``value``/``out`` projections of ``nn.MultiHeadDotProductAttention``), ``nn.Einsum``, subclasses of
+  ``nn.Dense`` — stay dense; a ``UserWarning`` lists them. To train attention 2:4, build its
+  projections from ``nn.Dense`` (as ``examples/gpt_model.py`` does) or from ``Sparse24Dense``.
+
+:meth:`SwappedModule.invoke` and :func:`swap_context` make the shape checks but not the
+nothing-swapped check (a method may legitimately reach none of the patterns); ``swap_context``
+warns at exit about patterns that matched nothing.
 
 :class:`SemiSparseActivationDense` is the activation-sparse counterpart (torchao's
 ``SemiSparseActivationLinear``): ``y = mask24(x)·W + b`` with 2:4 groups along the input
@@ -49,6 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
@@ -148,15 +169,123 @@ class SemiSparseActivationDense(nn.Module):
 # ------------------------------------------------------------------------------------------------
 
 
-def _matcher(patterns: Patterns) -> Callable[[str, nn.Module], bool]:
-    if callable(patterns):
-        return patterns
+def _as_globs(patterns, what: str) -> list:
     if isinstance(patterns, str):
         patterns = [patterns]
     pats = list(patterns)
-    if not pats or not all(isinstance(p, str) for p in pats):
+    if not all(isinstance(p, str) for p in pats):
+        raise ValueError(f"swap_dense: {what} must be a glob string, a list of them, or a callable, got {patterns!r}")
+    return pats
+
+
+def _matcher(patterns: Patterns) -> Callable[[str, nn.Module], bool]:
+    if callable(patterns):
+        return patterns
+    pats = _as_globs(patterns, "patterns")
+    if not pats:
         raise ValueError(f"swap_dense: patterns must be a glob string, a list of them, or a callable, got {patterns!r}")
     return lambda path, module: any(fnmatch.fnmatchcase(path, p) for p in pats)
+
+
+def _exclude_matcher(exclude) -> Callable[[str], bool]:
+    pats = _as_globs(exclude, "exclude") if exclude else []
+    return lambda path: any(fnmatch.fnmatchcase(path, p) for p in pats)
+
+
+class _SwapLog:
+    """What one call saw: Dense paths, swapped paths, matching layers left dense (path -> type)."""
+
+    def __init__(self):
+        self.dense: dict = {}
+        self.swapped: dict = {}
+        self.skipped: dict = {}
+
+
+def _exclude_hint(path: str) -> str:
+    return f"exclude=[{path!r}]"
+
+
+def _precheck(path: str, dense: nn.Module, args, layer, layer_kwargs: dict) -> None:
+    """Shape constraints of the 2:4 replacement, named by the Dense's path (before the layer runs)."""
+    x = args[0] if args else None
+    shape = getattr(x, "shape", None)
+    in_features = shape[-1] if shape else None
+    method = layer_kwargs.get("method", "srste") if issubclass(layer, Sparse24Dense) else None
+    needs_in = method != "dense" if issubclass(layer, Sparse24Dense) else issubclass(layer, SemiSparseActivationDense)
+    if needs_in and in_features is not None and in_features % 4:
+        raise ValueError(
+            f"swap_dense: nn.Dense at {path!r} has {in_features} input features, not divisible by 4 "
+            f"(2:4 groups run along the input features). Leave it dense: {_exclude_hint(path)}"
+        )
+    if method == "srste" and layer_kwargs.get("transposable", True) and dense.features % 4:
+        raise ValueError(
+            f"swap_dense: nn.Dense at {path!r} has features={dense.features}, not divisible by 4, which "
+            f"transposable srste masks need (2:4 along the outputs too). Leave this layer dense: "
+            f"{_exclude_hint(path)} (transposable=False would instead drop transposable masks for every "
+            "swapped layer)"
+        )
+
+
+def _dense_interceptor(match, layer, layer_kwargs: dict, prefix_len: int, excluded=None, log: Optional[_SwapLog] = None):
+    default_dot_general = nn.Dense.__dataclass_fields__["dot_general"].default
+    default_dot_general_cls = nn.Dense.__dataclass_fields__["dot_general_cls"].default
+    excluded = excluded or (lambda path: False)
+    log = log if log is not None else _SwapLog()
+
+    def interceptor(next_fun, args, kwargs, context):
+        module = context.module
+        if context.method_name != "__call__" or not isinstance(module, (nn.Dense, nn.DenseGeneral, nn.Einsum)):
+            return next_fun(*args, **kwargs)
+        if len(module.path) < prefix_len:  # not inside the wrapped model
+            return next_fun(*args, **kwargs)
+        path = "/".join(str(p) for p in module.path[prefix_len:])
+        if type(module) is not nn.Dense:
+            if not excluded(path) and match(path, module):
+                log.skipped[path] = type(module).__name__
+            return next_fun(*args, **kwargs)
+        dense = module
+        log.dense[path] = True
+        if not match(path, dense) or excluded(path):
+            return next_fun(*args, **kwargs)
+        if dense.dot_general is not default_dot_general or dense.dot_general_cls is not default_dot_general_cls:
+            raise ValueError(f"swap_dense: nn.Dense at {path!r} has a custom dot_general; it cannot be swapped. "
+                             f"Leave it dense: {_exclude_hint(path)}")
+        _precheck(path, dense, args, layer, layer_kwargs)
+        fields = {f: getattr(dense, f) for f in _DENSE_FIELDS}
+        # Created inside the Dense's method: its parent is the Dense; share_scope then makes it
+        # use the Dense's scope, so its variables are the Dense's variables.
+        replacement = layer(**fields, **layer_kwargs)
+        nn.share_scope(dense, replacement)
+        log.swapped[path] = True
+        try:
+            return replacement(*args, **kwargs)
+        except ValueError as e:
+            if str(e).startswith("swap_dense:"):
+                raise
+            raise ValueError(f"swap_dense: nn.Dense at {path!r} (swapped for {layer.__name__}): {e}") from e
+
+    return interceptor
+
+
+def _report(log: _SwapLog, patterns, *, require_swap: bool, where: str) -> None:
+    """Warn about matching layers left dense and unused glob patterns; raise if nothing was swapped."""
+    if log.skipped:
+        listed = ", ".join(f"{p!r} ({t})" for p, t in log.skipped.items())
+        warnings.warn(f"{where}: {len(log.skipped)} matching layer(s) are not nn.Dense and stay dense: {listed}; "
+                      "only flax.linen.Dense is swapped", UserWarning, stacklevel=4)
+    if require_swap and not log.swapped:
+        what = "the predicate" if callable(patterns) else f"the pattern(s) {list(patterns)!r}"
+        seen = list(log.dense)
+        raise ValueError(
+            f"{where}: {what} swapped no nn.Dense; the model's nn.Dense paths are "
+            f"{seen[:20]!r}{' ...' if len(seen) > 20 else ''} (globs over '/'-joined paths relative to the "
+            "wrapped model, e.g. '*mlp*')"
+        )
+    if not callable(patterns) and log.dense:
+        unused = [p for p in patterns if not any(fnmatch.fnmatchcase(d, p) for d in log.dense)]
+        if unused:
+            warnings.warn(f"{where}: pattern(s) {unused!r} matched no nn.Dense (paths: {list(log.dense)[:20]!r})",
+                          UserWarning, stacklevel=4)
 
 
 def _check_layer(layer, layer_kwargs: dict) -> None:
@@ -179,41 +308,25 @@ def _check_layer(layer, layer_kwargs: dict) -> None:
         raise TypeError(f"swap_dense: {clash} are taken from each swapped nn.Dense; do not pass them")
 
 
-def _dense_interceptor(match, layer, layer_kwargs: dict, prefix_len: int):
-    default_dot_general = nn.Dense.__dataclass_fields__["dot_general"].default
-    default_dot_general_cls = nn.Dense.__dataclass_fields__["dot_general_cls"].default
-
-    def interceptor(next_fun, args, kwargs, context):
-        dense = context.module
-        if type(dense) is not nn.Dense or context.method_name != "__call__":
-            return next_fun(*args, **kwargs)
-        path = "/".join(str(p) for p in dense.path[prefix_len:])
-        if not match(path, dense):
-            return next_fun(*args, **kwargs)
-        if dense.dot_general is not default_dot_general or dense.dot_general_cls is not default_dot_general_cls:
-            raise ValueError(f"swap_dense: nn.Dense at {path!r} has a custom dot_general; it cannot be swapped")
-        fields = {f: getattr(dense, f) for f in _DENSE_FIELDS}
-        # Created inside the Dense's method: its parent is the Dense; share_scope then makes it
-        # use the Dense's scope, so its variables are the Dense's variables.
-        replacement = layer(**fields, **layer_kwargs)
-        nn.share_scope(dense, replacement)
-        return replacement(*args, **kwargs)
-
-    return interceptor
-
-
 @contextlib.contextmanager
-def swap_context(patterns: Patterns, *, layer: type = Sparse24Dense, **layer_kwargs):
+def swap_context(patterns: Patterns, *, layer: type = Sparse24Dense, exclude=(), **layer_kwargs):
     """Context manager: every ``nn.Dense`` call whose *absolute* module path matches runs as ``layer``.
 
     Paths are relative to the top-level module of the ``init``/``apply`` being run::
 
         with swap_context(["*mlp*"], method="ste"):
             y = model.apply(variables, x)
+
+    At exit it warns about matching layers that are not ``nn.Dense`` (left dense) and glob patterns
+    that matched no Dense.
     """
     _check_layer(layer, layer_kwargs)
-    with nn.intercept_methods(_dense_interceptor(_matcher(patterns), layer, layer_kwargs, 0)):
+    match = _matcher(patterns)
+    log = _SwapLog()
+    with nn.intercept_methods(_dense_interceptor(match, layer, layer_kwargs, 0, _exclude_matcher(exclude), log)):
         yield
+    _report(log, patterns if callable(patterns) else _as_globs(patterns, "patterns"), require_swap=False,
+            where="swap_context")
 
 
 class SwappedModule(nn.Module):
@@ -226,22 +339,28 @@ class SwappedModule(nn.Module):
       patterns: tuple of glob patterns, or a ``where(path, module) -> bool`` callable.
       layer: replacement layer class (``Sparse24Dense`` or ``SemiSparseActivationDense``).
       layer_kwargs: extra fields of ``layer`` as a tuple of ``(name, value)`` pairs.
+      exclude: tuple of glob patterns of Dense paths that stay dense.
     """
 
     module: nn.Module
     patterns: Any = ()
     layer: Any = Sparse24Dense
     layer_kwargs: tuple = ()
+    exclude: tuple = ()
 
     def setup(self):
         nn.share_scope(self, self.module)
 
-    def _interceptor(self):
-        return _dense_interceptor(_matcher(self.patterns), self.layer, dict(self.layer_kwargs), len(self.path))
+    def _interceptor(self, log: Optional[_SwapLog] = None):
+        return _dense_interceptor(_matcher(self.patterns), self.layer, dict(self.layer_kwargs), len(self.path),
+                                  _exclude_matcher(self.exclude), log)
 
     def __call__(self, *args, **kwargs):
-        with nn.intercept_methods(self._interceptor()):
-            return self.module(*args, **kwargs)
+        log = _SwapLog()
+        with nn.intercept_methods(self._interceptor(log)):
+            out = self.module(*args, **kwargs)
+        _report(log, self.patterns, require_swap=True, where="swap_dense")
+        return out
 
     def invoke(self, method_name: str, *args, **kwargs):
         """Call ``module.<method_name>(*args, **kwargs)`` with the layers swapped."""
@@ -249,7 +368,8 @@ class SwappedModule(nn.Module):
             return getattr(self.module, method_name)(*args, **kwargs)
 
 
-def swap_dense(module: nn.Module, patterns: Patterns, *, layer: type = Sparse24Dense, **layer_kwargs) -> SwappedModule:
+def swap_dense(module: nn.Module, patterns: Patterns, *, layer: type = Sparse24Dense, exclude=(),
+               **layer_kwargs) -> SwappedModule:
     """Return ``module`` with the ``nn.Dense`` layers matching ``patterns`` replaced by ``layer``.
 
     The parameter tree is unchanged (the replacement uses each Dense's ``kernel``/``bias``);
@@ -263,6 +383,8 @@ def swap_dense(module: nn.Module, patterns: Patterns, *, layer: type = Sparse24D
         callable ``where(path, dense_module) -> bool``.
       layer: replacement class with the ``nn.Dense`` fields; default
         :class:`jax_sparse24.nn.Sparse24Dense`.
+      exclude: glob pattern(s) of Dense paths to leave dense even where ``patterns`` match (e.g.
+        ``exclude=["head"]`` for a classifier whose outputs are not a multiple of 4).
       **layer_kwargs: extra fields of ``layer`` (e.g. ``method="srste", mvue=True``).
 
     >>> import jax, jax.numpy as jnp
@@ -285,7 +407,9 @@ def swap_dense(module: nn.Module, patterns: Patterns, *, layer: type = Sparse24D
     _matcher(patterns)  # validate
     if not callable(patterns):
         patterns = (patterns,) if isinstance(patterns, str) else tuple(patterns)
-    return SwappedModule(module=module, patterns=patterns, layer=layer, layer_kwargs=tuple(sorted(layer_kwargs.items())))
+    exclude = tuple(_as_globs(exclude, "exclude")) if exclude else ()
+    return SwappedModule(module=module, patterns=patterns, layer=layer, layer_kwargs=tuple(sorted(layer_kwargs.items())),
+                         exclude=exclude)
 
 
 def unswap(module: nn.Module) -> nn.Module:

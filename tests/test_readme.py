@@ -1,4 +1,4 @@
-"""The README's Python snippet runs as written (one train step on a CPU)."""
+"""The README's Python snippets run as written (on a CPU)."""
 
 import pathlib
 import re
@@ -17,3 +17,23 @@ def test_readme_snippet_runs():
     params, sparsity, opt_state, flip_rate = ns["train_step"](ns["params"], ns["sparsity"], ns["opt_state"], 39)
     assert 0.0 <= float(flip_rate) <= 1.0
     assert all(np.isfinite(np.asarray(p)).all() for p in jax.tree_util.tree_leaves(params))
+
+
+def test_readme_swap_snippet_runs():
+    """swap -> train -> unswap on an existing model, as the README shows it."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    (code,) = [b for b in blocks if "swap.swap_dense(" in b]
+    ns: dict = {}
+    exec(compile(code, str(README), "exec"), ns)  # noqa: S102 - our own README
+    params, sparsity, x = ns["params"], ns["sparsity"], ns["x"]
+    assert set(sparsity) == {"fc1", "fc2"}  # the head was excluded and stayed dense
+    assert float(ns["loss"]) < np.log(10) - 0.2  # it trained
+    pruned = ns["pruned"]
+    for name in ("fc1", "fc2"):  # exactly 2 of every 4 kept along the inputs
+        nz = np.asarray(pruned[name]["kernel"] != 0).reshape(-1, 4, 256).sum(axis=1)
+        assert (nz <= 2).all() and nz.mean() > 1.9
+    np.testing.assert_array_equal(pruned["head"]["kernel"], params["head"]["kernel"])
+    # unswap + masked params compute what the swapped model computes
+    sparse_logits = ns["model"].apply({"params": params, "sparsity": sparsity}, x)
+    np.testing.assert_allclose(ns["logits"], sparse_logits, rtol=1e-5, atol=1e-5)
+    assert type(ns["dense_model"]).__name__ == "Classifier"

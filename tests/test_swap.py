@@ -201,3 +201,62 @@ def test_semi_sparse_activation_function():
     np.testing.assert_array_equal(g, jnp.arange(8.0)[None])  # straight-through
     with pytest.raises(ValueError, match="divisible by 4"):
         SemiSparseActivationDense(3).init(jax.random.key(0), jnp.ones((2, 6)))
+
+
+class Classifier(nn.Module):
+    """An existing model: a 2:4-friendly body, attention (DenseGeneral projections) and a 10-class head."""
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(32, name="fc")(x)
+        h = h + nn.MultiHeadDotProductAttention(num_heads=2, name="attn")(h)
+        return nn.Dense(10, name="head")(nn.gelu(h))
+
+
+def test_swap_error_names_the_dense_path_and_the_exclude_argument():
+    x = jnp.ones((2, 3, 16))
+    with pytest.raises(ValueError) as e:
+        swap.swap_dense(Classifier(), "*", method="srste").init(jax.random.key(0), x)
+    msg = str(e.value)
+    assert "nn.Dense at 'head'" in msg and "features=10" in msg and "exclude=['head']" in msg
+    assert "Sparse24Dense_0" not in msg
+    # following the advice: the head stays dense, everything else is swapped
+    with pytest.warns(UserWarning, match="attn/query"):
+        v = swap.swap_dense(Classifier(), "*", method="srste", exclude=["head"]).init(jax.random.key(0), x)
+    assert set(v["sparsity"]) == {"fc"}
+    assert v["params"]["head"]["kernel"].shape == (32, 10)
+    # input features not a multiple of 4 (srste or not): the path and the exclude argument
+    with pytest.raises(ValueError, match=r"nn.Dense at 'fc' has 10 input features.*exclude=\['fc'\]"):
+        swap.swap_dense(Classifier(), "fc", method="ste").init(jax.random.key(0), jnp.ones((2, 3, 10)))
+    # other errors of the replacement carry the path as well
+    with pytest.raises(ValueError, match="nn.Dense at 'fc' .*method must be one of"):
+        swap.swap_dense(Classifier(), "fc", method="bogus").init(jax.random.key(0), x)
+
+
+def test_pattern_matching_nothing_is_an_error_and_unused_patterns_warn():
+    x = jnp.ones((2, 3, 16))
+    with pytest.raises(ValueError, match=r"the pattern\(s\) \['\*mpl\*'\] swapped no nn.Dense.*'fc', 'head'"):
+        swap.swap_dense(Classifier(), "*mpl*").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="swapped no nn.Dense"):  # everything matching is excluded
+        swap.swap_dense(Classifier(), "fc", exclude="f*").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="predicate swapped no nn.Dense"):
+        swap.swap_dense(Classifier(), lambda path, m: False).init(jax.random.key(0), x)
+    with pytest.warns(UserWarning, match=r"pattern\(s\) \['nothing'\] matched no nn.Dense"):
+        swap.swap_dense(Classifier(), ["fc", "nothing"], method="ste").init(jax.random.key(0), x)
+    v = Classifier().init(jax.random.key(0), x)
+    with pytest.warns(UserWarning, match=r"\['nothing'\] matched no nn.Dense"):
+        with swap.swap_context("nothing", method="ste"):
+            Classifier().apply(v, x)
+
+
+def test_attention_projections_are_listed_as_left_dense():
+    """nn.MultiHeadDotProductAttention's DenseGeneral projections are not swapped: a warning names them."""
+    x = jnp.ones((2, 3, 16))
+    with pytest.warns(UserWarning) as rec:
+        v = swap.swap_dense(Classifier(), "*", method="ste", exclude="head").init(jax.random.key(0), x)
+    msgs = [str(r.message) for r in rec if "stay dense" in str(r.message)]
+    assert len(msgs) == 1
+    for name in ("query", "key", "value", "out"):
+        assert f"'attn/{name}' (DenseGeneral)" in msgs[0]
+    ref = Classifier().init(jax.random.key(0), x)
+    assert jax.tree.structure(v["params"]) == jax.tree.structure(ref["params"])
