@@ -127,7 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="gpt2")
     ap.add_argument("--recipes", default="dense,srste",
                     help="comma-separated; RECIPE@ATTENTION picks the attention kernel (auto|xla|cudnn), "
-                         "e.g. dense@xla,dense@cudnn,srste@cudnn")
+                         "e.g. dense@xla,dense@cudnn,srste@cudnn; RECIPE@BACKEND the sparse backend "
+                         "(srste@cutlass, srste@cusparselt)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
@@ -140,13 +141,15 @@ def main(argv=None) -> int:
     rts = {}
     for name in a.recipes.split(","):
         recipe, _, attention = name.partition("@")
+        if attention not in ("", "auto", "xla", "cudnn"):  # RECIPE@BACKEND (bench_train_gpt's label)
+            recipe, attention = name, ""
         extra = ["--attention", attention] if attention else []
         extra += ["--n-layer", str(a.n_layer)] if a.n_layer else []
         rts[name] = train_gpt.make_runtime(btg._experiment(a.size, recipe, batch, seq, 10**6, extra))
     exes = btg.compile_all(rts, False, a.compile_workers, lambda m: print(m, flush=True))  # concurrently
     results = {}
     for name, rt in rts.items():
-        recipe = name.partition("@")[0]
+        recipe = name.replace("@", "_")
         exe = exes.pop((name, "train", None if rt.exp.cfg.method == "dense" else True))
         state = rt.init()
         if rt.exp.needs_phase():
