@@ -1,6 +1,6 @@
 """The install: when JAX_SPARSE24_CUDA=auto builds the CUDA extension (cmake/Sparse24Cuda.cmake), the
 stable header copies that let a second `pip install` reuse the compiled objects, and the build's
-progress lines on the terminal (cmake/sp24_progress.py). CPU only: CMake runs in configure or
+progress lines on the terminal (cmake/sp24_compile.py), and its object cache. CPU only: CMake runs in configure or
 script mode with fake nvcc / nvidia-smi programs; nothing is compiled."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DECIDE = ROOT / "cmake" / "Sparse24Cuda.cmake"
-PROGRESS = ROOT / "cmake" / "sp24_progress.py"
+LAUNCHER = ROOT / "cmake" / "sp24_compile.py"
 
 
 def _cmake():
@@ -209,19 +209,90 @@ def test_progress_lines_reach_the_terminal(tmp_path):
     ok = _script(tmp_path / "cc_ok", "exit 0")
     bad = _script(tmp_path / "cc_bad", "exit 3")
     env = {"PATH": os.environ.get("PATH", "")}
-    launch = [sys.executable, str(PROGRESS), str(state), "6"]
+    launch = [sys.executable, str(LAUNCHER), str(state), "6"]
     rc, out = _run_in_pty(launch + [ok, "-x", "cu", "-c", "/src/xla_ffi/spmm_cfg_a.cu", "-o", "a.o"], env)
     assert rc == 0 and "nvcc spmm_cfg_a.cu" in out and "[1/6] spmm_cfg_a.cu done" in out
     rc, out = _run_in_pty(launch + [bad, "-c", "/src/b.cu"], env)
     assert rc == 3 and "[2/6] b.cu FAILED (exit 3)" in out
     rc, out = _run_in_pty(launch + [ok, "-c", "/src/c.cu"], dict(env, JAX_SPARSE24_BUILD_PROGRESS="0"))
     assert rc == 0 and "c.cu" not in out
-    rc, out = _run_in_pty([sys.executable, str(PROGRESS), "--note", "about", "3", "min"], env)
+    rc, out = _run_in_pty([sys.executable, str(LAUNCHER), "--note", "about", "3", "min"], env)
     assert rc == 0 and "about 3 min" in out
-    subprocess.run([sys.executable, str(PROGRESS), "--reset", str(state)], check=True)
+    subprocess.run([sys.executable, str(LAUNCHER), "--reset", str(state)], check=True)
     assert not (state / "done").exists()
     # no controlling terminal (CI): silent, still runs the compiler
     r = subprocess.run(launch + [bad, "-c", "/src/d.cu"], capture_output=True, text=True, start_new_session=True)
     assert r.returncode == 3 and "d.cu" not in r.stdout + r.stderr
-    r = subprocess.run([sys.executable, str(PROGRESS), str(state)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(LAUNCHER), str(state)], capture_output=True, text=True)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+FAKE_CC = '''import sys, pathlib
+args = sys.argv[1:]
+arg = lambda flag: args[args.index(flag) + 1]
+src, out, dep = pathlib.Path(arg("-c")), pathlib.Path(arg("-o")), pathlib.Path(arg("-MF"))
+hdr = src.with_name("kernel.h")
+calls = src.with_name("calls")
+calls.write_text(calls.read_text() + "x" if calls.exists() else "x")
+out.parent.mkdir(parents=True, exist_ok=True)
+out.write_text("object of " + src.read_text() + hdr.read_text() + " ".join(a for a in args if a.startswith("-D")))
+dep.write_text(f"{out}: {src} \\\\\\n  {hdr}\\n")
+sys.exit(int(src.read_text().strip() == "broken"))
+'''
+
+
+def test_object_cache_reuses_objects_only_when_every_input_is_unchanged(tmp_path):
+    """What makes a second `pip install` fast: scikit-build-core wipes CMakeFiles/ (the objects) for
+    every new isolated build environment; the launcher restores an object from its cache when the
+    compile command, the compiler and the content of every file in the depfile are unchanged."""
+    cc = tmp_path / "fakecc"
+    cc.write_text(f"#!{sys.executable}\n" + FAKE_CC)
+    cc.chmod(0o755)
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src, hdr, calls = src_dir / "k.cu", src_dir / "kernel.h", src_dir / "calls"
+    src.write_text("kernel v1")
+    hdr.write_text(" header v1")
+    build = tmp_path / "build"
+    (build / "CMakeFiles").mkdir(parents=True)
+    obj, dep = build / "CMakeFiles" / "k.cu.o", build / "CMakeFiles" / "k.cu.o.d"
+    state = build / "sp24_cache"
+
+    def compile_(*defines, env_extra=None):
+        cmd = [sys.executable, str(LAUNCHER), str(state), "1", str(cc), *defines, "-MD", "-MT", "CMakeFiles/k.cu.o",
+               "-MF", "CMakeFiles/k.cu.o.d", "-x", "cu", "-c", str(src), "-o", "CMakeFiles/k.cu.o"]
+        env = dict(os.environ, **(env_extra or {}))
+        return subprocess.run(cmd, cwd=build, env=env, capture_output=True, text=True).returncode
+
+    def n_calls():
+        return len(calls.read_text()) if calls.exists() else 0
+
+    assert compile_() == 0 and n_calls() == 1
+    first = obj.read_text()
+    shutil.rmtree(build / "CMakeFiles")  # a re-install in a new isolated environment
+    assert compile_() == 0 and n_calls() == 1  # restored, not compiled
+    assert obj.read_text() == first and str(hdr) in dep.read_text()
+    hdr.write_text(" header v2")  # a header changed: compiled again
+    assert compile_() == 0 and n_calls() == 2 and obj.read_text() == "object of kernel v1 header v2"
+    assert compile_() == 0 and n_calls() == 2
+    assert compile_("-DX=1") == 0 and n_calls() == 3 and obj.read_text().endswith("-DX=1")  # another command
+    assert compile_(env_extra={"JAX_SPARSE24_OBJECT_CACHE": "0"}) == 0 and n_calls() == 4
+    src.write_text("broken")  # a failing compile passes its exit code through and stores nothing
+    assert compile_() == 1 and n_calls() == 5
+    assert compile_() == 1 and n_calls() == 6
+    src.write_text("kernel v1")  # the inputs of the last successful compile of this command: reused
+    obj.unlink()
+    assert compile_() == 0 and n_calls() == 6 and obj.read_text() == "object of kernel v1 header v2"
+    hdr.write_text(" header v1")  # one entry per command (the newest): older inputs compile again
+    assert compile_() == 0 and n_calls() == 7 and obj.read_text() == first
+
+
+def test_depfile_parsing():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sp24_compile", LAUNCHER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = "CMakeFiles/a.o: /src/a.cu /inc/x.h \\\n  /inc/my\\ dir/y.h\\\n /inc/z.h\n"
+    assert mod.depfile_paths(text) == ["/src/a.cu", "/inc/x.h", "/inc/my dir/y.h", "/inc/z.h"]
+    assert mod.depfile_paths("garbage") == []
