@@ -16,9 +16,10 @@ chosen once per plan by ``cusparseLtMatmulSearch`` (first call).
 :func:`fused_compress_ok` says whether our fused one-pass compressors
 (:mod:`jax_sparse24._src.cuda_compress_ops` with ``layout="cusparselt"``) write this library's
 compressed operand for a plan; the GEMM paths then use them instead of ``cusparseLtSpMMACompress``
-(0.1–0.3 TB/s). The library is loaded at first use
-from the ``nvidia-cusparselt-cu13`` wheel; without it, requesting the backend raises
-``RuntimeError`` naming what is missing.
+(0.1–0.3 TB/s). The library is loaded at first use from the ``nvidia-cusparselt-cu13`` wheel
+(:func:`library_candidates`: either wheel layout, then the system) and its version read
+(:func:`cusparselt_version`; supported: :data:`SUPPORTED_VERSIONS`); without it, requesting the
+backend raises ``RuntimeError`` naming every place searched.
 """
 
 from __future__ import annotations
