@@ -24,8 +24,8 @@
 // then $JAX_SPARSE24_CUSPARSELT_LIB, SP24_CUSPARSELT_LIBDIR if defined at build time, then the default
 // search path), so the extension builds and loads without it; requesting the backend without the
 // library gives an error naming what is missing. The declarations below are the ABI subset of
-// cusparseLt.h (0.6 - 0.8; not yet run against 0.10) this file uses: opaque 512-byte structs, C enums passed as int, the
-// library's exported C functions.
+// cusparseLt.h (0.6 - 0.8; not yet run against 0.10) this file uses: opaque 512-byte structs, C
+// enums passed as int, the library's exported C functions.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <library_types.h>
