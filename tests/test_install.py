@@ -176,28 +176,32 @@ def test_reinstall_reuses_objects_configure_twice_from_fresh_environments(tmp_pa
     assert mtime_a == mtime_b
 
 
-def _run_in_pty(argv, env):
-    """Run argv with a new pseudo-terminal as its controlling terminal: (exit code, terminal output)."""
-    import pty
+_PTY_HELPER = """
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+chunks = []
+while True:
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    chunks.append(data)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(b"".join(chunks).decode(errors="replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        try:
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+
+def _run_in_pty(argv, env):
+    """Run argv with a new pseudo-terminal as its controlling terminal: (exit code, terminal output).
+    The fork happens in a fresh single-threaded interpreter (not in this multithreaded JAX process)."""
+    r = subprocess.run([sys.executable, "-c", _PTY_HELPER, *argv], env=env, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout
 
 
 def test_progress_lines_reach_the_terminal(tmp_path):
