@@ -455,6 +455,7 @@ def main(argv=None):
             keep(rec)
     if "cusparselt" in backends:
         meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]
+        meta["cusparselt_version"] = lt.cusparselt_version()  # the autotune table is keyed on it
     write_results(args.out, args.name, meta, records, markdown(meta, records))
 
 

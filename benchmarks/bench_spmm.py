@@ -271,6 +271,10 @@ def run(args):
         alignment=list(ops.cutlass_alignment()), trials=trials, quick=bool(args.quick),
         dtypes=[jnp.dtype(d).name for d in dtypes], tile_orders=bool(args.tile_orders),
     )
+    from jax_sparse24._src import cuda_cusparselt_ops as _lt
+
+    if _lt.cusparselt_available():
+        meta["cusparselt_version"] = _lt.cusparselt_version()  # the autotune table is keyed on it
     print(f"# {meta['device']}, jax {meta['jax']}, configs {list(names)}", flush=True)
     records = []
     for dtype in dtypes:

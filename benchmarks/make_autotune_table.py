@@ -22,6 +22,11 @@ compress``), the entries get ``cusparselt_speedup_with_compress`` and ``cusparse
 only, for prepared weights); ``auto`` runs cuSPARSELt where that beats both CUTLASS and the noise
 floor. bench_spmm.py's own cuSPARSELt timings (``cusparselt_speedup``, ``..._with_compress``) fill
 the same two fields for its shapes where no layer run measured them.
+
+The cuSPARSELt version the inputs were measured with (their ``meta["cusparselt_version"]``, recorded
+by bench_spmm.py / bench_layer.py, or ``--cusparselt-version`` for older results) is written as the
+table's ``cusparselt_version``: ``auto`` uses the cuSPARSELt fields only with a library of the same
+major.minor version (``cuda_cusparselt_ops.table_version_matches``).
 """
 
 import argparse
@@ -40,7 +45,10 @@ def main():
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--layer", nargs="+", default=None,
                    help="bench_layer.py result(s) (layer.json): replace the fwd/dx speedups, add entries_kn")
+    p.add_argument("--cusparselt-version", default=None,
+                   help="cuSPARSELt version of the measurements (results older than its meta field)")
     a = p.parse_args()
+    versions = {}  # path -> the cuSPARSELt version its meta records
     records, meta = {}, None
     for path in a.spmm_json:
         with open(path) as f:
@@ -49,6 +57,8 @@ def main():
             raise SystemExit(f"{path}: its CUTLASS configurations differ from {a.spmm_json[0]}'s; "
                              "the table's config_id would be ambiguous")
         meta = data["meta"]
+        if meta.get("cusparselt_version"):
+            versions[path] = meta["cusparselt_version"]
         for r in data["records"]:
             records[(r["T"], r["I"], r["O"], r["dtype"])] = r
     entries = []
@@ -76,6 +86,8 @@ def main():
             with open(path) as f:
                 part = json.load(f)
             dt = part["meta"].get("dtype", "bfloat16")
+            if part["meta"].get("cusparselt_version"):
+                versions[path] = part["meta"]["cusparselt_version"]
             layer["records"] += [dict(r, dtype=dt) for r in part["records"]]
         measured = {}  # (m, n, k, dtype) -> speedup with the fused compressor
         gemm_only = {}  # (m, n, k, dtype) -> GEMM-only speedup (default configuration)
@@ -115,9 +127,18 @@ def main():
                 e["cusparselt_speedup_with_compress"] = measured_lt[key]
                 # GEMM only: what a prepared weight pays per call (compression amortized)
                 e["cusparselt_gemm_speedup"] = gemm_only_lt.get(key) or measured_lt[key]
+    found = set(versions.values()) | ({a.cusparselt_version} if a.cusparselt_version else set())
+    if len(found) > 1:
+        raise SystemExit(f"the inputs were measured with different cuSPARSELt versions {versions} "
+                         f"(--cusparselt-version {a.cusparselt_version}); make the table from one version's results")
+    lt_version = found.pop() if found else None
+    if lt_version is None:
+        print("note: no cuSPARSELt version recorded (--cusparselt-version): auto will use the table's cuSPARSELt "
+              "measurements with any library version")
     out = {
         "source": [os.path.relpath(path, os.path.join(HERE, "..")) for path in a.spmm_json],
         "device": meta["device"], "date": meta["date"], "configs": meta["configs"],
+        "cusparselt_version": lt_version,
         "entries": entries,
     }
     if layer is not None:

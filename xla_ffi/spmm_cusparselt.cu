@@ -19,10 +19,12 @@
 // plan's first matmul and kept in the plan. Workspaces come from the XLA FFI scratch allocator.
 //
 // The library is loaded with dlopen on first use (libcusparseLt.so.0 from the nvidia-cusparselt-cu13
-// wheel: the path Python passes through CusparseltLoad, $JAX_SPARSE24_CUSPARSELT_LIB, the directory
-// found at build time, then the default search path), so the extension builds and loads without it;
-// requesting the backend without the library gives an error naming what is missing. The declarations
-// below are the ABI subset of cusparseLt.h (0.6 - 0.8) this file uses: opaque 512-byte structs, C
+// wheel: the path Python passes through CusparseltLoad — it searches both wheel layouts, 0.8.x
+// nvidia/cusparselt/lib and 0.10.x nvidia/cu13/lib, see cuda_cusparselt_ops.library_candidates —
+// then $JAX_SPARSE24_CUSPARSELT_LIB, SP24_CUSPARSELT_LIBDIR if defined at build time, then the default
+// search path), so the extension builds and loads without it; requesting the backend without the
+// library gives an error naming what is missing. The declarations below are the ABI subset of
+// cusparseLt.h (0.6 - 0.8; not yet run against 0.10) this file uses: opaque 512-byte structs, C
 // enums passed as int, the library's exported C functions.
 #include <cuda_runtime.h>
 #include <dlfcn.h>

@@ -16,15 +16,21 @@ chosen once per plan by ``cusparseLtMatmulSearch`` (first call).
 :func:`fused_compress_ok` says whether our fused one-pass compressors
 (:mod:`jax_sparse24._src.cuda_compress_ops` with ``layout="cusparselt"``) write this library's
 compressed operand for a plan; the GEMM paths then use them instead of ``cusparseLtSpMMACompress``
-(0.1–0.3 TB/s). The library is loaded at first use
-from the ``nvidia-cusparselt-cu13`` wheel; without it, requesting the backend raises
-``RuntimeError`` naming what is missing.
+(0.1–0.3 TB/s). The library is loaded at first use from the ``nvidia-cusparselt-cu13`` wheel
+(:func:`library_candidates`: either wheel layout, then the system) and its version read
+(:func:`cusparselt_version`; supported: :data:`SUPPORTED_VERSIONS`); without it, requesting the
+backend raises ``RuntimeError`` naming every place searched.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import functools
+import importlib.metadata
 import os
+import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +47,9 @@ __all__ = [
     "cusparselt_compress",
     "cusparselt_compressed_size",
     "cusparselt_error",
+    "cusparselt_library",
+    "cusparselt_version",
+    "library_candidates",
     "cusparselt_plans",
     "cusparselt_spmm",
     "cusparselt_supports",
@@ -75,38 +84,212 @@ def float16_gemm_error(dtype) -> str | None:
             f"(set {FLOAT16_ENV}=1 to try another cuSPARSELt version)")
 
 
-def _wheel_lib_dirs() -> list[str]:
+# --- Finding the library and its version -------------------------------------------------------
+#: The pip distribution of the library (pyproject.toml's ``gpu`` extra pins its supported range).
+WHEEL = "nvidia-cusparselt-cu13"
+LIB_NAME = "libcusparseLt.so.0"
+#: Where the wheels put the library, relative to site-packages: 0.8.x, then 0.10.x (the shared
+#: ``nvidia/cu13`` tree of the CUDA 13 wheels).
+WHEEL_LIB_DIRS = ("nvidia/cusparselt/lib", "nvidia/cu13/lib")
+#: A file or directory to load the library from before any other place.
+LIB_ENV = "JAX_SPARSE24_CUSPARSELT_LIB"
+#: Versions supported, ``[low, high)``: 0.8.0 had H100 regressions fixed in 0.8.1; 0.10 keeps the
+#: API subset used here (``xla_ffi/spmm_cusparselt.cu``). Same range as pyproject.toml's ``gpu`` extra.
+SUPPORTED_VERSIONS = ((0, 8, 1), (0, 11, 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryCandidate:
+    """One place :func:`library_candidates` looks for ``libcusparseLt.so.0``."""
+
+    path: str  #: a file, or the bare soname for the dynamic loader's own search
+    source: str  #: where the path comes from (environment variable, wheel, system)
+    version: str | None = None  #: the wheel's version (its metadata) when the file belongs to one
+
+
+def parse_version(text) -> tuple[int, int, int]:
+    """``"0.10.0"`` -> ``(0, 10, 0)`` (missing parts are 0; a local/pre-release suffix is ignored)."""
+    parts = re.match(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text))
+    if parts is None:
+        raise ValueError(f"not a cuSPARSELt version: {text!r}")
+    return tuple(int(p or 0) for p in parts.groups())  # type: ignore[return-value]
+
+
+def version_string(v) -> str:
+    return ".".join(str(p) for p in v)
+
+
+def version_supported(v) -> bool:
+    """Whether version ``v`` (string or tuple) lies in :data:`SUPPORTED_VERSIONS`."""
+    lo, hi = SUPPORTED_VERSIONS
+    return lo <= (parse_version(v) if isinstance(v, str) else tuple(v)) < hi
+
+
+def library_candidates(paths=None, environ=None) -> list[LibraryCandidate]:
+    """Where ``libcusparseLt.so.0`` is looked for, in order.
+
+    1. ``$JAX_SPARSE24_CUSPARSELT_LIB`` (a file, or a directory holding the library);
+    2. the installed ``nvidia-cusparselt-cu13`` wheel: the library file its RECORD lists, whatever
+       the layout, with the wheel's version;
+    3. the wheels' known layouts (:data:`WHEEL_LIB_DIRS`: 0.8.x ``nvidia/cusparselt/lib``, 0.10.x
+       ``nvidia/cu13/lib``) under every ``paths`` entry (e.g. a wheel unpacked without metadata);
+    4. the dynamic loader's search (``LD_LIBRARY_PATH``, ``ld.so.cache``).
+
+    ``paths``: the directories to search (default ``sys.path``); ``environ``: default ``os.environ``.
+    """
+    paths = list(sys.path if paths is None else paths)
+    environ = os.environ if environ is None else environ
+    out: list[LibraryCandidate] = []
+    seen: set = set()
+
+    def add(path, source, version=None, *, must_exist=True):
+        key = os.path.realpath(path) if os.sep in path else path
+        if key in seen or (must_exist and not os.path.isfile(path)):
+            return
+        seen.add(key)
+        out.append(LibraryCandidate(path, source, version))
+
+    env = environ.get(LIB_ENV, "")
+    if env:
+        add(os.path.join(env, LIB_NAME) if os.path.isdir(env) else env, f"${LIB_ENV}", must_exist=False)
+    for dist in importlib.metadata.distributions(name=WHEEL, path=paths):
+        files = [f for f in (dist.files or ()) if os.path.basename(str(f)).startswith("libcusparseLt.so")]
+        files.sort(key=lambda f: os.path.basename(str(f)) != LIB_NAME)  # the soname first
+        for f in files:
+            add(str(dist.locate_file(f)), f"{WHEEL} {dist.version} (wheel)", dist.version)
+    for root in paths:
+        for rel in WHEEL_LIB_DIRS:
+            add(os.path.join(root or ".", *rel.split("/"), LIB_NAME), f"{rel} under {root or '.'}")
+    add(LIB_NAME, "system (LD_LIBRARY_PATH, ld.so.cache)", must_exist=False)
+    return out
+
+
+def read_library_version(path: str) -> tuple[int, int, int] | None:
+    """The version of the cuSPARSELt library at ``path`` (``cusparseLtGetProperty``; no GPU needed),
+    or None when it cannot be loaded or read."""
     try:
-        import nvidia.cusparselt as m  # namespace package of the nvidia-cusparselt-cu13 wheel
-    except ImportError:
-        return []
-    return [os.path.join(p, "lib") for p in getattr(m, "__path__", [])]
+        lib = ctypes.CDLL(path)
+        parts = []
+        for prop in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            v = ctypes.c_int(-1)
+            if lib.cusparseLtGetProperty(prop, ctypes.byref(v)) != 0 or v.value < 0:
+                return None
+            parts.append(v.value)
+        return tuple(parts)  # type: ignore[return-value]
+    except (OSError, AttributeError):
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loaded:
+    ok: bool
+    message: str  # the path loaded, or why nothing was
+    version: tuple | None = None
+    version_source: str = ""
+    candidate: LibraryCandidate | None = None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a == b
 
 
 @functools.lru_cache(maxsize=None)
-def _load() -> tuple[bool, str]:
+def _load() -> _Loaded:
     ext = _ffi.extension()
     if ext is None:
-        return False, _ffi.extension_error() or "the CUDA extension is not built"
+        return _Loaded(False, _ffi.extension_error() or "the CUDA extension is not built")
     if not hasattr(ext, "cusparselt_load"):
-        return False, "this build of the extension has no cuSPARSELt backend"
+        return _Loaded(False, "this build of the extension has no cuSPARSELt backend")
+    candidates = library_candidates()
     msg = ""
-    for hint in _wheel_lib_dirs() + [""]:
-        ok, msg = ext.cusparselt_load(hint)
-        if ok:
-            return True, msg
-    return False, msg
+    for c in candidates:
+        ok, msg = ext.cusparselt_load(c.path)
+        if not ok:
+            continue
+        loaded = msg
+        cand = next((x for x in candidates if _same_file(x.path, loaded)), None)
+        version, how = read_library_version(loaded), "cusparseLtGetProperty"
+        if version is None and cand is not None and cand.version:
+            version, how = parse_version(cand.version), f"{WHEEL} metadata"
+        state = _Loaded(True, loaded, version, how if version else "", cand)
+        _warn_unsupported(state)
+        return state
+    searched = "".join(f"\n  {c.path} ({c.source})" for c in candidates)
+    return _Loaded(False, f"{msg}\nSearched, in order:{searched}\nInstall a supported version: "
+                          f"pip install '{WHEEL}>={version_string(SUPPORTED_VERSIONS[0])},"
+                          f"<{version_string(SUPPORTED_VERSIONS[1])}' (or the package's [gpu] extra)")
+
+
+_warned: set = set()
+
+
+def _warn_once(key: str, message: str, stacklevel: int = 3) -> None:
+    if key in _warned:
+        return
+    import warnings
+
+    _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+
+
+def _warn_unsupported(state: _Loaded) -> None:
+    lo, hi = (version_string(v) for v in SUPPORTED_VERSIONS)
+    if state.version is None:
+        _warn_once("version", f"jax_sparse24: could not read the version of the cuSPARSELt library {state.message}; "
+                              f"supported: >={lo},<{hi}")
+    elif not version_supported(state.version):
+        _warn_once("version", f"jax_sparse24: cuSPARSELt {version_string(state.version)} ({state.message}) is outside "
+                              f"the supported range >={lo},<{hi} (0.8.0 has H100 performance regressions; newer "
+                              f"versions are untested): backend='cusparselt' may be slow or fail")
 
 
 def cusparselt_available() -> bool:
     """True when the extension is built and libcusparseLt loads (does not check for a GPU)."""
-    return _load()[0]
+    return _load().ok
 
 
 def cusparselt_error() -> str | None:
     """Why the backend is unavailable (``None`` when it is)."""
-    ok, msg = _load()
-    return None if ok else msg
+    state = _load()
+    return None if state.ok else state.message
+
+
+def cusparselt_version() -> str | None:
+    """Version of the loaded library (``"0.10.0"``; ``None`` when not loaded or unreadable)."""
+    state = _load()
+    return version_string(state.version) if state.ok and state.version else None
+
+
+def cusparselt_library() -> dict:
+    """What was loaded: ``{"loaded", "path" (or the error), "version", "version_source", "source"}``."""
+    state = _load()
+    return {"loaded": state.ok, "path" if state.ok else "error": state.message,
+            "version": version_string(state.version) if state.version else None,
+            "version_source": state.version_source or None,
+            "source": state.candidate.source if state.candidate else None}
+
+
+def table_version_matches(table_version: str | None) -> bool:
+    """Whether measurements made with cuSPARSELt ``table_version`` (the autotune table's
+    ``cusparselt_version``) hold for the loaded library: same major.minor. Algorithm ids and
+    per-shape speed change between versions (0.8.0 had H100 regressions), so on a mismatch this warns
+    once and returns False; ``backend="auto"`` then leaves cuSPARSELt out. A table without a version
+    (made before it was recorded) matches."""
+    if not table_version:
+        return True
+    loaded = cusparselt_version()
+    if loaded is not None and parse_version(loaded)[:2] == parse_version(table_version)[:2]:
+        return True
+    _warn_once("table", f"jax_sparse24: the autotune table (spmm_autotune.json) measured cuSPARSELt {table_version}, "
+                        f"but {'version ' + loaded if loaded else 'a library of unknown version'} is loaded "
+                        f"({_load().message}): backend='auto' does not pick cuSPARSELt from those measurements "
+                        "(CUTLASS or dense instead; backend='cusparselt' still runs it). Re-measure with "
+                        "benchmarks/bench_spmm.py and bench_layer.py and rebuild the table with "
+                        "benchmarks/make_autotune_table.py to use it.", stacklevel=4)
+    return False
 
 
 def require_cusparselt():
@@ -132,7 +315,7 @@ def _gpu_device_id() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _compressed_size(m, n, k, code, a_layout, b_layout) -> int:
+def _compressed_size(m, n, k, code, a_layout, b_layout, version) -> int:  # keyed on the library version
     require_cusparselt()
     ext = _ffi.require_extension()
     try:
@@ -143,7 +326,7 @@ def _compressed_size(m, n, k, code, a_layout, b_layout) -> int:
 
 def cusparselt_compressed_size(m: int, n: int, k: int, dtype, a_layout: int, b_layout: int) -> int:
     """Bytes of cuSPARSELt's compressed A for this plan (creates and caches the plan on the first GPU)."""
-    return _compressed_size(int(m), int(n), int(k), _code(dtype), int(a_layout), int(b_layout))
+    return _compressed_size(int(m), int(n), int(k), _code(dtype), int(a_layout), int(b_layout), cusparselt_version())
 
 
 def cusparselt_plans():
@@ -221,7 +404,8 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
 
 
 @functools.lru_cache(maxsize=None)
-def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int) -> bool:
+def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int, version) -> bool:
+    """Our compressor's bytes == the library's for this plan (cached per plan and library version)."""
     from jax_sparse24._src import cuda_compress_ops as cc
 
     dtype = jnp.dtype(dtype_name)
@@ -243,9 +427,6 @@ def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int
         return bool(jnp.array_equal(theirs, ours))
 
 
-_warned: set = set()
-
-
 def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bool:
     """True when our fused compressors produce cuSPARSELt's compressed ``A`` (m, k), stored (m, k)
     (``A_MK``), for the plan (m, n, k, dtype, ``b_layout``) bit for bit (bfloat16 only for now).
@@ -262,7 +443,7 @@ def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bo
         # float16 GEMMs are refused by default (float16_gemm_error: wrong values on some plans with
         # cuSPARSELt 0.8.1), and where they are allowed they keep the library's compressor.
         return False
-    ok = _fused_compress_check(int(m), int(n), int(k), name, int(b_layout))
+    ok = _fused_compress_check(int(m), int(n), int(k), name, int(b_layout), cusparselt_version())
     if not ok and (m % 64 == 0 and k % 32 == 0) and "layout" not in _warned:
         import warnings
 

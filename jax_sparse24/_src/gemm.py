@@ -158,12 +158,16 @@ def _config(m: int, n: int, k: int, dtype) -> int:
 
 def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
     """cuSPARSELt with our fused compressor writing its operand can run here (bfloat16, the library
-    loaded, the layout check of :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
+    loaded, the table measured this library version, the layout check of
+    :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
     if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
         return False
     from jax_sparse24._src import cuda_cusparselt_ops as lt
 
-    if not lt.cusparselt_supports(m, n, k, dtype):
+    if not lt.cusparselt_supports(m, n, k, dtype):  # loadable, shape and dtype
+        return False
+    # the table's cuSPARSELt measurements hold for the loaded library version (else: warn once, no)
+    if not lt.table_version_matches(_table().get("cusparselt_version")):
         return False
     return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
 
