@@ -146,16 +146,14 @@ def _align_masks(masks, params):
 
     Lets ``masks`` and ``params`` be different containers with the same keys: e.g. a nested dict
     of masks for a Flax NNX ``State`` of params (``nnx.bridge.ToNNX``), or ``State``s with and
-    without ``Variable`` wrappers. ``None`` when some mask has no parameter at its path.
+    without ``Variable`` wrappers. ``None`` when some leaf of ``masks`` (a ``None`` too) has no
+    parameter at its path.
     """
-    by_path = {}
-    for path, m in jax.tree_util.tree_flatten_with_path(masks, is_leaf=lambda x: x is None)[0]:
-        if m is not None:
-            by_path[_norm_path(path)] = m
+    by_path = {_norm_path(path): m
+               for path, m in jax.tree_util.tree_flatten_with_path(masks, is_leaf=lambda x: x is None)[0]}
     leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: x is None)[0]
     out = [by_path.pop(_norm_path(path), None) for path, _ in leaves]
     return None if by_path else out
-
 
 
 class MaskedDecayState(NamedTuple):
