@@ -59,12 +59,12 @@ def test_params_and_init_identical_to_nnx_linear(method, use_bias):
         np.testing.assert_array_equal(np.asarray(sparsity["mask"]), np.asarray(s24.transposable_mask24(_get(ours.kernel))))
 
 
-def _linen_and_nnx(method, transposable=True, out=8, x=None):
+def _linen_and_nnx(method, transposable=True, out=8, x=None, dtype=None):
     """A linen Sparse24Dense and a Sparse24Linear holding the same kernel, bias, mask and β."""
     x = _x() if x is None else x
-    layer = Sparse24Dense(out, method=method, transposable=transposable)
+    layer = Sparse24Dense(out, method=method, transposable=transposable, dtype=dtype)
     v = layer.init(jax.random.key(3), x)
-    ours = Sparse24Linear(x.shape[-1], out, method=method, transposable=transposable, rngs=nnx.Rngs(0))
+    ours = Sparse24Linear(x.shape[-1], out, method=method, transposable=transposable, dtype=dtype, rngs=nnx.Rngs(0))
     _set(ours.kernel, v["params"]["kernel"])
     _set(ours.bias, v["params"]["bias"])
     sp = v.get("sparsity", {})
@@ -75,18 +75,20 @@ def _linen_and_nnx(method, transposable=True, out=8, x=None):
     return layer, v, ours
 
 
-@pytest.mark.parametrize("method,transposable", [("srste", True), ("srste", False), ("ste", False),
-                                                 ("soft", False), ("dense", False)])
-def test_forward_and_gradients_match_the_linen_layer(method, transposable):
+@pytest.mark.parametrize("method,transposable,dtype", [
+    ("srste", True, None), ("srste", False, None), ("ste", False, None), ("soft", False, None),
+    ("dense", False, None), ("srste", True, jnp.bfloat16), ("soft", False, jnp.bfloat16)])
+def test_forward_and_gradients_match_the_linen_layer(method, transposable, dtype):
     x = _x((2, 3, 16))
-    layer, v, ours = _linen_and_nnx(method, transposable, x=x)
+    layer, v, ours = _linen_and_nnx(method, transposable, x=x, dtype=dtype)
+    assert ours(x).dtype == layer.apply(v, x).dtype == (dtype or jnp.float32)
     np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(layer.apply(v, x)))
 
     def linen_loss(p, x):
-        return jnp.sum(jnp.sin(layer.apply({**v, "params": p}, x)))
+        return jnp.sum(jnp.sin(layer.apply({**v, "params": p}, x).astype(jnp.float32)))
 
     def nnx_loss(model, x):
-        return jnp.sum(jnp.sin(model(x)))
+        return jnp.sum(jnp.sin(model(x).astype(jnp.float32)))
 
     gp, gx = jax.grad(linen_loss, argnums=(0, 1))(v["params"], x)
     grads, gx_nnx = nnx.grad(nnx_loss, argnums=(0, 1))(ours, x)
