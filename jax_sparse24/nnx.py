@@ -2,7 +2,7 @@
 
 :class:`Sparse24Linear` is the NNX counterpart of :class:`jax_sparse24.nn.Sparse24Dense` (and a
 drop-in for ``flax.nnx.Linear``: same arguments, same ``kernel`` (in, out) and ``bias``
-``nnx.Param``\\ s, same initialization). It computes through the same code as the linen layer, so
+``nnx.Param`` variables, same initialization). It computes through the same code as the linen layer, so
 both give the same outputs and gradients for the same kernel and mask.
 
 Its sparsity state — the ``srste`` mask, the ``soft`` scale β — lives in :class:`Sparsity`
