@@ -10,7 +10,8 @@ Public API:
 * the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``), :func:`prepare_weight` (its
   weight work once per optimizer step), :func:`linear_plan`;
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
-* :mod:`jax_sparse24.nn` (Flax ``Sparse24Dense``), :mod:`jax_sparse24.optim` (optax transforms),
+* :mod:`jax_sparse24.nn` (Flax linen ``Sparse24Dense``), :mod:`jax_sparse24.nnx` (Flax NNX
+  ``Sparse24Linear``), :mod:`jax_sparse24.optim` (optax transforms),
   :mod:`jax_sparse24.prune` (ASP-style N:M pruning of trained models, channel permutation),
   :mod:`jax_sparse24.distill` (AST distillation), :mod:`jax_sparse24.sharding` (meshes and
   parameter shardings), :mod:`jax_sparse24.swap` (layer swapping for existing Flax models).
@@ -22,7 +23,7 @@ from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_thres
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 
-from jax_sparse24 import distill, nn, optim, prune, sharding, swap  # noqa: E402  (public submodules)
+from jax_sparse24 import distill, nn, nnx, optim, prune, sharding, swap  # noqa: E402  (public submodules)
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = [
     "nm_mask",
     "distill",
     "nn",
+    "nnx",
     "optim",
     "prepare_weight",
     "prune",

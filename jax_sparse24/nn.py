@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import math
 from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
-from jax import lax
 
-from jax_sparse24._src import ops
-from jax_sparse24._src import reference
-from jax_sparse24._src.linear import BACKENDS, prepare_weight, sparse24_linear
+from jax_sparse24._src import layer as _layer
+from jax_sparse24._src.linear import prepare_weight
 from jax_sparse24._src.tree_paths import path_tuple
 from jax_sparse24._src.validation import check_positive_int
 
@@ -56,7 +52,7 @@ SPARSITY = "sparsity"
 #: Name of the Flax collection of prepared weights (:func:`prepare`): per layer ``{"weight": ...}``.
 PREPARED = "sparse24_prepared"
 #: Training methods of :class:`Sparse24Dense`.
-METHODS = ("srste", "ste", "soft", "dense")
+METHODS = _layer.METHODS
 #: Name of the RNG stream used for the MVUE weight gradient.
 MVUE_RNG = "mvue"
 
@@ -138,10 +134,7 @@ class Sparse24Dense(nn.Module):
             :func:`jax_sparse24.optim.is_sparse_phase` or a fine-tune schedule) selects at run
             time with ``lax.cond``. ``None``: sparse unless ``method == "dense"``.
         """
-        if self.method not in METHODS:
-            raise ValueError(f"Sparse24Dense: method must be one of {METHODS}, got {self.method!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"Sparse24Dense: backend must be one of {BACKENDS}, got {self.backend!r}")
+        _layer.check_config("Sparse24Dense", self.method, self.backend)
         in_features = jnp.shape(inputs)[-1]
         if self.method != "dense" and in_features % 4:
             raise ValueError(
@@ -161,36 +154,16 @@ class Sparse24Dense(nn.Module):
                 )
             name = _TMASK if self.transposable else _MASK
             self._require_sparsity(name)
-            state["mask"] = self.variable(
-                SPARSITY, name,
-                lambda: ops.transposable_mask24(kernel) if self.transposable else ops.mask24(kernel, axis=0),
-            ).value
+            state["mask"] = self.variable(SPARSITY, name, lambda: _layer.init_mask(kernel, self.transposable)).value
             self.variable(SPARSITY, _EVERY, lambda: jnp.asarray(self.mask_every, jnp.int32))
         elif self.method == "soft":
             self._require_sparsity(_BETA)
-            state["beta"] = self.variable(
-                SPARSITY, _BETA, lambda: reference.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
-            ).value
+            state["beta"] = self.variable(SPARSITY, _BETA, lambda: _layer.init_beta(kernel)).value
 
         inputs, kernel_c, bias_c = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         key = None
         if self.mvue and self.method != "dense" and self.has_rng(MVUE_RNG) and not self.is_initializing():
             key = self.make_rng(MVUE_RNG)
-
-        def dense_fn(x, w, b):
-            y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision)
-            return y if b is None else y + jnp.reshape(b, (1,) * (y.ndim - 1) + (-1,))
-
-        def effective(w):
-            """(weight passed to sparse24_linear, its mask, transposable) for this method."""
-            if self.method == "srste":
-                return w, state["mask"], self.transposable
-            if self.method == "ste":
-                return w, lax.stop_gradient(ops.mask24(w, axis=0)), False
-            # soft: β·S(w), straight-through to w.
-            s, mask = ops.soft_threshold24(w, axis=0)
-            w_eff = (state["beta"] * s.astype(jnp.float32)).astype(w.dtype)
-            return w + lax.stop_gradient(w_eff - w), lax.stop_gradient(mask), False
 
         # Prepared weight (gradient accumulation, see `prepare`): made in the prepare pass (the
         # collection is mutable), read in the micro-batch passes.
@@ -199,26 +172,17 @@ class Sparse24Dense(nn.Module):
             if self.is_mutable_collection(PREPARED):
                 ctx = _PREPARE_CONTEXT.get()
                 tokens = ctx["tokens"] or max(1, math.prod(jnp.shape(inputs)[:-1]))
-                w_used, mask, transposable = effective(kernel_c)
+                w_used, mask, transposable = _layer.effective(self.method, kernel_c, state.get("mask"),
+                                                              state.get("beta"), self.transposable)
                 prepared = prepare_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
                                           backend=self.backend, transposable=transposable, reuse=ctx["reuse"])
                 self.put_variable(PREPARED, "weight", prepared)
             elif self.has_variable(PREPARED, "weight"):
                 prepared = self.get_variable(PREPARED, "weight")
 
-        def sparse_fn(x, w, b):
-            w_used, mask, transposable = effective(w)
-            return sparse24_linear(x, w_used, mask, b, key=key, backend=self.backend, precision=self.precision,
-                                   transposable=transposable, prepared=prepared)
-
-        if self.method == "dense" or sparse is False:
-            return dense_fn(inputs, kernel_c, bias_c)
-        if sparse is None or sparse is True:
-            return sparse_fn(inputs, kernel_c, bias_c)
-        sparse = jnp.asarray(sparse)
-        if sparse.shape != () or sparse.dtype != jnp.bool_:
-            raise ValueError(f"Sparse24Dense: `sparse` must be a Python bool or a scalar bool array, got {sparse!r}")
-        return lax.cond(sparse, sparse_fn, dense_fn, inputs, kernel_c, bias_c)
+        return _layer.apply(inputs, kernel_c, bias_c, method=self.method, mask=state.get("mask"),
+                            beta=state.get("beta"), transposable=self.transposable, key=key, backend=self.backend,
+                            precision=self.precision, sparse=sparse, prepared=prepared, owner="Sparse24Dense")
 
     def _require_sparsity(self, name: str) -> None:
         if self.is_initializing() or self.has_variable(SPARSITY, name):
@@ -330,40 +294,15 @@ def refresh_masks(params, sparsity, *, step=None):
     """
     layers = list(_layer_states(sparsity))
     names = [_TMASK if _TMASK in layer else _MASK for _, layer in layers]
-    kernels = [_get(params, path)["kernel"] for path, _ in layers]
-    olds = [layer[name] for (_, layer), name in zip(layers, names)]
-
-    def compute_all(ks):
-        return [ops.transposable_mask24(k) if name == _TMASK else ops.mask24(k, axis=0) for k, name in zip(ks, names)]
-
-    def refresh(dos, ks, olds):
-        """New masks (a layer not due keeps its old one), changed entries, entries refreshed."""
-        masks = compute_all(ks)
-        masks = [jnp.where(do, m, old) for do, m, old in zip(dos, masks, olds)]
-        flips = sum((jnp.where(do, jnp.sum(m != old, dtype=jnp.float32), 0.0)
-                     for do, m, old in zip(dos, masks, olds)), jnp.zeros((), jnp.float32))
-        total = sum((jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0) for do, old in zip(dos, olds)),
-                    jnp.zeros((), jnp.float32))
-        return masks, flips, total
-
-    if step is None:
-        masks, flips, total = refresh([jnp.asarray(True)] * len(layers), kernels, olds)
-    else:
-        step = jnp.asarray(step, jnp.int32)
-        dos = [(step % jnp.maximum(jnp.asarray(layer.get(_EVERY, 1), jnp.int32), 1)) == 0 for _, layer in layers]
-        # One lax.cond for the whole model (a conditional per layer costs a host round trip each on
-        # a GPU: ~11 ms of a GPT-2 step with 24 layers). Mask computation, per-layer selection and
-        # the flip count all run inside it: a step where no layer refreshes only passes masks through.
-        any_do = functools.reduce(jnp.logical_or, dos, jnp.asarray(False))
-        zero = jnp.zeros((), jnp.float32)
-        masks, flips, total = (lax.cond(any_do, refresh, lambda dos, ks, olds: (olds, zero, zero), dos, kernels, olds)
-                               if layers else ([], zero, zero))
+    masks, rate = _layer.refresh([_get(params, path)["kernel"] for path, _ in layers],
+                                 [layer[name] for (_, layer), name in zip(layers, names)],
+                                 [name == _TMASK for name in names],
+                                 [layer.get(_EVERY, 1) for _, layer in layers], step)
     new = sparsity
     for (path, layer), name, mask in zip(layers, names, masks):
         layer_new = dict(layer)
         layer_new[name] = mask
         new = _set(new, path, layer_new)
-    rate = jnp.where(total > 0, flips / jnp.maximum(total, 1.0), 0.0)
     return new, rate
 
 

@@ -27,6 +27,7 @@ import optax
 from jax import lax
 
 from jax_sparse24._src import ops
+from jax_sparse24._src.tree_paths import key_str as _key_str
 from jax_sparse24._src.tree_paths import path_str as _path_str
 
 __all__ = [
@@ -132,6 +133,29 @@ def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bo
 # ----------------------------------------------------------------------------------------------
 
 
+def _norm_path(path) -> tuple:
+    """A key path as a tuple of strings, without the ``.value`` of a Flax NNX ``Variable``."""
+    keys = list(path)
+    while keys and isinstance(keys[-1], jax.tree_util.GetAttrKey) and keys[-1].name in ("value", "raw_value"):
+        keys.pop()
+    return tuple(_key_str(k) for k in keys)
+
+
+def _align_masks(masks, params):
+    """The mask of each leaf of ``params`` (a flat list, ``None`` where there is none), matched by key path.
+
+    Lets ``masks`` and ``params`` be different containers with the same keys: e.g. a nested dict
+    of masks for a Flax NNX ``State`` of params (``nnx.bridge.ToNNX``), or ``State``s with and
+    without ``Variable`` wrappers. ``None`` when some leaf of ``masks`` (a ``None`` too) has no
+    parameter at its path.
+    """
+    by_path = {_norm_path(path): m
+               for path, m in jax.tree_util.tree_flatten_with_path(masks, is_leaf=lambda x: x is None)[0]}
+    leaves = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: x is None)[0]
+    out = [by_path.pop(_norm_path(path), None) for path, _ in leaves]
+    return None if by_path else out
+
+
 class MaskedDecayState(NamedTuple):
     """State of :func:`masked_decay`."""
 
@@ -158,7 +182,10 @@ def masked_decay(
     parameters with ``mask_fn(params)``; the default is :func:`magnitude_masks` (2:4 along the
     input axis of every leaf selected by ``where``). ``masks`` has ``params``'s structure with a
     ``bool`` mask (``True`` = kept) for each sparse weight and ``None`` for the other leaves; the
-    gradients of ``None`` leaves pass unchanged.
+    gradients of ``None`` leaves pass unchanged. A tree of another container type with the same
+    key paths also works (e.g. a dict of masks for a Flax NNX ``State`` of params, as
+    :func:`jax_sparse24.nnx.masks_for_params` or :func:`jax_sparse24.nn.masks_for_params` under
+    ``nnx.bridge.ToNNX`` give); the masks are then matched to the params by path.
 
     Args:
       alpha: decay strength (SR-STE's λ_W, typically 2e-4), a float or an optax schedule of the
@@ -230,10 +257,18 @@ def masked_decay(
         except (ValueError, TypeError) as e:
             if "masked_decay" in str(e):
                 raise
-            raise ValueError(
-                "masked_decay: `masks` must have the structure of `params` (a bool mask for each "
-                f"sparse weight, None for the other leaves): {e}"
-            ) from e
+            # Another container type with the same paths (a dict of masks for Flax NNX's `State` of
+            # params, `Variable`s around the arrays, ...): match the masks to the params by path.
+            aligned = _align_masks(masks, params)
+            g_leaves, g_def = jax.tree_util.tree_flatten(updates, is_leaf=lambda x: x is None)
+            w_leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: x is None)
+            if aligned is None or len(g_leaves) != len(w_leaves):
+                raise ValueError(
+                    "masked_decay: `masks` must have the structure of `params` (a bool mask for each "
+                    f"sparse weight, None for the other leaves) or match its key paths: {e}"
+                ) from e
+            new_updates = jax.tree_util.tree_unflatten(
+                g_def, [decay(g, m, w) for g, m, w in zip(g_leaves, aligned, w_leaves)])
         return new_updates, MaskedDecayState(count=_safe_increment(state.count))
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
