@@ -35,10 +35,9 @@ import train_gpt  # noqa: E402
 
 #: (category, pattern on the full kernel name), first match wins.
 CATEGORIES = (
-    ("MVUE (∇y sample + compress)", re.compile(r"mvue", re.I)),
     ("GEMM, sparse (CUTLASS / cuSPARSELt)",
-     re.compile(r"cutlass::device_kernel|sparse_?gemm|xmma_sparse|sparse_xmma|spmma|cusparselt|sm90_sp", re.I)),
-    ("weight compress / masks", re.compile(r"jax_sparse24|compress|mask24|transposable|softthreshold", re.I)),
+     re.compile(r"cutlass13device_kernel|cutlass::device_kernel|sparse_?gemm|xmma_sparse|spmma|cusparselt", re.I)),
+    ("ours: compress (weights, MVUE of ∇y), masks", re.compile(r"jax_sparse24|compress|mvue|mask24", re.I)),
     ("GEMM, dense", re.compile(r"gemm|nvjet|xmma|cublas|cutlass|dot", re.I)),
     ("attention (cuDNN / XLA)", re.compile(r"sdpa|flash|fmha|cudnn|softmax", re.I)),
 )
@@ -48,8 +47,10 @@ OTHER = "other (XLA fusions: norms, activations, loss, optimizer, copies)"
 def category(name: str) -> str:
     """The kind of a kernel, from its full name (:data:`CATEGORIES`, else :data:`OTHER`).
 
-    >>> category("jax_sparse24::compress_kernels::MvueCompressTile<...>")
-    'MVUE (∇y sample + compress)'
+    >>> category("void jax_sparse24::compress::(anonymous namespace)::CompressTileKernel<__nv_bfloat16>")
+    'ours: compress (weights, MVUE of ∇y), masks'
+    >>> category("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE")
+    'GEMM, sparse (CUTLASS / cuSPARSELt)'
     >>> category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_TNT")
     'GEMM, dense'
     >>> category("loop_add_fusion_1")
