@@ -123,7 +123,7 @@ if asked llama; then
     cp "$OUT"/layer_llama*.json benchmarks/results/ 2>/dev/null
     $PY benchmarks/make_autotune_table.py benchmarks/results/spmm_h100_2026-11-22T13-52.json benchmarks/results/spmm.json \
       --layer benchmarks/results/layer.json benchmarks/results/layer_wide.json benchmarks/results/layer_t2048.json \
-      $(ls benchmarks/results/layer_llama*_t16384.json) > "$OUT/logs/table.log" 2>&1
+      $(ls benchmarks/results/layer_llama*_t16384.json) --cusparselt-version ${CUSPARSELT_VERSION:-0.8.1} > "$OUT/logs/table.log" 2>&1
     rc=$?; note "make_autotune_table rc=$rc"; cp jax_sparse24/_src/spmm_autotune.json "$OUT/"
   fi
   if [[ " $LS " == *" train "* ]]; then
