@@ -146,3 +146,23 @@ def test_collector_records_collections_and_restores_on_error():
     with pytest.raises(RuntimeError), bench_train_gpt.collector("freeze"):
         raise RuntimeError("a failing round")
     assert gc.get_freeze_count() == 0 and len(gc.callbacks) == n_callbacks
+
+
+def test_bench_layer_shapes_option():
+    """--shapes I:O replaces the FFNs of --dims in the compress and gemm sections; bad shapes are refused."""
+    import argparse
+
+    import pytest
+
+    import bench_layer
+
+    assert bench_layer.parse_shape("4096:11008") == (4096, 11008)
+    for bad in ("4096", "4096:11007", "a:b", "0:8"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench_layer.parse_shape(bad)
+    try:
+        bench_layer.SHAPES = [(4096, 22016), (11008, 4096)]
+        assert bench_layer._layers([768]) == [(4096, "4096x22016", 4096, 22016), (11008, "11008x4096", 11008, 4096)]
+    finally:
+        bench_layer.SHAPES = None
+    assert bench_layer._layers([768]) == [(768, "up", 768, 3072), (768, "down", 3072, 768)]

@@ -657,3 +657,56 @@ def test_step_loop_freezes_gc_after_each_compile_and_unfreezes(tmp_path, monkeyp
     assert run("--recipe", "srste", "--steps", 12, "--eval-every", 12, "--ckpt-every", 0, "--out", tmp_path / "r") == 0
     assert len(calls) == 2  # one per compiled program: the sparse phase and the dense fine-tune
     assert gc.get_freeze_count() == 0
+
+
+def _llama_experiment(*flags, recipe="srste"):
+    args = train_gpt.build_parser().parse_args(["--size", "llama-tiny", *flags])
+    return train_gpt.build_experiment(train_gpt.resolve_flags(args, recipe))
+
+
+def test_llama_size_builds_the_llama_architecture():
+    """llama sizes: RMSNorm, rotary positions (no wpe), SwiGLU of the preset width, no biases, an untied
+    head, every linear layer 2:4 (attention projections included) unless --no-sparse-attn."""
+    import jax.numpy as jnp
+
+    exp = _llama_experiment()
+    cfg = exp.cfg
+    assert (cfg.arch, cfg.ffn, cfg.ffn_hidden, cfg.use_bias, cfg.tie_head, cfg.sparse_attn) == (
+        "llama", "swiglu", 352, False, False, True)
+    v = exp.model.init(jax.random.key(0), jnp.zeros((2, 16), jnp.int32))
+    p = v["params"]
+    assert "wpe" not in p and "lm_head" in p
+    assert set(p["h_0"]["ln_1"]) == {"scale"}  # RMSNorm
+    assert set(p["h_0"]["attn"]["qkv"]) == {"kernel"} and p["h_0"]["mlp"]["fc"]["kernel"].shape == (128, 2 * 352)
+    assert set(v["sparsity"]["h_0"]) == {"attn", "mlp"}  # attention projections are 2:4 too
+    assert not _llama_experiment("--no-sparse-attn").cfg.sparse_attn
+    assert _llama_experiment("--ffn", "gelu").cfg.ffn == "gelu"  # a flag given wins over the preset
+    gpt = train_gpt.build_experiment(train_gpt.resolve_flags(train_gpt.build_parser().parse_args(TINY), "srste"))
+    assert (gpt.cfg.arch, gpt.cfg.ffn, gpt.cfg.sparse_attn, gpt.cfg.tie_head) == ("gpt", "gelu", False, True)
+
+
+def test_llama_tiny_trains(tmp_path):
+    out = tmp_path / "llama"
+    assert run("--size", "llama-tiny", "--recipe", "srste", "--steps", "12", "--eval-every", "6",
+               "--log-every", "6", "--ckpt-every", "0", "--out", str(out)) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_rotary_is_a_relative_position_rotation():
+    """rotary keeps norms, and q·k after it depends only on the offset of the two positions."""
+    from gpt_model import rotary
+
+    key = jax.random.key(3)
+    q = jax.random.normal(key, (1, 1, 1, 8))
+    k = jax.random.normal(jax.random.fold_in(key, 1), (1, 1, 1, 8))
+    pos = lambda x, t: rotary(jax.numpy.tile(x, (1, t, 1, 1)))  # noqa: E731  (x at positions 0..t-1)
+    rq, rk = pos(q, 7), pos(k, 7)
+    np.testing.assert_allclose(np.linalg.norm(rq, axis=-1), np.linalg.norm(np.tile(q, (1, 7, 1, 1)), axis=-1),
+                               rtol=1e-5)
+    dots = np.einsum("bthd,bshd->ts", np.asarray(rq), np.asarray(rk))
+    np.testing.assert_allclose(dots[5, 2], dots[4, 1], rtol=1e-4)  # offset 3 both
+    assert abs(dots[5, 2] - dots[5, 3]) > 1e-4  # a different offset gives a different product
+    with pytest.raises(ValueError, match="even head dimension"):
+        rotary(jax.numpy.ones((1, 2, 1, 3)))
