@@ -285,3 +285,21 @@ def test_table_records_the_gemm_only_speedup_of_layer_shapes(tmp_path):
     assert e[(8192, 8192, 2048)]["gemm_speedup"] == pytest.approx(0.2 / 0.16)
     assert e[(8192, 8192, 2048)]["speedup_with_compress"] == pytest.approx(0.2 / 0.25)
     assert e[(2048, 8192, 8192)]["gemm_speedup"] == pytest.approx(0.2 / 0.1)
+
+
+def test_table_keeps_the_default_weight_grad_config_when_it_is_fastest(tmp_path):
+    """The "kn" GEMM with the build's heuristic configuration (``dw cutlass kn gemm``) beat every named
+    configuration of the sweep: the entry keeps config None (run the heuristic, id -1) and its time."""
+    spmm = {"meta": {"device": "test", "date": "now", "configs": ["a"]}, "records": []}
+    ms = {"fwd dense x@w": 0.2, "dx dense g@w.T": 0.2, "dw dense x.T@g": 1.281,
+          "dw cutlass + fused mvue compress": 1.215, "dw cutlass kn gemm": 0.808,
+          "dw cutlass kn gemm [k1]": 0.855, "dw cutlass kn gemm [k2]": 0.949}
+    rec = dict(section="gemm", d=2048, layer="up", I=2048, O=11264, T=16384, ms=ms, kn_best_config="k1")
+    (tmp_path / "spmm.json").write_text(json.dumps(spmm))
+    (tmp_path / "layer.json").write_text(json.dumps({"meta": {"dtype": "bfloat16"}, "records": [rec]}))
+    out = tmp_path / "table.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_autotune_table.py"), str(tmp_path / "spmm.json"),
+                    "--layer", str(tmp_path / "layer.json"), "--out", str(out)], check=True, capture_output=True)
+    (kn,) = json.loads(out.read_text())["entries_kn"]
+    assert kn["config"] is None
+    assert kn["speedup_with_compress"] == pytest.approx(1.281 / 1.215)  # not 1.281 / (1.215 - 0.808 + 0.855)
