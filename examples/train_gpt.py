@@ -616,12 +616,15 @@ def _quiet_orbax():
 
 
 def _raised_in_orbax(exc) -> bool:
+    """Raised by orbax's checkpoint reads: an orbax or TensorStore frame in the traceback, or (a read
+    that TensorStore failed from its own threads, with no Python frames: seen in CI) TensorStore's
+    message about the checkpoint's OCDBT database."""
     tb = getattr(exc, "__traceback__", None)
     while tb is not None:
-        if "orbax" in tb.tb_frame.f_code.co_filename:
+        if any(s in tb.tb_frame.f_code.co_filename for s in ("orbax", "tensorstore")):
             return True
         tb = tb.tb_next
-    return False
+    return exc is not None and "OCDBT database" in str(exc)
 
 
 class _OrbaxAsyncioFilter(logging.Filter):
