@@ -5,7 +5,7 @@
 writes ``jax_sparse24/_src/spmm_autotune.json``: per measured (M, N, K, dtype) the fastest
 configuration and its speedup over the faster XLA dense GEMM *with the per-call compression of
 the sparse operand counted* (what ``sparse24_linear`` pays today). ``auto`` uses the sparse kernel
-for a shape only where the nearest measured shape shows a speedup > gemm.MIN_GAIN (1.03, the noise floor) — so it never loses to dense
+for a shape only where the nearest measured shape shows a speedup > autotune.MIN_GAIN (1.03, the noise floor) — so it never loses to dense
 by the table's own measurement.
 
 With ``--layer`` (a bench_layer.py result, the FFN shapes at T tokens): the forward and input-gradient
@@ -14,7 +14,7 @@ GEMMs measured there *with the fused compressor* (``fwd/dx cutlass + fused compr
 two when a shape is measured twice (forward of one layer, input gradient of the other). It also
 writes ``entries_kn``: per measured weight-gradient GEMM (M = O, N = I, K = T) the fastest "kn"
 configuration and the speedup of the fused MVUE+compress + sparse GEMM over XLA's exact dense
-``xᵀ·∇y`` (what ``backend="auto"`` runs otherwise); ``gemm.choose_weight_grad`` reads it. Several
+``xᵀ·∇y`` (what ``backend="auto"`` runs otherwise); ``autotune.choose_weight_grad`` reads it. Several
 ``--layer`` files (runs at different widths) are read as one (records concatenated; each file's
 dtype applies to its own records). Where a layer run also measured cuSPARSELt with our fused
 compressor writing its operand (``fwd/dx cusparselt + fused compress``, ``dw cusparselt + fused mvue

@@ -11,7 +11,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from jax_sparse24._src import ffi, gemm
+from jax_sparse24._src import autotune, ffi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,14 +102,14 @@ def gpu_stubs(monkeypatch):
 
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
     monkeypatch.setattr(ffi, "extension", lambda: object())
-    monkeypatch.setattr(gemm, "_cutlass_ok", lambda *a: True)
-    monkeypatch.setattr(gemm, "_config_id", lambda name: -1)
+    monkeypatch.setattr(autotune, "_cutlass_ok", lambda *a: True)
+    monkeypatch.setattr(autotune, "_config_id", lambda name: -1)
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_configs_kn", lambda: ["k1"])
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_supports_kn", lambda *a: True)
 
     def use(entries, entries_kn=()):
         table = {"entries": list(entries), "entries_kn": list(entries_kn)}
-        monkeypatch.setattr(gemm, "_table", lambda: table)
+        monkeypatch.setattr(autotune, "_table", lambda: table)
 
     return use
 
@@ -120,20 +120,20 @@ def _entry(m, n, k, speedup):
 
 def test_auto_goes_sparse_only_above_the_noise_floor(gpu_stubs):
     gpu_stubs([_entry(4096, 8192, 1024, 1.10), _entry(1024, 8192, 4096, 1.02)])
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
-    assert gemm.choose("auto", 4000, 9000, 1000, jnp.bfloat16) == "cutlass"  # nearest measured shape
-    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "dense"  # 1.02 < MIN_GAIN
-    assert gemm.MIN_GAIN > 1.0
-    assert gemm.choose("cutlass", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # forced
-    assert gemm.choose("dense", 4096, 8192, 1024, jnp.bfloat16) == "dense"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+    assert autotune.choose("auto", 4000, 9000, 1000, jnp.bfloat16) == "cutlass"  # nearest measured shape
+    assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "dense"  # 1.02 < MIN_GAIN
+    assert autotune.MIN_GAIN > 1.0
+    assert autotune.choose("cutlass", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # forced
+    assert autotune.choose("dense", 4096, 8192, 1024, jnp.bfloat16) == "dense"
 
 
 def test_auto_weight_grad(gpu_stubs):
     gpu_stubs([], [_entry(1024, 4096, 8192, 1.2), _entry(4096, 1024, 8192, 0.8)])
-    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
-    assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "dense"
+    assert autotune.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
+    assert autotune.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "dense"
     gpu_stubs([])
-    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "dense"  # nothing measured
+    assert autotune.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "dense"  # nothing measured
 
 
 def test_auto_picks_cusparselt_where_measured_faster(gpu_stubs, monkeypatch):
@@ -149,18 +149,18 @@ def test_auto_picks_cusparselt_where_measured_faster(gpu_stubs, monkeypatch):
                          dict(_entry(2048, 8192, 512, 0.90), cusparselt_speedup_with_compress=1.02))
     gpu_stubs([fast, slow, dense], [dict(_entry(1024, 4096, 8192, 1.05), cusparselt_speedup_with_compress=1.2),
                                     dict(_entry(4096, 1024, 8192, 1.2), cusparselt_speedup_with_compress=1.1)])
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
-    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # CUTLASS measured faster
-    assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16) == "dense"  # both below the noise floor
-    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cusparselt"
-    assert gemm.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "cutlass"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
+    assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cutlass"  # CUTLASS measured faster
+    assert autotune.choose("auto", 2048, 8192, 512, jnp.bfloat16) == "dense"  # both below the noise floor
+    assert autotune.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cusparselt"
+    assert autotune.choose_weight_grad("auto", 4096, 1024, 8192, jnp.bfloat16) == "cutlass"
     layout_ok["ok"] = False  # e.g. another cuSPARSELt version: CUTLASS, never the library's slow compressor
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
-    assert gemm.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+    assert autotune.choose_weight_grad("auto", 1024, 4096, 8192, jnp.bfloat16) == "cutlass"
     layout_ok["ok"] = True
     f16 = [dict(fast, dtype="float16")]
     gpu_stubs(f16)
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.float16) == "cutlass"  # float16: CUTLASS
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.float16) == "cutlass"  # float16: CUTLASS
 
 
 def test_auto_prepared_weights_weigh_both_backends_amortized(gpu_stubs, monkeypatch):
@@ -178,23 +178,23 @@ def test_auto_prepared_weights_weigh_both_backends_amortized(gpu_stubs, monkeypa
                         cusparselt_gemm_speedup=1.20)
     no_lt = dict(_entry(2048, 8192, 512, 0.9), gemm_speedup=1.3)
     gpu_stubs([lt_amortized, cutlass_gemm, no_lt])
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"  # per call: both ≤ 1.0
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cusparselt"
-    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8, backend="cusparselt") == pytest.approx(
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"  # per call: both ≤ 1.0
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cusparselt"
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8, backend="cusparselt") == pytest.approx(
         1 / (1 / 1.45 + (1 / 0.95 - 1 / 1.45) / 8))
-    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=8) == "cutlass"  # CUTLASS's GEMM faster
-    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cusparselt"  # per call cuSPARSELt 1.05
-    assert gemm.choose("auto", 2048, 8192, 512, jnp.bfloat16, reuse=8) == "cutlass"  # not measured: CUTLASS
-    assert gemm.amortized_speedup(2048, 8192, 512, jnp.bfloat16, 8, backend="cusparselt") is None
+    assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=8) == "cutlass"  # CUTLASS's GEMM faster
+    assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cusparselt"  # per call cuSPARSELt 1.05
+    assert autotune.choose("auto", 2048, 8192, 512, jnp.bfloat16, reuse=8) == "cutlass"  # not measured: CUTLASS
+    assert autotune.amortized_speedup(2048, 8192, 512, jnp.bfloat16, 8, backend="cusparselt") is None
     # far from the measured tokens (2048 vs 8192): cuSPARSELt's measurement is not carried over
-    assert gemm.choose("auto", 4096, 2048, 1024, jnp.bfloat16, reuse=8) == "cutlass"
-    assert gemm.choose("auto", 1024, 2048, 4096, jnp.bfloat16) == "dense"  # CUTLASS per call 1.0
-    assert gemm.choose("auto", 1024, 6144, 4096, jnp.bfloat16) == "cusparselt"  # within CUSPARSELT_RADIUS
+    assert autotune.choose("auto", 4096, 2048, 1024, jnp.bfloat16, reuse=8) == "cutlass"
+    assert autotune.choose("auto", 1024, 2048, 4096, jnp.bfloat16) == "dense"  # CUTLASS per call 1.0
+    assert autotune.choose("auto", 1024, 6144, 4096, jnp.bfloat16) == "cusparselt"  # within CUSPARSELT_RADIUS
     layout_ok["ok"] = False  # no fused path for cuSPARSELt: CUTLASS
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cutlass"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cutlass"
     layout_ok["ok"] = True
     gpu_stubs([dict(lt_amortized, dtype="float16")])
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.float16, reuse=8) == "cutlass"  # float16: CUTLASS
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.float16, reuse=8) == "cutlass"  # float16: CUTLASS
 
 
 def test_linear_plan_follows_the_table(gpu_stubs):
@@ -251,19 +251,19 @@ def test_prepared_weights_amortize_the_compression(gpu_stubs):
     # GEMM alone 1.25x, 0.9x with the compression on every call (compression = 0.311 of dense)
     e = dict(_entry(4096, 8192, 1024, 0.9), gemm_speedup=1.25)
     gpu_stubs([e, dict(_entry(1024, 8192, 4096, 1.02), gemm_speedup=1.02)])
-    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1) == pytest.approx(0.9)
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1) == pytest.approx(0.9)
     want4 = 1 / (1 / 1.25 + (1 / 0.9 - 1 / 1.25) / 4)
-    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 4) == pytest.approx(want4)
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=1) == "dense"
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"
-    assert gemm.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=64) == "dense"  # GEMM alone 1.02x
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 4) == pytest.approx(want4)
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=1) == "dense"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"
+    assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=64) == "dense"  # GEMM alone 1.02x
     assert s24.linear_plan(8192, 1024, 4096, reuse=4)["forward"] == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096)["forward"] == "dense"
     assert s24.linear_plan(8192, 1024, 4096, reuse=4, transposable=False)["input_grad"] == "dense"
     # an older table without the GEMM-only ratio: nothing to amortize
     gpu_stubs([_entry(4096, 8192, 1024, 0.9)])
-    assert gemm.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8) == pytest.approx(0.9)
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8) == pytest.approx(0.9)
     with pytest.raises(ValueError, match="reuse must be a positive integer"):
         s24.linear_plan(8192, 1024, 4096, reuse=0)
 

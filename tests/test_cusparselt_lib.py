@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from jax_sparse24._src import cuda_cusparselt_ops as lt
-from jax_sparse24._src import ffi, gemm
+from jax_sparse24._src import autotune, ffi
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -192,7 +192,7 @@ def test_table_version_must_match_major_minor(monkeypatch, fresh_lt):
 
 
 def test_shipped_table_records_its_cusparselt_version():
-    table = gemm._table()
+    table = autotune._table()
     assert lt.version_supported(table["cusparselt_version"])
 
 
@@ -202,16 +202,16 @@ def lt_table(monkeypatch):
     from jax_sparse24._src import cuda_spmm_ops
 
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(gemm, "_cutlass_ok", lambda *a: True)
+    monkeypatch.setattr(autotune, "_cutlass_ok", lambda *a: True)
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_configs_kn", lambda: ["k1"])
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_supports_kn", lambda *a: True)
-    monkeypatch.setattr(gemm, "_config_id", lambda name: -1)
+    monkeypatch.setattr(autotune, "_config_id", lambda name: -1)
     monkeypatch.setattr(lt, "fused_compress_ok", lambda *a: True)
     monkeypatch.setattr(lt, "_warned", set())
     entry = dict(m=4096, n=8192, k=1024, dtype="bfloat16", config="k1", speedup_with_compress=1.10,
                  gemm_speedup=1.2, cusparselt_speedup_with_compress=1.30, cusparselt_gemm_speedup=1.5)
     table = {"cusparselt_version": "0.8.1", "entries": [entry], "entries_kn": []}
-    monkeypatch.setattr(gemm, "_table", lambda: table)
+    monkeypatch.setattr(autotune, "_table", lambda: table)
     return table
 
 
@@ -220,13 +220,13 @@ def test_auto_uses_cusparselt_only_with_the_measured_version(monkeypatch, lt_tab
 
     monkeypatch.setattr(ffi, "extension", lambda: object())
     monkeypatch.setattr(lt, "_load", lambda: _loaded("0.8.1"))
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"
     assert s24.linear_plan(8192, 1024, 4096)["forward"] == "cusparselt"
     monkeypatch.setattr(lt, "_load", lambda: _loaded("0.10.0"))
     with pytest.warns(RuntimeWarning, match="does not pick cuSPARSELt"):
-        assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+        assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096)["forward"] == "cutlass"
-    assert gemm.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"  # forcing still works
+    assert autotune.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16) == "cusparselt"  # forcing still works
 
 
 def test_linear_plan_never_plans_an_unloadable_cusparselt(tmp_path, monkeypatch, lt_table, fresh_lt):
@@ -235,8 +235,8 @@ def test_linear_plan_never_plans_an_unloadable_cusparselt(tmp_path, monkeypatch,
     import jax_sparse24 as s24
 
     monkeypatch.setattr(ffi, "extension", lambda: _FakeExt(loadable=None))
-    assert gemm.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096)["forward"] == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096, reuse=8)["forward"] == "cutlass"
     with pytest.raises(RuntimeError, match=r"(?s)backend='cusparselt': .*could not be loaded.*Searched, in order"):
-        gemm.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16)
+        autotune.choose("cusparselt", 4096, 8192, 1024, jnp.bfloat16)

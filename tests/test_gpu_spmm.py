@@ -525,14 +525,14 @@ def test_auto_prepared_weight_takes_cusparselt_where_the_table_says(monkeypatch)
     prepare_weight(backend='auto') holds cuSPARSELt operands and the layer's results match the
     per-call path (bfloat16)."""
     import jax_sparse24 as s24
-    from jax_sparse24._src import gemm
+    from jax_sparse24._src import autotune
 
     _skip_no_cusparselt()
     t, i, o = 256, 256, 384
     table = {"entries": [dict(m=m, n=t, k=k, dtype="bfloat16", config="x", gemm_speedup=1.1, speedup_with_compress=0.9,
                               cusparselt_speedup_with_compress=1.0, cusparselt_gemm_speedup=1.5)
                          for m, k in ((o, i), (i, o))], "entries_kn": []}
-    monkeypatch.setattr(gemm, "_table", lambda: table)
+    monkeypatch.setattr(autotune, "_table", lambda: table)
     rng, seed = _rng()
     x = jnp.asarray(nonzero_normal(rng, (t, i), jnp.bfloat16), jnp.bfloat16)
     w = jnp.asarray(nonzero_normal(rng, (i, o), jnp.bfloat16) / 16, jnp.bfloat16)

@@ -444,7 +444,7 @@ def test_prepared_gemm_rules_data_parallel(backend):
     """The prepared GEMMs take the compressed operand of either backend (CUTLASS's two 2-D arrays,
     cuSPARSELt's one byte buffer) replicated, with the tokens sharded: per-shard GEMMs, no psum, and
     the same values as unsharded (the reference lowering here; the GPU runs the kernels)."""
-    from jax_sparse24._src import gemm
+    from jax_sparse24._src import prepared_weight
     from jax_sparse24._src import sharding as _sh
 
     rule = _sh.gemm_rule("forward", prepared=backend)
@@ -458,8 +458,8 @@ def test_prepared_gemm_rules_data_parallel(backend):
              else {"cusparselt": jnp.zeros((48 * 32 * 9 // 8,), jnp.uint8)})  # never read off CUDA
     ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
     rep = jax.tree.map(lambda _: ns(), entry)
-    for fn, b, want in ((gemm.forward_prepared, x, x @ (w * m)), (gemm.input_grad_prepared, x @ (w * m),
-                                                                   (x @ (w * m)) @ (w * m).T)):
+    for fn, b, want in ((prepared_weight.forward_prepared, x, x @ (w * m)),
+                        (prepared_weight.input_grad_prepared, x @ (w * m), (x @ (w * m)) @ (w * m).T)):
         f = jax.jit(lambda b, w, m, e, fn=fn: fn(b, w, m, e), in_shardings=(ns("data"), ns(), ns(), rep))
         y = f(b, w, m, entry)
         np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=2e-5, atol=2e-5)
@@ -471,8 +471,8 @@ def test_prepared_gemm_rules_data_parallel(backend):
     tp = _mesh("data=2,model=4")
     nt = lambda *s: NamedSharding(tp, P(*s))  # noqa: E731
     rep_tp = jax.tree.map(lambda _: nt(), entry)
-    for fn, b, want in ((gemm.forward_prepared, x, x @ (w * m)), (gemm.input_grad_prepared, x @ (w * m),
-                                                                   (x @ (w * m)) @ (w * m).T)):
+    for fn, b, want in ((prepared_weight.forward_prepared, x, x @ (w * m)),
+                        (prepared_weight.input_grad_prepared, x @ (w * m), (x @ (w * m)) @ (w * m).T)):
         f = jax.jit(lambda b, w, m, e, fn=fn: fn(b, w, m, e),
                     in_shardings=(nt("data"), nt(None, "model"), nt(None, "model"), rep_tp))
         y = f(b, w, m, entry)
@@ -493,12 +493,12 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
     from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_mask_ops as cmo
     from jax_sparse24._src import cuda_spmm_ops as cs
-    from jax_sparse24._src import ffi, gemm
+    from jax_sparse24._src import autotune, ffi, gemm
 
     if ffi.extension() is None:
         pytest.skip(f"needs the built extension (shape checks): {ffi.extension_error()}")
     calls = []
-    monkeypatch.setattr(gemm, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
     monkeypatch.setattr(cs, "cutlass_configs_kn", lambda: ("k1",))
     # global O = 128 is supported; the 16-wide shards are only where local_kernel == "sparse"
     monkeypatch.setattr(cs, "cutlass_supports_kn", lambda m, n, k, dt: local_kernel == "sparse" or m >= 128)

@@ -8,8 +8,10 @@ Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙
   key; dense and straight-through to the dense master weight ``W``.
 * bias grad ``Σ_tokens ∇y``.
 
-The GEMMs go through :mod:`jax_sparse24._src.gemm`, which picks the sparse CUDA kernel or a
-dense GEMM on the masked weight per backend and shape; on a CPU they are dense ``jnp.dot``.
+The GEMMs go through :mod:`jax_sparse24._src.gemm` (per call) and
+:mod:`jax_sparse24._src.prepared_weight` (a weight compressed once for many calls), which run the
+sparse CUDA kernel or a dense GEMM on the masked weight as :mod:`jax_sparse24._src.autotune`
+decides per backend and shape; on a CPU they are dense ``jnp.dot``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import gemm
+from jax_sparse24._src import autotune, gemm, prepared_weight
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
 __all__ = ["sparse24_linear", "prepare_weight", "linear_plan", "BACKENDS"]
 
-BACKENDS = gemm.BACKENDS
+BACKENDS = autotune.BACKENDS
 
 
 class _Config(NamedTuple):
@@ -51,7 +53,7 @@ def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     if prepared is None:
         y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
     elif "forward" in prepared:
-        y2 = gemm.forward_prepared(x2, w, mask, prepared["forward"], precision=cfg.precision)
+        y2 = prepared_weight.forward_prepared(x2, w, mask, prepared["forward"], precision=cfg.precision)
     else:
         wm = prepared["masked"]
         y2 = jnp.dot(x2.astype(wm.dtype), wm, precision=cfg.precision)
@@ -69,7 +71,8 @@ def _linear_bwd(cfg: _Config, res, g):
         dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
                               precision=cfg.precision)
     elif "input_grad" in prepared:
-        dx2 = gemm.input_grad_prepared(g2, w, mask, prepared["input_grad"], precision=cfg.precision)
+        dx2 = prepared_weight.input_grad_prepared(g2, w, mask, prepared["input_grad"],
+                                                  precision=cfg.precision)
     else:
         wm = prepared["masked"]
         dx2 = jnp.dot(g2.astype(wm.dtype), wm.T, precision=cfg.precision)
@@ -148,7 +151,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     if prepared is not None:
-        gemm.check_prepared(prepared, w, jnp.result_type(x, w), op)
+        prepared_weight.check_prepared(prepared, w, jnp.result_type(x, w), op)
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
@@ -219,8 +222,8 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
         raise ValueError(f"{op}: dtype must be a floating dtype, got {dtype.name}")
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
-    return gemm.prepare(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
-                        transposable=bool(transposable), reuse=int(reuse))
+    return prepared_weight.prepare(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
+                                   transposable=bool(transposable), reuse=int(reuse))
 
 
 def _is_transposable(mask, shape) -> bool:
@@ -268,11 +271,11 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     if features_in % 4:
         raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
     t, i, o = int(tokens), int(features_in), int(features_out)
-    forward, input_grad = gemm.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
-                                                 reuse=None if reuse is None else int(reuse))
+    forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
+                                                     reuse=None if reuse is None else int(reuse))
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:
-        path = gemm.weight_grad_path(backend, o, i, t, dtype)
+        path = autotune.weight_grad_path(backend, o, i, t, dtype)
         weight_grad = "dense (exact)" if path == "exact" else f"{path} (MVUE)"
     return {"forward": forward, "input_grad": input_grad, "weight_grad": weight_grad}

@@ -203,8 +203,8 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
     ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
-    (``gemm.forward_prepared``): ``"cutlass"`` its ``values`` and ``meta`` (two 2-D arrays),
-    ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
+    (``prepared_weight.forward_prepared``): ``"cutlass"`` its ``values`` and ``meta`` (two 2-D
+    arrays), ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
     metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay replicated: a
     tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
     """
@@ -602,9 +602,10 @@ def per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *
 
 
 def partitioned_gemm(kind: str, **rule_kwargs) -> Callable[[Callable], Callable]:
-    """Decorator for the GEMMs in ``gemm.py``: ``fn(*arrays, **static)`` runs partitioned by
-    :func:`gemm_rule` (``kind``); ``transposable=`` in the call's keyword arguments is passed to
-    the rule. ``fn`` is called on the local shards (local shapes) inside the partitioned op."""
+    """Decorator for the GEMMs in ``gemm.py`` and ``prepared_weight.py``: ``fn(*arrays, **static)``
+    runs partitioned by :func:`gemm_rule` (``kind``); ``transposable=`` in the call's keyword
+    arguments is passed to the rule. ``fn`` is called on the local shards (local shapes) inside the
+    partitioned op."""
 
     def deco(fn):
         @functools.wraps(fn)

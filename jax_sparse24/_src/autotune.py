@@ -1,0 +1,301 @@
+"""What ``backend=`` resolves to for each GEMM of a 2:4 linear layer: the measured table and the
+decisions read from it (the GEMMs themselves run in :mod:`jax_sparse24._src.gemm`, prepared weights
+in :mod:`jax_sparse24._src.prepared_weight`).
+
+Backends (:data:`BACKENDS`): ``reference`` and ``dense`` run dense, ``cutlass`` and ``cusparselt``
+are checked here (:func:`choose` raises where the kernel cannot run), and ``auto`` resolves per
+GEMM and shape from the measured table (``spmm_autotune.json``, next to this file, made by
+``benchmarks/make_autotune_table.py``):
+
+* forward and input gradient (:func:`choose`, D(m×n) = A(m×k, 2:4)·B(k×n)): the nearest measured
+  shape (log distance, same dtype) gives CUTLASS's speedup over XLA's dense GEMM with the per-call
+  compression counted (or, for a weight prepared for ``reuse`` calls, amortized:
+  :func:`amortized_speedup`); ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
+  the table measured it (operand from our fused compressor) faster still, near this shape
+  (:data:`CUSPARSELT_RADIUS`) and for the loaded library version (bfloat16), else ``dense``;
+  :func:`weight_gemms_plan` is that choice for both GEMMs of a layer;
+* MVUE weight gradient (:func:`choose_weight_grad`, the table's ``entries_kn``): the fused MVUE +
+  compress + sparse GEMM against XLA's exact dense ``xᵀ·∇y``; :func:`weight_grad_path` says which
+  path ``gemm.weight_grad_mvue`` takes (``"exact"``: ``auto`` where no sparse path wins);
+* :func:`cutlass_config` / :func:`lookup_weight_grad`: the CUTLASS configuration the table names.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+
+import jax.numpy as jnp
+
+from jax_sparse24._src import ffi
+
+__all__ = ["BACKENDS", "MIN_GAIN", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
+           "amortized_speedup", "cutlass_config", "choose", "choose_weight_grad", "weight_grad_path",
+           "weight_gemms_plan"]
+
+BACKENDS = ("auto", "cutlass", "cusparselt", "dense", "reference")
+
+#: Measured per-shape table (``spmm_autotune.json``, made from ``benchmarks/results/spmm.json`` by
+#: ``benchmarks/make_autotune_table.py``): the fastest configuration per (M, N, K, dtype) and its
+#: speedup over the faster XLA dense GEMM with the per-call compression counted.
+_TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spmm_autotune.json")
+
+
+@functools.lru_cache(maxsize=None)
+def _table():
+    try:
+        with open(_TABLE_PATH) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"entries": [], "configs": []}
+
+
+def _nearest(section: str, m: int, n: int, k: int, dtype):
+    """The entry of table ``section`` (``"entries"``, ``"entries_kn"``) nearest to (m, n, k) (log
+    distance, same dtype), or None."""
+    name = jnp.dtype(dtype).name
+    entries = [e for e in _table().get(section, []) if e["dtype"] == name]
+    if not entries:
+        return None
+    return min(entries, key=lambda e: sum(abs(math.log(a / b)) for a, b in zip((e["m"], e["n"], e["k"]), (m, n, k))))
+
+
+def _nearest_entry(m: int, n: int, k: int, dtype):
+    """The forward / input-gradient entry of the nearest measured shape, or None."""
+    return _nearest("entries", m, n, k, dtype)
+
+
+def lookup(m: int, n: int, k: int, dtype):
+    """Nearest measured shape (log distance, same dtype): ``(speedup_with_compress, config_id)`` or None."""
+    e = _nearest_entry(m, n, k, dtype)
+    return None if e is None else (e["speedup_with_compress"], _config_id(e["config"]))
+
+
+def _amortized(s_g, s_c, reuse: int) -> float:
+    """Time per call ``1/s_g + (1/s_c - 1/s_g)/reuse`` (dense GEMM = 1) as a speedup."""
+    return 1.0 / (1.0 / s_g + (1.0 / s_c - 1.0 / s_g) / max(int(reuse), 1))
+
+
+def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str = "cutlass"):
+    """Speedup of the sparse GEMM over XLA's dense one when one compression serves ``reuse`` calls.
+
+    From the nearest measured shape: with ``s_g`` the GEMM-only speedup and ``s_c`` the speedup
+    with the compression paid on every call, the time per call is ``1/s_g + (1/s_c - 1/s_g)/reuse``
+    (in units of the dense GEMM). ``backend``: ``"cutlass"`` or ``"cusparselt"`` (operand from our
+    fused compressor). ``None`` without a table entry (or without a cuSPARSELt measurement).
+    """
+    e = _nearest_entry(m, n, k, dtype)
+    return None if e is None else _entry_amortized(e, reuse, backend)
+
+
+def _entry_amortized(e, reuse: int, backend: str):
+    """:func:`amortized_speedup` from the table entry ``e``."""
+    if backend == "cusparselt":
+        s_c = e.get("cusparselt_speedup_with_compress")
+        if not s_c:
+            return None
+        return _amortized(e.get("cusparselt_gemm_speedup") or s_c, s_c, reuse)
+    s_c = e["speedup_with_compress"]
+    s_g = e.get("gemm_speedup") or s_c  # layer-only entries of older tables lack the GEMM-only ratio
+    return _amortized(s_g, s_c, reuse)
+
+
+def _config_id(name: str) -> int:
+    """Id of a configuration in *this* build (-1: the build's default table if not compiled)."""
+    from jax_sparse24._src import cuda_spmm_ops
+
+    names = cuda_spmm_ops.cutlass_configs()
+    return names.index(name) if name in names else -1
+
+
+def cutlass_config(m: int, n: int, k: int, dtype) -> int:
+    """Id of the CUTLASS configuration the table names for the nearest measured shape of
+    D(m×n) = A(m×k, 2:4)·B(k×n) in this build (-1: the build's default)."""
+    hit = lookup(m, n, k, dtype)
+    return -1 if hit is None else hit[1]
+
+
+def _nearest_entry_kn(m: int, n: int, k: int, dtype):
+    """The ``entries_kn`` entry of the nearest measured weight-gradient shape (same dtype), or None."""
+    return _nearest("entries_kn", m, n, k, dtype)
+
+
+def lookup_weight_grad(m: int, n: int, k: int, dtype):
+    """Nearest measured weight-gradient shape (``entries_kn`` of the table): ``(speedup, config_id)`` or None.
+
+    Keyed on the sparse GEMM of the weight gradient (M = O, N = I, K = T); the speedup counts the
+    fused MVUE + compress pass against XLA's exact dense ``xᵀ·∇y`` (what ``auto`` runs otherwise).
+    """
+    e = _nearest_entry_kn(m, n, k, dtype)
+    if e is None:
+        return None
+    from jax_sparse24._src import cuda_spmm_ops
+
+    names = cuda_spmm_ops.cutlass_configs_kn()
+    return e["speedup_with_compress"], (names.index(e["config"]) if e["config"] in names else -1)
+
+
+def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
+    if ffi.extension() is None:
+        return False
+    from jax_sparse24._src import cuda_spmm_ops
+
+    return cuda_spmm_ops.cutlass_supports(m, n, k, dtype)
+
+
+#: ``auto`` takes a sparse path only where the table's speedup exceeds this: run-to-run noise of a
+#: dense GEMM at GPT-2 FFN shapes on the H100 is about ±3% (the "control" column of layer.md).
+MIN_GAIN = 1.03
+
+
+def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
+    """cuSPARSELt with our fused compressor writing its operand can run here (bfloat16, the library
+    loaded, the table measured this library version, the layout check of
+    :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
+    if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
+        return False
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not lt.cusparselt_supports(m, n, k, dtype):  # loadable, shape and dtype
+        return False
+    # the table's cuSPARSELt measurements hold for the loaded library version (else: warn once, no)
+    if not lt.table_version_matches(_table().get("cusparselt_version")):
+        return False
+    return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
+
+
+#: ``auto`` takes cuSPARSELt only where the nearest measured shape is within this factor in every
+#: dimension: its advantage does not carry to other sizes — at gpt2-medium with 4 micro-batches of
+#: 2048 tokens, cuSPARSELt chosen from the 8192-token measurements made every 2:4 recipe 4–5% slower
+#: than CUTLASS there (``train_gpt_h100_gpt2-medium_accum4_prepared_lt8192.md`` vs ``..._prepared.md``).
+CUSPARSELT_RADIUS = 1.5
+
+
+def _near(entry, m: int, n: int, k: int, factor: float = CUSPARSELT_RADIUS) -> bool:
+    return all(max(a / b, b / a) <= factor for a, b in zip((entry["m"], entry["n"], entry["k"]), (m, n, k)))
+
+
+def _cusparselt_wins(entry, s_lt, s_cutlass: float, m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
+    """``auto``: cuSPARSELt (operand from our fused compressor) where its speedup ``s_lt`` (from the
+    table ``entry``: per call, or amortized over a prepared weight's reuse; ``None`` when not
+    measured) beats both CUTLASS's ``s_cutlass`` and the noise floor, the entry was measured near
+    this shape (:data:`CUSPARSELT_RADIUS`), and that path is available here."""
+    if not s_lt or s_lt <= max(s_cutlass, MIN_GAIN) or not _near(entry, m, n, k):
+        return False
+    return _fused_lt_available(m, n, k, dtype, b_kn=b_kn)
+
+
+def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
+    if ffi.extension() is None:
+        raise RuntimeError(f"backend='cusparselt': {ffi.extension_error()}")
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not lt.cusparselt_supports(m, n, k, dtype):
+        reason = lt.cusparselt_error() or lt.float16_gemm_error(dtype) or (
+            f"cuSPARSELt needs bfloat16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
+            f"dtype={jnp.dtype(dtype)}")
+        raise RuntimeError(f"backend='cusparselt': {reason}")
+    return "cusparselt"
+
+
+def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = None) -> str:
+    """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"``, ``"cusparselt"`` or
+    ``"dense"``/``"reference"``.
+
+    ``reuse``: the 2:4 operand is compressed once and used by ``reuse`` calls (a prepared weight,
+    :func:`~jax_sparse24._src.prepared_weight.prepare`); ``auto`` then weighs the compression by
+    ``1/reuse`` (:func:`amortized_speedup`, for CUTLASS and cuSPARSELt). ``None``: compressed on
+    every call.
+    """
+    if backend in ("dense", "reference"):
+        return backend
+    if backend == "cusparselt":
+        return _choose_cusparselt(m, n, k, dtype)
+    ok = _cutlass_ok(m, n, k, dtype)
+    if backend == "cutlass":
+        if not ok:
+            reason = ffi.extension_error() or (
+                f"the CUTLASS sparse GEMM does not support m={m}, n={n}, k={k}, dtype={jnp.dtype(dtype)} "
+                "(bfloat16/float16 only; alignment in jax_sparse24._src.cuda_spmm_ops.cutlass_alignment())")
+            raise RuntimeError(f"backend='cutlass': {reason}")
+        return "cutlass"
+    # auto
+    if not (ok and ffi.cuda_kernels_available()):
+        return "dense"
+    e = _nearest_entry(m, n, k, dtype)
+    if e is None:
+        return "dense"
+    if reuse is None:
+        if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n, k, dtype):
+            return "cusparselt"
+        return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
+    s_cutlass = _entry_amortized(e, reuse, "cutlass")
+    if _cusparselt_wins(e, _entry_amortized(e, reuse, "cusparselt"), s_cutlass, m, n, k, dtype):
+        return "cusparselt"
+    return "cutlass" if s_cutlass > MIN_GAIN else "dense"
+
+
+def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
+    """Resolve ``backend`` for the MVUE weight gradient, D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n) with m = O,
+    n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``.
+
+    ``auto`` picks ``cutlass`` only where the table's ``entries_kn`` show the fused MVUE + sparse
+    GEMM faster than XLA's exact dense ``xᵀ·∇y``, and ``cusparselt`` where they show the fused MVUE
+    (cuSPARSELt's layout) + cuSPARSELt GEMM faster than that and than CUTLASS (bfloat16)."""
+    if backend in ("dense", "reference"):
+        return backend
+    if backend == "cusparselt":
+        return _choose_cusparselt(m, n, k, dtype)
+    ok = ffi.extension() is not None
+    if ok:
+        from jax_sparse24._src import cuda_spmm_ops
+
+        if not cuda_spmm_ops.cutlass_configs_kn():
+            return "dense"  # a minimal build has no weight-gradient configuration: today's dense path
+        ok = cuda_spmm_ops.cutlass_supports_kn(m, n, k, dtype)
+    if backend == "cutlass":
+        if not ok:
+            reason = ffi.extension_error() or (
+                f"the sparse weight-gradient GEMM does not support m=O={m}, n=I={n}, k=T={k}, "
+                f"dtype={jnp.dtype(dtype)} (bfloat16/float16; O % 8, I % 8; a compiled 'kn' configuration: "
+                "jax_sparse24._src.cuda_spmm_ops.cutlass_configs_kn())")
+            raise RuntimeError(f"backend='cutlass': {reason}")
+        return "cutlass"
+    if not (ok and ffi.cuda_kernels_available()):
+        return "dense"
+    e = _nearest_entry_kn(m, n, k, dtype)
+    if e is None:
+        return "dense"
+    if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n,
+                        k + (-k) % 32, dtype, b_kn=True):
+        return "cusparselt"
+    return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
+
+
+#: Token padding of the sparse weight-gradient GEMM: its K (= tokens) must be a multiple of 16.
+WGRAD_TOKEN_ALIGN = 16
+
+
+def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
+    """How :func:`~jax_sparse24._src.gemm.weight_grad_mvue` computes ``∇W (I, O)`` from ``t`` tokens:
+    ``"cutlass"`` / ``"cusparselt"`` (fused MVUE + sparse GEMM), ``"exact"`` (``auto`` where that
+    sparse path is not measured faster: MVUE exists to feed it, so XLA's exact ``xᵀ·∇y`` is both
+    faster and noise-free) or ``"dense"`` / ``"reference"`` (the MVUE op, then the dense GEMM)."""
+    chosen = choose_weight_grad(backend, o, i, t + (-t) % WGRAD_TOKEN_ALIGN, dtype)
+    if chosen not in ("cutlass", "cusparselt") and backend == "auto":
+        return "exact"
+    return chosen
+
+
+def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
+                      reuse: int | None = None):
+    """``(forward, input_grad)`` kernels of a layer ``(i, o)`` at ``tokens`` rows (:func:`choose`;
+    ``reuse``: a weight prepared for that many calls). Without a transposable mask ``∇x`` is dense."""
+    fwd = choose(backend, o, tokens, i, dtype, reuse=reuse)
+    if transposable:
+        dx = choose(backend, i, tokens, o, dtype, reuse=reuse)
+    else:
+        dx = "reference" if backend == "reference" else "dense"
+    return fwd, dx
