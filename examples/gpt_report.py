@@ -1,4 +1,5 @@
-"""Logging of ``train_gpt.py``: the progress line, ``metrics.jsonl`` and the ``--compare`` table."""
+"""Logging of ``train_gpt.py``: the run's history and tokens/s (:class:`TrainLog`), the progress line,
+``metrics.jsonl`` and the ``--compare`` table."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
+
+import jax
 
 
 class Progress:
@@ -52,6 +56,79 @@ class Progress:
         elif self._tty:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+class TrainLog:
+    """The history of a run (the rows of ``metrics.jsonl``) and its training time and tokens.
+
+    The train step's metrics stay on the device until :meth:`flush` fetches all of them at once (one
+    sync per logged step, not per step). Only timed intervals count towards tokens/s: an interval
+    starts at a flush, an eval or a checkpoint (:meth:`restart_timer`), and :meth:`untimed` leaves the
+    next step (one that compiles a program) out.
+    """
+
+    def __init__(self, history: list[dict], train_time: float, train_tokens: int):
+        self.history, self.train_time, self.train_tokens = history, train_time, train_tokens
+        #: what the progress line shows: latest train loss, val loss, mask flip rate, tokens/s
+        self.last = {"loss": None, "val": history[-1].get("val_loss") if history else None, "flip": None,
+                     "tok_s": None}
+        for r in reversed(history):
+            if r.get("flip") is not None:
+                self.last["flip"] = r["flip"]
+                break
+        self._pending: list[tuple[int, dict]] = []
+        self._t_mark = None  # start of the timed interval (None: the next step includes compilation)
+        self._tokens = 0
+
+    def step(self, step: int, metrics: dict, tokens: int) -> None:
+        """Record the (device) metrics of the update that made ``step``, over ``tokens`` tokens."""
+        self._pending.append((step, metrics))
+        if self._t_mark is not None:
+            self._tokens += tokens
+
+    def untimed(self) -> None:
+        """The next step compiles: flush, and keep that step out of tokens/s."""
+        self.flush()
+        self._t_mark = None
+
+    def restart_timer(self) -> None:
+        self._t_mark = time.perf_counter()
+
+    def val(self, step: int, loss: float) -> None:
+        self.last["val"] = loss
+        self.history.append({"step": step, "val_loss": loss})
+
+    def flush(self) -> None:
+        """Fetch the pending metrics into the history; ends the timed interval."""
+        if not self._pending:
+            return
+        got = jax.device_get([m for _, m in self._pending])
+        now = time.perf_counter()
+        if self._t_mark is not None and self._tokens:
+            dt = now - self._t_mark
+            self.train_time += dt
+            self.train_tokens += self._tokens
+            self.last["tok_s"] = self._tokens / dt
+        for (s, _), m in zip(self._pending, got):
+            row = {"step": s, "loss": float(m["loss"]), "flip": _nan_to_none(m["flip"]),
+                   "grad_norm": float(m["grad_norm"]), "sparse": bool(m["sparse"])}
+            if "step_z" in m:
+                row["step_z"] = float(m["step_z"])
+            if "kd" in m:
+                row["kd"] = float(m["kd"])
+            self.history.append(row)
+            self.last["loss"] = row["loss"]
+            if row["flip"] is not None:
+                self.last["flip"] = row["flip"]
+        self._pending.clear()
+        self._tokens = 0
+        self._t_mark = time.perf_counter()
+
+    def fields(self) -> dict:
+        """The progress line's fields."""
+        last = self.last
+        return {"loss": _fmt(last["loss"]), "val": _fmt(last["val"]), "tok/s": _fmt(last["tok_s"], ".0f"),
+                "flip": _fmt(last["flip"], ".2e")}
 
 
 def _fmt(v, spec=".3f"):

@@ -79,7 +79,6 @@ import argparse
 import gc
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -108,7 +107,7 @@ from gpt_experiment import (  # noqa: E402,F401
     make_eval_step, make_train_step, resolve_flags, run_config, sizes_help, step_phase)
 from gpt_model import SIZES, attention_implementation  # noqa: E402,F401
 from gpt_plots import plot_compare, plot_run  # noqa: E402
-from gpt_report import Progress, _fmt, _nan_to_none, _write_compare, _write_jsonl  # noqa: E402,F401
+from gpt_report import Progress, TrainLog, _fmt, _nan_to_none, _write_compare, _write_jsonl  # noqa: E402,F401
 from gpt_runtime import Runtime, format_plan, kernel_plan, make_runtime, parse_mesh  # noqa: E402,F401
 
 
@@ -232,8 +231,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         losses = [eval_step(st, put(b)) for b in data.val_batches]
         return float(np.mean(jax.device_get(losses)))
 
-    def save(st, step, train_time, train_tokens):
-        meta = {"config": config, "step": step, "train_time": train_time, "train_tokens": train_tokens,
+    def save(st, step, log):
+        meta = {"config": config, "step": step, "train_time": log.train_time, "train_tokens": log.train_tokens,
                 "n_params": n_params, "jax": jax.__version__}
         ckpts.save(step, st, meta)
         _write_jsonl(metrics_path, history)
@@ -243,45 +242,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     if step0 == 0 and not any("val_loss" in r for r in history):
         history.append({"step": 0, "val_loss": evaluate(state)})
 
-    desc = f"{recipe:>5s}"
-    bar = Progress(stop, step0, desc, quiet=args.quiet)
-    last = {"loss": None, "val": history[-1].get("val_loss") if history else None, "flip": None, "tok_s": None}
-    for r in reversed(history):
-        if r.get("flip") is not None:
-            last["flip"] = r["flip"]
-            break
-    train_time, train_tokens = elapsed_prev, tokens_prev
-    pending: list[tuple[int, dict]] = []
-    t_mark = None  # start of the timed interval (None: next step includes compilation)
-    interval_tokens = 0
-    phase_step = None
-
-    def flush():
-        nonlocal t_mark, interval_tokens, train_time, train_tokens
-        if not pending:
-            return
-        got = jax.device_get([m for _, m in pending])
-        now = time.perf_counter()
-        if t_mark is not None and interval_tokens:
-            dt = now - t_mark
-            train_time += dt
-            train_tokens += interval_tokens
-            last["tok_s"] = interval_tokens / dt
-        for (s, _), m in zip(pending, got):
-            row = {"step": s, "loss": float(m["loss"]), "flip": _nan_to_none(m["flip"]),
-                   "grad_norm": float(m["grad_norm"]), "sparse": bool(m["sparse"])}
-            if "step_z" in m:
-                row["step_z"] = float(m["step_z"])
-            if "kd" in m:
-                row["kd"] = float(m["kd"])
-            history.append(row)
-            last["loss"] = row["loss"]
-            if row["flip"] is not None:
-                last["flip"] = row["flip"]
-        pending.clear()
-        interval_tokens = 0
-        t_mark = time.perf_counter()
-
+    bar = Progress(stop, step0, f"{recipe:>5s}", quiet=args.quiet)
+    log = TrainLog(history, elapsed_prev, tokens_prev)  # history, tokens/s, the progress line's numbers
     interrupted = False
     try:
         compiled = set()
@@ -289,21 +251,18 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             flag = exp.sparse_at(step, phase)
             new_program = flag not in compiled  # first step of a phase compiles: keep it out of tokens/s
             if new_program:
-                flush()
-                t_mark = None
+                log.untimed()
                 compiled.add(flag)
             tokens = put(data.batch(step))
             state, m = rt.train_step(flag)(state, tokens)
             step += 1
             if exp.needs_phase() and not phase:  # STEP's dense phase: read the switch (a sync)
                 phase = step_phase(state)
-            pending.append((step, m))
-            if t_mark is not None:
-                interval_tokens += B * T
+            log.step(step, m, B * T)
             do_eval = step % eval_every == 0 or step == steps
             do_ckpt = ckpt_every > 0 and (step % ckpt_every == 0 or step == stop)
             if new_program or step % log_every == 0 or do_eval or do_ckpt:
-                flush()  # ends the timed interval (after a new program: the untimed compile step)
+                log.flush()  # ends the timed interval (after a new program: the untimed compile step)
                 if new_program:
                     # Move what compiling left alive (jaxprs, lowered modules, ...) out of the
                     # collector's reach: a full collection that scans it stalls the step loop for up
@@ -311,20 +270,18 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
                     gc.collect()
                     gc.freeze()
                 if do_eval:
-                    last["val"] = evaluate(state)
-                    history.append({"step": step, "val_loss": last["val"]})
+                    log.val(step, evaluate(state))
                 if do_ckpt:
-                    save(state, step, train_time, train_tokens)
+                    save(state, step, log)
                 if do_eval or do_ckpt:
-                    t_mark = time.perf_counter()
-                bar.update(step, loss=_fmt(last["loss"]), val=_fmt(last["val"]),
-                           **{"tok/s": _fmt(last["tok_s"], ".0f"), "flip": _fmt(last["flip"], ".2e")})
+                    log.restart_timer()
+                bar.update(step, **log.fields())
     except KeyboardInterrupt:
         interrupted = True
-        flush()
+        log.flush()
         bar.close()
         if ckpt_every > 0:
-            save(state, step, train_time, train_tokens)
+            save(state, step, log)
             print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
                   file=sys.stderr)
     finally:
@@ -333,7 +290,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         bar.close()
 
     # Phase marker for the plot.
-    phase_label = ""
+    phase_step, phase_label = None, ""
     if exp.switch_step is not None:
         phase_step, phase_label = exp.switch_step, "dense fine-tune"
     elif exp.recipe.get("step"):
@@ -345,9 +302,9 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     summary = {
         "recipe": recipe, "size": hp["size"], "steps_done": step, "steps": steps,
         "final_val_loss": vals[-1] if vals else None,
-        "final_train_loss": last["loss"],
-        "tokens_per_s": (train_tokens / train_time) if train_time > 0 else None,
-        "train_time_s": train_time, "n_params": n_params, "n_sparse_params": n_sparse,
+        "final_train_loss": log.last["loss"],
+        "tokens_per_s": (log.train_tokens / log.train_time) if log.train_time > 0 else None,
+        "train_time_s": log.train_time, "n_params": n_params, "n_sparse_params": n_sparse,
         "phase_step": phase_step, "device": str(jax.devices()[0].device_kind),
         "backend": jax.default_backend(), "config": config, "interrupted": interrupted,
     }
