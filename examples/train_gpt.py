@@ -94,21 +94,26 @@ except ImportError:  # running from a checkout without `pip install -e .`
 import jax  # noqa: E402
 
 import jax_sparse24 as s24  # noqa: E402
-from jax_sparse24 import nn as s24nn  # noqa: E402,F401  (tests patch train_gpt.s24nn)
 
-# The names below are also used as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
-from gpt_checkpoints import (  # noqa: E402,F401
-    Checkpoints, _precheck_out, check_config, check_resume, check_teacher, load_teacher,
-    precheck_compare_out, start_or_resume)
+from gpt_checkpoints import (  # noqa: E402
+    Checkpoints, _precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
 from gpt_data import DEFAULT_DATA, ByteData  # noqa: E402
 from gpt_errors import PROG, CLIError  # noqa: E402
-from gpt_experiment import (  # noqa: E402,F401
-    CONFIG_KEYS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, init_state,
-    make_eval_step, make_train_step, resolve_flags, run_config, sizes_help, step_phase)
-from gpt_model import SIZES, attention_implementation  # noqa: E402,F401
+from gpt_experiment import (  # noqa: E402
+    RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config, sizes_help,
+    step_phase)
+from gpt_model import SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
-from gpt_report import Progress, TrainLog, _fmt, _nan_to_none, _write_compare, _write_jsonl  # noqa: E402,F401
-from gpt_runtime import Runtime, format_plan, kernel_plan, make_runtime, parse_mesh  # noqa: E402,F401
+from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
+from gpt_runtime import format_plan, kernel_plan, make_runtime, parse_mesh  # noqa: E402
+
+# Not used below; reached as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
+from jax_sparse24 import nn as s24nn  # noqa: E402,F401
+from gpt_checkpoints import check_config  # noqa: E402,F401
+from gpt_experiment import CONFIG_KEYS, init_state, make_eval_step, make_train_step  # noqa: E402,F401
+from gpt_model import attention_implementation  # noqa: E402,F401
+from gpt_report import _nan_to_none  # noqa: E402,F401
+from gpt_runtime import Runtime  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------------------------------------
