@@ -1,0 +1,435 @@
+"""The experiment of ``train_gpt.py``: recipes, per-size defaults, flag resolution, and the
+model / optimizer / train and eval steps built from the resolved flags.
+
+* :data:`RECIPES`, :data:`SIZE_DEFAULTS`, :data:`CONFIG_KEYS` — what a run is;
+* :func:`resolve_flags` — the parsed command line of one recipe -> ``hp`` (validated);
+* :func:`build_experiment` -> :class:`Experiment` (model, optax chain, mask schedule);
+* :func:`init_state`, :func:`make_train_step`, :func:`make_eval_step` — pure functions to jit
+  (``gpt_runtime.Runtime`` jits them with shardings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import jax_sparse24 as s24
+from jax_sparse24 import distill as s24distill
+from jax_sparse24 import nn as s24nn
+from jax_sparse24 import optim as s24optim
+
+from gpt_errors import CLIError
+from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
+
+#: recipe -> Sparse24Dense settings and optimizer extras.
+RECIPES: dict[str, dict[str, Any]] = {
+    "dense": dict(method="dense", mvue=False),
+    "srste": dict(method="srste", mvue=True, transposable=True, masked_decay=True, finetune=True),
+    "sste": dict(method="soft", mvue=True),
+    "step": dict(method="ste", mvue=False, step=True),
+    "ste": dict(method="ste", mvue=False),
+    # AST: Sparse24LowRankDense layers (mask recomputed every call, like ste), dense teacher.
+    "ast": dict(method="ste", mvue=False, linear="lowrank", ast=True),
+}
+
+#: per-size defaults of the training flags (a flag given on the command line wins).
+SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
+                 ckpt_every=100, log_every=5, eval_batches=4),
+    "gpt2": dict(steps=5000, batch_size=16, seq_len=1024, lr=6e-4, warmup=200, eval_every=250,
+                 ckpt_every=1000, log_every=10, eval_batches=4),
+    "gpt2-medium": dict(steps=5000, batch_size=8, seq_len=1024, lr=3e-4, warmup=200,
+                        eval_every=250, ckpt_every=1000, log_every=10, eval_batches=4),
+    # LLaMA shapes: 8 x 2048 = 16384 tokens per step; every linear layer 2:4 (attention too).
+    "llama-tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
+                       ckpt_every=100, log_every=5, eval_batches=4, sparse_attn=True),
+    "llama-1b": dict(steps=5000, batch_size=8, seq_len=2048, lr=3e-4, warmup=200, eval_every=250,
+                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
+    "llama-7b": dict(steps=5000, batch_size=8, seq_len=2048, lr=1.5e-4, warmup=200, eval_every=250,
+                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
+}
+
+#: flags that define the training run; a checkpoint is only resumed by an identical set.
+CONFIG_KEYS = (
+    "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
+    "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
+    "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum",
+)
+#: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
+AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
+#: flags a dense teacher must share with the ast student (they fix the parameter shapes).
+TEACHER_MATCH_KEYS = ("size", "n_layer", "n_head", "n_embd", "seq_len", "ffn", "untied_head")
+
+
+# ------------------------------------------------------------------------------------------------
+# Flags
+# ------------------------------------------------------------------------------------------------
+
+
+def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
+    defaults = SIZE_DEFAULTS[args.size]
+    hp = {}
+    for k in ("steps", "batch_size", "seq_len", "lr", "warmup"):
+        v = getattr(args, k)
+        hp[k] = defaults[k] if v is None else v
+    hp.update(
+        recipe=recipe, size=args.size, min_lr_fraction=args.min_lr_fraction,
+        weight_decay=args.weight_decay, b1=args.b1, b2=args.b2, grad_clip=args.grad_clip,
+        decay_alpha=args.decay_alpha, mask_every=args.mask_every,
+        finetune_fraction=args.finetune_fraction,
+        ffn=args.ffn or SIZES[args.size].get("ffn", "gelu"),
+        sparse_attn=defaults.get("sparse_attn", False) if args.sparse_attn is None else args.sparse_attn,
+        untied_head=args.untied_head or not SIZES[args.size].get("tie_head", True),
+        dtype=args.dtype, seed=args.seed,
+        attention=args.attention,  # not in CONFIG_KEYS: a kernel choice, the model is the same
+        sparse_backend=args.sparse_backend,  # not in CONFIG_KEYS: a kernel choice, same math
+        prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
+        grad_accum=args.grad_accum,
+        flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
+    )
+    for k in ("n_layer", "n_head", "n_embd"):
+        v = getattr(args, k)
+        hp[k] = SIZES[args.size][k] if v is None else v
+        if hp[k] < 1:
+            raise CLIError(f"--{k.replace('_', '-')} must be >= 1, got {hp[k]}")
+    if hp["n_embd"] % 4 or hp["n_embd"] % hp["n_head"]:
+        raise CLIError(f"--n-embd {hp['n_embd']} must be a multiple of 4 (2:4 groups) and of n_head "
+                       f"({hp['n_head']})")
+    try:
+        attention_implementation(hp["attention"], _resolve_dtype(hp["dtype"]), hp["n_embd"] // hp["n_head"])
+    except ValueError as e:
+        raise CLIError(f"--attention {hp['attention']}: {e}") from None
+    for k in ("steps", "batch_size", "seq_len", "grad_accum"):
+        if hp[k] < 1:
+            raise CLIError(f"--{k.replace('_', '-')} must be >= 1, got {hp[k]}")
+    if hp["batch_size"] % hp["grad_accum"]:
+        raise CLIError(f"--batch-size {hp['batch_size']} must be a multiple of --grad-accum {hp['grad_accum']}")
+    if hp["lr"] <= 0:
+        raise CLIError(f"--lr must be > 0, got {hp['lr']}")
+    if not 0 <= hp["finetune_fraction"] <= 1:
+        raise CLIError(f"--finetune-fraction must be in [0, 1], got {hp['finetune_fraction']}")
+    if hp["mask_every"] < 1:
+        raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
+    if RECIPES[recipe].get("ast"):
+        if args.teacher is None:
+            raise CLIError("--recipe ast needs --teacher DIR: the --out directory (or its ckpt/) of a "
+                           "`--recipe dense` run of this script with the same model flags")
+        if args.slorb_group < 1:
+            raise CLIError(f"--slorb-group must be >= 1, got {args.slorb_group}")
+        if args.kd_temperature <= 0:
+            raise CLIError(f"--kd-temperature must be > 0, got {args.kd_temperature}")
+        hp.update(teacher=str(Path(args.teacher).resolve()), kd_alpha=args.kd_alpha,
+                  kd_temperature=args.kd_temperature, slorb_group=args.slorb_group)
+    return hp
+
+
+def _every(args, name):
+    v = getattr(args, name)
+    return SIZE_DEFAULTS[args.size][name] if v is None else v
+
+
+def run_config(hp: dict, data_sha256: str) -> dict:
+    """The flags stored in (and compared against) a run's checkpoints."""
+    keys = CONFIG_KEYS + (AST_CONFIG_KEYS if RECIPES[hp["recipe"]].get("ast") else ())
+    config = {k: hp[k] for k in keys}
+    config["data_sha256"] = data_sha256
+    return config
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` once: not for flags without a default (None) or on/off switches, nor
+    where the help already states the default (e.g. "default: per size")."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def sizes_help() -> str:
+    """``--size`` help: each size's shape and default training length (from SIZES / SIZE_DEFAULTS)."""
+    parts = []
+    for name, shape in SIZES.items():
+        d = SIZE_DEFAULTS.get(name, {})
+        desc = (f"{shape['arch']}, " if shape.get("arch") else "") + (
+            f"{shape.get('n_layer')} layers, width {shape.get('n_embd')}, {shape.get('n_head')} heads")
+        if d:
+            desc += f"; {d.get('steps')} steps of {d.get('batch_size')}x{d.get('seq_len')} tokens"
+        parts.append(f"{name} ({desc})")
+    return ("model size, which also sets the defaults of --steps/--batch-size/--seq-len/--lr/--warmup/"
+            "--eval-every/--ckpt-every: " + "; ".join(parts) + " (default: %(default)s)")
+
+
+# ------------------------------------------------------------------------------------------------
+# Model, optimizer, train/eval steps
+# ------------------------------------------------------------------------------------------------
+
+
+def cross_entropy(logits, tokens_out):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens_out).mean()
+
+
+def lr_schedule(lr: float, warmup: int, steps: int, min_fraction: float):
+    warmup = max(0, min(warmup, steps - 1))
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup else lr, peak_value=lr, warmup_steps=warmup,
+        decay_steps=max(steps, warmup + 1), end_value=lr * min_fraction,
+    )
+
+
+def _resolve_dtype(name: str):
+    if name == "auto":
+        return jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+
+
+@dataclasses.dataclass
+class Experiment:
+    """Everything a run needs, built from the resolved flags by :func:`build_experiment`."""
+
+    hp: dict  # resolved flags that define the run (CONFIG_KEYS)
+    cfg: GPTConfig
+    model: GPT
+    tx: optax.GradientTransformation
+    recipe: dict
+    sparse_paths: list
+    switch_step: Optional[int]  # srste: first dense fine-tune step
+    teacher_model: Optional[GPT] = None  # ast: the dense teacher (its params are not in the state)
+
+    def sparse_at(self, step: int, phase: int) -> Optional[bool]:
+        """The model's ``sparse`` flag for optimizer step ``step`` (host side, a Python value).
+
+        ``phase`` is the STEP optimizer phase after ``step`` updates (ignored by other recipes).
+        The flag is a Python constant, so each phase runs its own program with no ``lax.cond``
+        on a traced flag (measured on an H100: such a cond costs ~10% of a GPT-2 train step).
+        """
+        if self.cfg.method == "dense":
+            return None
+        if self.recipe.get("finetune"):
+            return int(step) < self.switch_step
+        if self.recipe.get("step"):
+            return bool(phase)
+        return True
+
+    def needs_phase(self) -> bool:
+        return bool(self.recipe.get("step"))
+
+
+def build_experiment(hp: dict) -> Experiment:
+    recipe = RECIPES[hp["recipe"]]
+    size = {k: v for k, v in SIZES[hp["size"]].items() if k not in ("ffn", "tie_head")}  # from hp below
+    size["block_size"] = hp["seq_len"]
+    for k in ("n_layer", "n_head", "n_embd"):
+        size[k] = hp[k]
+    cfg = GPTConfig(
+        **size, ffn=hp["ffn"], tie_head=not hp["untied_head"], method=recipe["method"],
+        mvue=recipe["mvue"], transposable=recipe.get("transposable", True),
+        mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
+        attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"),
+        slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
+    )
+    steps = hp["steps"]
+    sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])
+    paths = sparse_layer_paths(cfg)
+    sparse_set = {"/".join(p) for p in paths}
+
+    def where_sparse(path: str, leaf) -> bool:
+        return path.endswith("/kernel") and path.rsplit("/", 1)[0] in sparse_set
+
+    def wd_mask(params):
+        return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+    switch_step = None
+    chain = [optax.clip_by_global_norm(hp["grad_clip"])] if hp["grad_clip"] > 0 else []
+    if recipe.get("finetune"):
+        switch_step = steps - int(round(steps * hp["finetune_fraction"]))
+    if recipe.get("masked_decay"):
+        chain.append(s24optim.masked_decay(hp["decay_alpha"], active_until=switch_step))
+    teacher_model = None
+    if recipe.get("ast"):
+        # SR-STE decay of the pruned weights of the 2:4 kernels only (not the head, embeddings or
+        # dense attention), ramped linearly over the first half as in AST; masks from |W|, the
+        # same 2:4 magnitude masks the layers compute.
+        ramp = max(steps // 2, 1)
+        alpha = hp["decay_alpha"]
+        chain.append(s24optim.masked_decay(lambda c: alpha * jnp.minimum(c / ramp, 1.0), where=where_sparse))
+        teacher_model = GPT(dataclasses.replace(cfg, method="dense", linear="sparse24"))
+    if recipe.get("step"):
+        chain.append(s24optim.adamw_step(
+            sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8, weight_decay=hp["weight_decay"],
+            clipping=(steps // 10, steps // 2), where=where_sparse,
+        ))
+    else:
+        chain.append(optax.adamw(sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8,
+                                 weight_decay=hp["weight_decay"], mask=wd_mask))
+    tx = optax.chain(*chain)
+    return Experiment(hp=hp, cfg=cfg, model=GPT(cfg), tx=tx, recipe=recipe, sparse_paths=paths,
+                      switch_step=switch_step, teacher_model=teacher_model)
+
+
+def init_state(exp: Experiment, seed: int):
+    """``{"step", "params", "sparsity", "opt_state"}`` (a pure function: jit it with shardings)."""
+    dummy = jnp.zeros((1, exp.cfg.block_size), jnp.int32)
+    variables = exp.model.init(jax.random.key(seed), dummy)
+    params = variables["params"]
+    sparsity = variables.get(s24nn.SPARSITY, {})
+    return {
+        "step": jnp.zeros((), jnp.int32),
+        "params": params,
+        "sparsity": dict(sparsity),
+        "opt_state": exp.tx.init(params),
+    }
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _sparse_kernels(exp: Experiment, params) -> list:
+    return [_get(params, path)["kernel"] for path in exp.sparse_paths]
+
+
+def _mask_flip_rate(old_kernels, new_kernels):
+    """Flip rate of the 2:4 magnitude masks of the sparse kernels across one update."""
+    flips, total = jnp.zeros((), jnp.float32), 0
+    for old, new in zip(old_kernels, new_kernels):
+        flips = flips + jnp.sum(s24.mask24(old, axis=0) != s24.mask24(new, axis=0), dtype=jnp.float32)
+        total += old.size
+    return flips / max(total, 1)
+
+
+def prepares_weights(exp: "Experiment") -> bool:
+    """Whether the train step prepares the sparse weights once per step (``--grad-accum`` > 1 with
+    ``--prepare-weights on``, 2:4 ``Sparse24Dense`` layers): masks and compressions are then
+    computed once instead of once per micro-batch (``jax_sparse24.nn.prepare``)."""
+    return (int(exp.hp.get("grad_accum", 1)) > 1 and exp.hp.get("prepare_weights", "on") == "on"
+            and bool(exp.sparse_paths) and exp.cfg.linear == "sparse24" and exp.cfg.method != "dense")
+
+
+
+def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: Optional[int] = None):
+    """``train_step(state, tokens) -> (state, metrics)`` with the model's ``sparse`` flag fixed.
+
+    ``tokens`` is ``(B, T + 1)`` int32 (inputs and shifted targets). For ``ast`` the step is
+    ``train_step(state, tokens, teacher_params)``. ``tokens_per_device``: micro-batch tokens per
+    ``data`` shard, for planning prepared weights (default: the whole micro-batch).
+    """
+    seed = exp.hp["seed"]
+    method = exp.cfg.method
+
+    accum = int(exp.hp.get("grad_accum", 1))
+    prepare = prepares_weights(exp) and sparse is not False
+
+    def train_step(state, tokens, teacher_params=None):
+        step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
+        mvue_key = jax.random.fold_in(jax.random.key(seed + 1), step) if exp.cfg.mvue else None
+
+        def loss_fn(p, tokens, key, prepared=None):
+            x, y = tokens[:, :-1], tokens[:, 1:]
+            rngs = {} if key is None else {"mvue": key}
+            variables = {"params": p, s24nn.SPARSITY: sparsity} if sparsity else {"params": p}
+            if prepared:
+                variables[s24nn.PREPARED] = prepared
+            logits = exp.model.apply(variables, x, sparse=sparse, rngs=rngs)
+            ce = cross_entropy(logits, y)
+            if exp.teacher_model is None:
+                return ce, (ce, jnp.zeros((), jnp.float32))
+            teacher = jax.lax.stop_gradient(exp.teacher_model.apply({"params": teacher_params}, x))
+            total, aux = s24distill.ast_loss(ce, logits, teacher, alpha=exp.hp["kd_alpha"],
+                                             temperature=exp.hp["kd_temperature"])
+            return total, (ce, aux["kd"])
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        if accum == 1:
+            (_, (loss, kd)), grads = grad_fn(params, tokens, mvue_key)
+        else:
+            # Gradient accumulation: micro-batch j holds rows j, j + accum, ... (the leading axis
+            # keeps its data-parallel sharding), its own MVUE key; the mean over micro-batches is
+            # the gradient of the mean loss of the whole batch.
+            micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
+            prepared = None
+            if prepare:
+                # Weight work (masks, compression) once per step, not per micro-batch: XLA keeps
+                # only the preparation of this pass (the forward feeds nothing).
+                variables = {"params": params, s24nn.SPARSITY: sparsity} if sparsity else {"params": params}
+                prepared = s24nn.prepare(exp.model, variables, micro[0][:, :-1], sparse=sparse,
+                                         tokens=tokens_per_device, reuse=accum)
+
+            def body(acc, inp):
+                j, tok = inp
+                key = None if mvue_key is None else jax.random.fold_in(mvue_key, j)
+                (_, aux), g = grad_fn(params, tok, key, prepared)
+                return jax.tree.map(jnp.add, acc, (aux, g)), None
+
+            zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
+            ((loss, kd), grads), _ = jax.lax.scan(body, zero, (jnp.arange(accum), micro))
+            loss, kd, grads = loss / accum, kd / accum, jax.tree.map(lambda g: g / accum, grads)
+        if exp.teacher_model is None:
+            kd = None
+        extra = {}
+        if exp.recipe.get("masked_decay"):
+            extra["masks"] = s24nn.masks_for_params(params, sparsity)
+        updates, opt_state = exp.tx.update(grads, opt_state, params, **extra)
+        new_params = optax.apply_updates(params, updates)
+        if method == "srste":
+            # Once per optimizer step: layers refresh when (updates applied) % mask_every == 0.
+            sparsity, flip = s24nn.refresh_masks(new_params, sparsity, step=step + 1)
+            flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, flip, jnp.nan)
+        elif method in ("ste", "soft"):
+            # Measured on logging steps only (one cond for the model; only the sparse kernels are its
+            # operands): two magnitude masks of every sparse weight per step cost ~2% of a
+            # GPT-2-medium step on the H100 (profile_step: ste kernel time 43.9 -> 43.0 ms).
+            every = exp.hp.get("flip_every", 1)
+            flip = jax.lax.cond((step + 1) % every == 0, _mask_flip_rate,
+                                lambda p, q: jnp.asarray(jnp.nan, jnp.float32),
+                                _sparse_kernels(exp, params), _sparse_kernels(exp, new_params))
+        else:
+            flip = jnp.asarray(jnp.nan, jnp.float32)
+        metrics = {
+            "loss": loss,
+            "flip": flip.astype(jnp.float32),
+            "grad_norm": optax.tree.norm(grads) if hasattr(optax, "tree") else optax.global_norm(grads),
+            "sparse": jnp.asarray(bool(sparse)),
+        }
+        if kd is not None:
+            metrics["kd"] = kd
+        if exp.needs_phase():
+            st = _step_state(opt_state)
+            metrics["step_z"] = st.z_avg
+            metrics["phase"] = st.phase
+        new_state = {"step": step + 1, "params": new_params, "sparsity": sparsity, "opt_state": opt_state}
+        return new_state, metrics
+
+    return train_step
+
+
+def _step_state(opt_state) -> s24optim.AdamWStepState:
+    is_step = lambda x: isinstance(x, s24optim.AdamWStepState)  # noqa: E731
+    (found,) = [x for x in jax.tree_util.tree_leaves(opt_state, is_leaf=is_step) if is_step(x)]
+    return found
+
+
+def make_eval_step(exp: Experiment, sparse: Optional[bool]):
+    """``eval_step(state, tokens) -> loss`` with the model's ``sparse`` flag fixed."""
+
+    def eval_step(state, tokens):
+        sparsity = state["sparsity"]
+        variables = {"params": state["params"], s24nn.SPARSITY: sparsity} if sparsity else {"params": state["params"]}
+        logits = exp.model.apply(variables, tokens[:, :-1], sparse=sparse)
+        return cross_entropy(logits, tokens[:, 1:])
+
+    return eval_step
+
+
+def step_phase(state) -> int:
+    """STEP phase of a train state (host read; syncs)."""
+    return int(jax.device_get(s24optim.step_phase(state["opt_state"])))
