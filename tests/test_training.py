@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +53,13 @@ def train_step(state, x, y):
     return state.apply_gradients(grads=grads), loss
 
 
+@functools.partial(jax.jit, static_argnums=3)
+def _static_step(state, x, y, sparse):
+    """One program per phase: the Python bool ``sparse`` for the model and the masked decay."""
+    grads = jax.grad(lambda p: _loss(state.apply(x, params=p, sparse=sparse), y))(state.params)
+    return state.apply_gradients(grads=grads, sparse=sparse)
+
+
 def _hand_step(model, tx, *, sparse=None, key=jax.random.key(1)):
     """The README's hand-wired step (sparse: a function of (step, opt_state) -> Python bool, or None)."""
 
@@ -67,8 +76,14 @@ def _hand_step(model, tx, *, sparse=None, key=jax.random.key(1)):
     return jax.jit(step_fn, static_argnums=6)
 
 
+def _leaves(tree):
+    """Leaves as arrays numpy can read (a typed PRNG key as its key data)."""
+    return [jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+            for x in jax.tree_util.tree_leaves(tree)]
+
+
 def _assert_tree_equal(a, b):
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    la, lb = _leaves(a), _leaves(b)
     assert len(la) == len(lb)
     for u, v in zip(la, lb):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
@@ -128,35 +143,30 @@ def test_masked_decay_gets_the_layer_masks():
 
 @pytest.mark.parametrize("static", [True, False])
 def test_dense_finetune_switch(static):
-    """dense_after=3: sparse for steps 0-2, then dense and no masked decay (= masked_decay(active_until=3))."""
-    tx_state = optax.chain(s24.optim.masked_decay(0.05), optax.adamw(0.05))
-    tx_hand = optax.chain(s24.optim.masked_decay(0.05, active_until=3), optax.adamw(0.05))
+    """dense_after=3: sparse for steps 0-2, then the model runs dense and nothing is decayed."""
+    tx_stop = optax.chain(s24.optim.masked_decay(0.05, active_until=3), optax.adamw(0.05))
+    tx_auto = optax.chain(s24.optim.masked_decay(0.05), optax.adamw(0.05))  # the state stops the decay
     x, y = _data()
-    state = _state(MLP(), tx_state, dense_after=3)
-
-    @jax.jit
-    def traced_step(state):
-        grads = jax.grad(lambda p: _loss(state.apply(x, params=p), y))(state.params)
-        return state.apply_gradients(grads=grads)
-
-    static_step = jax.jit(lambda state, flag: state.apply_gradients(
-        grads=jax.grad(lambda p: _loss(state.apply(x, params=p, sparse=flag), y))(state.params), sparse=flag),
-        static_argnums=1)
-
-    flags = []
-    for _ in range(5):
-        flags.append(bool(state.is_sparse()))
-        state = static_step(state, flags[-1]) if static else traced_step(state)
-    assert flags == [True, True, True, False, False]
-    params, sparsity, opt_state, _, ref_flags = _run_hand(MLP(), tx_hand, 5, sparse_at=lambda s, _: s < 3)
-    assert ref_flags == flags
-    if static:
-        _assert_tree_equal(state.params, params)
-        _assert_tree_equal(state.opt_state, opt_state)
-    else:  # one program for both phases (lax.cond in the layers): same math, XLA may fuse differently
+    sparse_at = lambda s, _: s < 3  # noqa: E731
+    params3, _, opt_state3, _, _ = _run_hand(MLP(), tx_stop, 3, sparse_at=sparse_at)
+    params, sparsity, opt_state, _, ref_flags = _run_hand(MLP(), tx_stop, 5, sparse_at=sparse_at)
+    assert ref_flags == [True, True, True, False, False]
+    for tx in (tx_stop, tx_auto):
+        state = _state(MLP(), tx, dense_after=3)
+        flags = []
+        for i in range(5):
+            flags.append(bool(state.is_sparse()))
+            if not flags[-1]:  # dense: the decay masks keep everything
+                assert all(bool(m.all()) for m in jax.tree_util.tree_leaves(state.decay_masks()))
+            state = _static_step(state, x, y, flags[-1]) if static else train_step(state, x, y)[0]
+            if i == 2 and static and tx is tx_stop:  # the sparse phase: the hand-wired program bit for bit
+                _assert_tree_equal(state.params, params3)
+                _assert_tree_equal(state.opt_state, opt_state3)
+        assert flags == ref_flags
+        _assert_tree_equal(state.sparsity, sparsity)
+        # same math after the switch; XLA fuses a traced flag, the all-ones decay masks, ... differently
         for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    _assert_tree_equal(state.sparsity, sparsity)
     # the model really ran dense: the forward is the dense kernel's
     out = state.apply(x)
     dense = MLP(method="dense").apply({"params": state.params}, x)
@@ -169,13 +179,10 @@ def test_step_phase_switch():
     x, y = _data()
     state = _state(MLP(), tx)
     assert state.has_phases
-    step_fn = jax.jit(lambda state, flag: state.apply_gradients(
-        grads=jax.grad(lambda p: _loss(state.apply(x, params=p, sparse=flag), y))(state.params), sparse=flag),
-        static_argnums=1)
     flags = []
     for _ in range(6):
         flags.append(bool(state.is_sparse()))
-        state = step_fn(state, flags[-1])
+        state = _static_step(state, x, y, flags[-1])
     assert flags == [False] * 4 + [True] * 2  # switched by update t_max + 1 = 4
     params, sparsity, opt_state, _, ref_flags = _run_hand(
         MLP(), tx, 6, sparse_at=lambda s, opt: bool(s24.optim.is_sparse_phase(opt)))
@@ -186,8 +193,7 @@ def test_step_phase_switch():
     # the traced phase flag (one program) follows the same switch
     state2 = _state(MLP(), tx)
     for _ in range(6):
-        state2 = jax.jit(lambda s: s.apply_gradients(
-            grads=jax.grad(lambda p: _loss(s.apply(x, params=p), y))(s.params)))(state2)
+        state2, _ = train_step(state2, x, y)
     assert bool(state2.is_sparse())
     for a, b in zip(jax.tree_util.tree_leaves(state2.params), jax.tree_util.tree_leaves(params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -264,7 +270,7 @@ def test_sharded_step_matches_single_device():
     for _ in range(3):
         state, _ = train_step(state, x, y)
         replicated, _ = train_step(replicated, xs, ys)
-    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(replicated)):
+    for a, b in zip(_leaves(state), _leaves(replicated)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
