@@ -121,6 +121,19 @@ class SparseTrainState(struct.PyTreeNode):
       prepared: the :data:`jax_sparse24.nn.PREPARED` collection made by :meth:`prepare` for the
         current step, or ``None``. Only inside a step: :meth:`apply_gradients` resets it.
       dense_after: first step of a dense fine-tune, or ``None`` (static).
+
+    >>> import jax, optax, jax_sparse24 as s24
+    >>> from flax import linen as nn
+    >>> model = s24.nn.Sparse24Dense(8, mask_every=1)
+    >>> x = jax.numpy.ones((2, 16))
+    >>> v = model.init(jax.random.key(0), x)
+    >>> tx = optax.chain(s24.optim.masked_decay(2e-4), optax.adamw(1e-2))
+    >>> state = SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=tx,
+    ...                                 sparsity=v["sparsity"], rng=jax.random.key(1))
+    >>> grads = jax.grad(lambda p: state.apply(x, params=p).sum())(state.params)
+    >>> state = state.apply_gradients(grads=grads)
+    >>> int(state.step), 0 <= float(state.flip_rate) <= 1
+    (1, True)
     """
 
     step: jax.Array
