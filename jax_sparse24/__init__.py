@@ -14,7 +14,9 @@ Public API:
   ``Sparse24Linear``), :mod:`jax_sparse24.optim` (optax transforms),
   :mod:`jax_sparse24.prune` (ASP-style N:M pruning of trained models, channel permutation),
   :mod:`jax_sparse24.distill` (AST distillation), :mod:`jax_sparse24.sharding` (meshes and
-  parameter shardings), :mod:`jax_sparse24.swap` (layer swapping for existing Flax models).
+  parameter shardings), :mod:`jax_sparse24.swap` (layer swapping for existing Flax models),
+  :mod:`jax_sparse24.training` (``SparseTrainState``: a Flax-style train state that does the masked
+  decay, mask refresh, MVUE key, prepared weights and phase switches of a sparse train step).
 """
 
 from jax_sparse24._src.ffi import cuda_kernels_available
@@ -23,7 +25,7 @@ from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_thres
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 
-from jax_sparse24 import distill, nn, nnx, optim, prune, sharding, swap  # noqa: E402  (public submodules)
+from jax_sparse24 import distill, nn, nnx, optim, prune, sharding, swap, training  # noqa: E402  (public submodules)
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,7 @@ __all__ = [
     "soft_threshold_beta",
     "sparse24_linear",
     "to_sparse",
+    "training",
     "transposable_mask24",
     "transposable_patterns",
 ]

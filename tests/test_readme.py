@@ -28,9 +28,14 @@ def _run(code):
 
 def test_readme_snippet_runs():
     ns = _run(_snippet("s24.nn.Sparse24Dense"))
-    params, sparsity, opt_state, flip_rate = ns["train_step"](ns["params"], ns["sparsity"], ns["opt_state"], 39)
-    assert 0.0 <= float(flip_rate) <= 1.0
-    assert all(np.isfinite(np.asarray(p)).all() for p in jax.tree_util.tree_leaves(params))
+    state = ns["state"].replace(step=jnp.asarray(39, jnp.int32))  # the update makes it 40: the masks refresh
+    state, loss = ns["train_step"](state, ns["x"], ns["y"])
+    assert int(state.step) == 40 and np.isfinite(float(loss))
+    assert 0.0 < float(state.flip_rate) <= 1.0
+    assert all(np.isfinite(np.asarray(p)).all() for p in jax.tree_util.tree_leaves(state.params))
+    for name in ("Sparse24Dense_0", "Sparse24Dense_1"):  # refreshed from the updated kernels
+        np.testing.assert_array_equal(np.asarray(state.sparsity[name]["transposable_mask"]),
+                                      np.asarray(s24.transposable_mask24(state.params[name]["kernel"])))
 
 
 def test_readme_swap_snippet_runs():

@@ -1,0 +1,350 @@
+"""A train state for 2:4 sparse training: :class:`SparseTrainState`.
+
+Flax's ``flax.training.train_state.TrainState`` holds ``step``, ``params``, ``tx`` and
+``opt_state``. A 2:4 sparse train step needs more, and wiring it by hand is easy to get subtly
+wrong: the ``"sparsity"`` collection (masks) goes into every ``apply``, the masks go to
+:func:`jax_sparse24.optim.masked_decay` through ``tx.update(..., masks=...)``, the masks are
+refreshed after the update (:func:`jax_sparse24.nn.refresh_masks`), the MVUE weight gradient wants
+an ``"mvue"`` RNG that changes every step, gradient accumulation wants the weights prepared once
+per step (:func:`jax_sparse24.nn.prepare`), and the dense fine-tune / STEP recipes switch the
+model between dense and sparse. :class:`SparseTrainState` owns all of it::
+
+    state = SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=tx,
+                                    sparsity=v["sparsity"], rng=jax.random.key(1))
+
+    @jax.jit
+    def train_step(state, x, y):
+        loss_fn = lambda p: ((state.apply(x, params=p) - y) ** 2).mean()
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        return state.apply_gradients(grads=grads), loss
+
+It is a ``flax.struct.PyTreeNode``: it passes through ``jit`` (``apply_fn`` and ``tx`` are static),
+takes shardings like any pytree and is saved / restored by orbax as one pytree. The lower-level
+functions it calls (:func:`jax_sparse24.nn.masks_for_params`, :func:`jax_sparse24.nn.refresh_masks`,
+:func:`jax_sparse24.nn.prepare`, :func:`jax_sparse24.optim.is_sparse_phase`) stay public for your
+own loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from jax_sparse24 import nn as _nn
+from jax_sparse24 import optim as _optim
+from jax_sparse24._src.validation import check_positive_int
+
+__all__ = ["SparseTrainState"]
+
+_AUTO = "auto"
+
+
+def _find(tree, cls) -> list:
+    is_cls = lambda x: isinstance(x, cls)  # noqa: E731
+    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_cls) if is_cls(x)]
+
+
+def _path_str(path) -> str:
+    return "/".join(str(p) for p in path)
+
+
+def _check_sparsity(params, sparsity) -> None:
+    """Every 2:4 layer of ``sparsity`` has a kernel of its mask's shape in ``params``; periods >= 1."""
+    for path, layer in _nn._layer_states(sparsity):
+        name = _nn._TMASK if _nn._TMASK in layer else _nn._MASK
+        try:
+            kernel = _nn._get(params, path)["kernel"]
+        except (KeyError, TypeError, IndexError):
+            raise ValueError(
+                f"SparseTrainState: the sparsity collection has a 2:4 layer at '{_path_str(path)}' but "
+                f"params has no '{_path_str(path + ('kernel',))}': pass the 'params' and 'sparsity' "
+                "collections of the same model.init(...)"
+            ) from None
+        if np.shape(kernel) != np.shape(layer[name]):
+            raise ValueError(
+                f"SparseTrainState: the mask of '{_path_str(path)}' has shape {np.shape(layer[name])} but its "
+                f"kernel {np.shape(kernel)}: pass the 'params' and 'sparsity' collections of the same model.init(...)"
+            )
+        try:
+            every = None if _nn._EVERY not in layer else int(np.asarray(layer[_nn._EVERY]))
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+            every = None  # traced (create under jit): not checked
+        if every is not None and every < 1:
+            raise ValueError(
+                f"SparseTrainState: '{_path_str(path)}' has mask_every={every}; the mask refresh period "
+                "must be a positive number of optimizer steps (Sparse24Dense(mask_every=...))"
+            )
+
+
+class SparseTrainState(struct.PyTreeNode):
+    """Train state of a model with 2:4 sparse layers, in the shape of Flax's ``TrainState``.
+
+    Build it with :meth:`create`, run the model with :meth:`apply` and update it with
+    :meth:`apply_gradients`, which does, in order, what a hand-written sparse train step does:
+
+    1. SR-STE masked decay: when the optimizer contains :func:`jax_sparse24.optim.masked_decay`
+       and the model has ``srste`` layers, ``tx.update`` gets ``masks=`` the masks the forward
+       pass used (:func:`jax_sparse24.nn.masks_for_params`); while the model runs dense (the
+       fine-tune after ``dense_after``, STEP's precondition phase) the masks given are all ones,
+       so nothing is decayed;
+    2. the optimizer update (``tx.update`` + ``optax.apply_updates``);
+    3. the mask refresh :func:`jax_sparse24.nn.refresh_masks` with ``step=step + 1`` (each layer
+       every ``mask_every`` steps), its flip rate kept in :attr:`flip_rate`;
+    4. ``step + 1``; the preparation of :meth:`prepare` is dropped (it is stale).
+
+    Phases: :meth:`is_sparse` says whether the model runs sparse at the current step — ``step <
+    dense_after`` when ``dense_after`` is set (sparse training, then a dense fine-tune), and STEP's
+    phase (:func:`jax_sparse24.optim.is_sparse_phase`) when ``tx`` contains
+    :func:`jax_sparse24.optim.adamw_step`. With either, :meth:`apply` passes ``sparse=`` that flag
+    to the model (its ``__call__`` must take ``sparse=`` and hand it to its ``Sparse24Dense``
+    layers): a traced flag, so one compiled step serves both phases (the layers ``lax.cond``
+    between the sparse and the dense computation). For one program per phase instead, pass a
+    Python bool ``sparse=`` to :meth:`apply`, :meth:`prepare` and :meth:`apply_gradients` (static
+    argument of the jitted step) and read ``bool(state.is_sparse())`` on the host between steps.
+
+    Attributes:
+      step: int32 scalar, optimizer updates applied so far.
+      apply_fn: usually ``model.apply`` (static).
+      params: the ``"params"`` collection.
+      tx: the optax optimizer (static).
+      opt_state: ``tx``'s state.
+      sparsity: the ``"sparsity"`` collection (masks, refresh periods, S-STE β) of ``model.init``.
+      rng: base key of the MVUE weight gradient (step ``s`` uses ``fold_in(rng, s)``), or ``None``
+        for no ``"mvue"`` RNG stream (exact weight gradients).
+      flip_rate: float32 scalar, the fraction of mask entries the last mask refresh changed (0 on
+        steps where no layer refreshed).
+      prepared: the :data:`jax_sparse24.nn.PREPARED` collection made by :meth:`prepare` for the
+        current step, or ``None``. Only inside a step: :meth:`apply_gradients` resets it.
+      dense_after: first step of a dense fine-tune, or ``None`` (static).
+
+    >>> import jax, optax, jax_sparse24 as s24
+    >>> from flax import linen as nn
+    >>> model = s24.nn.Sparse24Dense(8, mask_every=1)
+    >>> x = jax.numpy.ones((2, 16))
+    >>> v = model.init(jax.random.key(0), x)
+    >>> tx = optax.chain(s24.optim.masked_decay(2e-4), optax.adamw(1e-2))
+    >>> state = SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=tx,
+    ...                                 sparsity=v["sparsity"], rng=jax.random.key(1))
+    >>> grads = jax.grad(lambda p: state.apply(x, params=p).sum())(state.params)
+    >>> state = state.apply_gradients(grads=grads)
+    >>> int(state.step), 0 <= float(state.flip_rate) <= 1
+    (1, True)
+    """
+
+    step: jax.Array
+    apply_fn: Callable = struct.field(pytree_node=False)
+    params: Any = struct.field(pytree_node=True)
+    tx: optax.GradientTransformation = struct.field(pytree_node=False)
+    opt_state: optax.OptState = struct.field(pytree_node=True)
+    sparsity: Any = struct.field(pytree_node=True)
+    rng: Optional[jax.Array] = struct.field(pytree_node=True, default=None)
+    flip_rate: jax.Array = struct.field(pytree_node=True, default=None)
+    prepared: Any = struct.field(pytree_node=True, default=None)
+    dense_after: Optional[int] = struct.field(pytree_node=False, default=None)
+
+    # ------------------------------------------------------------------------------------------
+    # construction
+    # ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, *, apply_fn: Callable, params, tx: optax.GradientTransformation, sparsity=None,
+               rng: Optional[jax.Array] = None, dense_after: Optional[int] = None, **kwargs) -> "SparseTrainState":
+        """A new state with ``step=0`` and ``opt_state = tx.init(params)``.
+
+        Args:
+          apply_fn: the model's apply function (``model.apply``).
+          params: the ``"params"`` collection of ``model.init(...)``.
+          tx: the optimizer, e.g. ``optax.chain(s24.optim.masked_decay(2e-4), optax.adamw(1e-3))``.
+          sparsity: the ``"sparsity"`` collection of ``model.init(...)`` (``{}`` for a model without
+            masks, e.g. only ``ste`` / ``soft`` / ``dense`` layers).
+          rng: a PRNG key for the MVUE weight gradient (``jax.random.key(...)``), or ``None`` for
+            none (the exact weight gradient everywhere).
+          dense_after: first step of a dense fine-tune (the model runs dense from that step on),
+            e.g. ``total - total // 6``; ``None``: no fine-tune.
+          **kwargs: other fields (subclasses).
+
+        Raises:
+          ValueError: ``sparsity`` missing, not matching ``params`` or with a ``mask_every`` below 1,
+            ``params`` that is a whole variables dict, a negative ``dense_after``, more than one
+            :func:`~jax_sparse24.optim.adamw_step` in ``tx``.
+        """
+        if sparsity is None:
+            raise ValueError(
+                "SparseTrainState.create: pass sparsity=variables['sparsity'] from model.init(...) (the "
+                "2:4 masks of the Sparse24Dense layers; {} for a model without masks)"
+            )
+        if hasattr(params, "keys") and (_nn.SPARSITY in params or "params" in params):
+            raise ValueError(
+                "SparseTrainState.create: params looks like a whole variables dict (it has a "
+                f"'{'params' if 'params' in params else _nn.SPARSITY}' entry); pass params=variables['params'], "
+                "sparsity=variables['sparsity']"
+            )
+        if dense_after is not None and (isinstance(dense_after, bool) or int(dense_after) != dense_after
+                                        or dense_after < 0):
+            raise ValueError(
+                f"SparseTrainState.create: dense_after must be a non-negative int step or None, got {dense_after!r}"
+            )
+        _check_sparsity(params, sparsity)
+        opt_state = tx.init(params)
+        if len(_find(opt_state, _optim.AdamWStepState)) > 1:
+            raise ValueError("SparseTrainState.create: tx contains more than one adamw_step (STEP); its phase "
+                             "must be unique")
+        if rng is not None and not (jnp.issubdtype(jnp.result_type(rng), jax.dtypes.prng_key)
+                                    or jnp.result_type(rng) == jnp.uint32):
+            raise ValueError(f"SparseTrainState.create: rng must be a PRNG key (jax.random.key(seed)) or None, "
+                             f"got {rng!r}")
+        return cls(step=jnp.zeros((), jnp.int32), apply_fn=apply_fn, params=params, tx=tx, opt_state=opt_state,
+                   sparsity=sparsity, rng=rng, flip_rate=jnp.zeros((), jnp.float32), prepared=None,
+                   dense_after=None if dense_after is None else int(dense_after), **kwargs)
+
+    # ------------------------------------------------------------------------------------------
+    # phases
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def has_phases(self) -> bool:
+        """Whether the model switches between sparse and dense (``dense_after`` or STEP in ``tx``)."""
+        return self.dense_after is not None or bool(_find(self.opt_state, _optim.AdamWStepState))
+
+    def is_sparse(self) -> jax.Array:
+        """Whether the model runs sparse at this step: a bool scalar (traced under ``jit``).
+
+        ``step < dense_after`` (if set) and STEP's phase (if ``tx`` contains ``adamw_step``); ``True``
+        without either.
+        """
+        sparse = jnp.asarray(True)
+        if self.dense_after is not None:
+            sparse = sparse & (jnp.asarray(self.step) < self.dense_after)
+        if _find(self.opt_state, _optim.AdamWStepState):
+            sparse = sparse & _optim.is_sparse_phase(self.opt_state)
+        return sparse
+
+    def _sparse_flag(self, sparse):
+        if isinstance(sparse, str):
+            if sparse != _AUTO:
+                raise ValueError(f"SparseTrainState: sparse must be 'auto', None, a bool or a bool scalar, got {sparse!r}")
+            return self.is_sparse() if self.has_phases else None
+        return sparse
+
+    # ------------------------------------------------------------------------------------------
+    # running the model
+    # ------------------------------------------------------------------------------------------
+
+    def mvue_key(self, micro_batch=None) -> Optional[jax.Array]:
+        """This step's MVUE key, ``fold_in(rng, step)`` (then ``fold_in(., micro_batch)``); ``None`` without ``rng``."""
+        if self.rng is None:
+            return None
+        key = jax.random.fold_in(self.rng, self.step)
+        return key if micro_batch is None else jax.random.fold_in(key, micro_batch)
+
+    def variables(self, params=None, *, prepared: bool = True) -> dict:
+        """``{"params", "sparsity"}`` for ``apply_fn`` (and the prepared weights, if any and ``prepared``)."""
+        v = {"params": self.params if params is None else params}
+        if self.sparsity:
+            v[_nn.SPARSITY] = self.sparsity
+        if prepared and self.prepared:
+            v[_nn.PREPARED] = self.prepared
+        return v
+
+    def apply(self, *args, params=None, sparse=_AUTO, micro_batch=None, rngs=None, **kwargs):
+        """``apply_fn(variables, *args, sparse=..., rngs={"mvue": ...}, **kwargs)``.
+
+        Args:
+          *args, **kwargs: as for ``model.apply`` (``method=``, ``mutable=``, model arguments).
+          params: the params to use (the argument of the loss being differentiated); default
+            ``self.params``.
+          sparse: ``"auto"`` (the default): :meth:`is_sparse` when the state has phases, else not
+            passed; ``None``: not passed; a bool or bool scalar: passed to the model as ``sparse=``.
+          micro_batch: index of the micro-batch under gradient accumulation (its own MVUE key).
+          rngs: other RNG streams (e.g. ``{"dropout": key}``); ``"mvue"`` is added from ``rng``.
+        """
+        flag = self._sparse_flag(sparse)
+        if flag is not None:
+            kwargs["sparse"] = flag
+        key = self.mvue_key(micro_batch)
+        rngs = dict(rngs or {})
+        if key is not None:
+            rngs.setdefault(_nn.MVUE_RNG, key)
+        if rngs:
+            kwargs["rngs"] = rngs
+        return self.apply_fn(self.variables(params), *args, **kwargs)
+
+    def prepare(self, *args, tokens: Optional[int] = None, reuse: int = 1, sparse=_AUTO, **kwargs) -> "SparseTrainState":
+        """The state with this step's prepared weights, for gradient accumulation.
+
+        Runs :func:`jax_sparse24.nn.prepare` (the masking and compression of every sparse layer's
+        weight, once per optimizer step) on one micro-batch's arguments and keeps the result in
+        :attr:`prepared`, which :meth:`apply` then hands to every micro-batch::
+
+            state = state.prepare(micro[0], reuse=n)          # inside the jitted step
+            def body(acc, inp):
+                j, xb = inp
+                g = jax.grad(lambda p: loss(state.apply(xb, params=p, micro_batch=j)))(state.params)
+                return jax.tree.map(jnp.add, acc, g), None
+
+        Args:
+          *args, **kwargs: as for :meth:`apply` on one micro-batch (only the shapes matter).
+          tokens, reuse: see :func:`jax_sparse24.nn.prepare` (``reuse``: micro-batches per step).
+          sparse: as for :meth:`apply`; layers called with ``sparse=False`` are not prepared.
+        """
+        check_positive_int(tokens, "tokens", "SparseTrainState.prepare", allow_none=True)
+        check_positive_int(reuse, "reuse", "SparseTrainState.prepare")
+        flag = self._sparse_flag(sparse)
+        if flag is not None:
+            kwargs["sparse"] = flag
+        with _nn._prepare_context(None if tokens is None else int(tokens), int(reuse)):
+            _, new = self.apply_fn(self.variables(prepared=False), *args, mutable=[_nn.PREPARED], **kwargs)
+        return self.replace(prepared=new.get(_nn.PREPARED, {}) or None)
+
+    # ------------------------------------------------------------------------------------------
+    # the update
+    # ------------------------------------------------------------------------------------------
+
+    def decay_masks(self, sparse=_AUTO):
+        """The ``masks=`` of ``tx.update``: the ``srste`` masks (all ones while the model runs dense).
+
+        ``None`` when ``tx`` has no :func:`~jax_sparse24.optim.masked_decay` or the model no ``srste``
+        layer (``masked_decay`` then computes its masks with its ``mask_fn``; stop it with its
+        ``active_until``).
+        """
+        if not _find(self.opt_state, _optim.MaskedDecayState):
+            return None
+        masks = _nn.masks_for_params(self.params, self.sparsity)
+        if all(m is None for m in jax.tree_util.tree_leaves(masks, is_leaf=lambda x: x is None)):
+            return None
+        flag = self._sparse_flag(sparse)
+        if flag is None or flag is True:
+            return masks
+        ones = lambda m: None if m is None else jnp.ones_like(m)  # noqa: E731 - nothing pruned: no decay
+        if flag is False:
+            return jax.tree.map(ones, masks, is_leaf=lambda x: x is None)
+        flag = jnp.asarray(flag)
+        return jax.tree.map(lambda m: None if m is None else jnp.where(flag, m, jnp.ones_like(m)), masks,
+                            is_leaf=lambda x: x is None)
+
+    def apply_gradients(self, *, grads, sparse=_AUTO, **kwargs) -> "SparseTrainState":
+        """The state after one optimizer step with ``grads`` (masked decay, update, mask refresh).
+
+        Args:
+          grads: gradients with the structure of ``params``.
+          sparse: whether this step's forward pass ran sparse, for the masked decay: ``"auto"``
+            (:meth:`is_sparse`), or the Python bool the step passed to :meth:`apply`.
+          **kwargs: other fields to replace (as Flax's ``TrainState.apply_gradients``).
+
+        Returns:
+          The new state: ``step + 1``, updated ``params`` and ``opt_state``, refreshed ``sparsity``,
+          the refresh's ``flip_rate``, ``prepared=None``.
+        """
+        masks = self.decay_masks(sparse)
+        extra = {} if masks is None else {"masks": masks}
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params, **extra)
+        params = optax.apply_updates(self.params, updates)
+        step = jnp.asarray(self.step, jnp.int32)
+        sparsity, flip_rate = _nn.refresh_masks(params, self.sparsity, step=step + 1)
+        return self.replace(step=step + 1, params=params, opt_state=opt_state, sparsity=sparsity,
+                            flip_rate=jnp.asarray(flip_rate, jnp.float32), prepared=None, **kwargs)
