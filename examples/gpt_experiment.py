@@ -5,7 +5,11 @@ model / optimizer / train and eval steps built from the resolved flags.
 * :func:`resolve_flags` — the parsed command line of one recipe -> ``hp`` (validated);
 * :func:`build_experiment` -> :class:`Experiment` (model, optax chain, mask schedule);
 * :func:`init_state`, :func:`make_train_step`, :func:`make_eval_step` — pure functions to jit
-  (``gpt_runtime.Runtime`` jits them with shardings).
+  (``gpt_runtime.Runtime`` jits them with shardings). The train state is the dict
+  ``{"step", "params", "sparsity", "opt_state"}`` (what the checkpoints hold); the train step runs
+  it as a :class:`jax_sparse24.training.SparseTrainState` (MVUE keys, prepared weights, masked
+  decay, update, mask refresh) and logs the flip rate (:func:`jax_sparse24.nn.kernel_flip_rate`
+  for ste/soft/ast) and STEP's phase (:func:`jax_sparse24.optim.step_state`).
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-import jax_sparse24 as s24
 from jax_sparse24 import distill as s24distill
 from jax_sparse24 import nn as s24nn
 from jax_sparse24 import optim as s24optim
+from jax_sparse24.training import SparseTrainState
 
 from gpt_errors import CLIError
 from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
@@ -294,17 +298,15 @@ def _get(tree, path):
     return tree
 
 
-def _sparse_kernels(exp: Experiment, params) -> list:
-    return [_get(params, path)["kernel"] for path in exp.sparse_paths]
-
-
-def _mask_flip_rate(old_kernels, new_kernels):
-    """Flip rate of the 2:4 magnitude masks of the sparse kernels across one update."""
-    flips, total = jnp.zeros((), jnp.float32), 0
-    for old, new in zip(old_kernels, new_kernels):
-        flips = flips + jnp.sum(s24.mask24(old, axis=0) != s24.mask24(new, axis=0), dtype=jnp.float32)
-        total += old.size
-    return flips / max(total, 1)
+def _sparse_kernels(exp: Experiment, params) -> dict:
+    """``params`` cut down to the sparse layers' kernels (the operands of the flip-rate ``cond``)."""
+    out: dict = {}
+    for path in exp.sparse_paths:
+        node, src = out, params
+        for k in path:
+            node, src = node.setdefault(k, {}), src[k]
+        node["kernel"] = src["kernel"]
+    return out
 
 
 def prepares_weights(exp: "Experiment") -> bool:
@@ -330,16 +332,18 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
     prepare = prepares_weights(exp) and sparse is not False
 
     def train_step(state, tokens, teacher_params=None):
-        step, params, sparsity, opt_state = state["step"], state["params"], state["sparsity"], state["opt_state"]
-        mvue_key = jax.random.fold_in(jax.random.key(seed + 1), step) if exp.cfg.mvue else None
+        # The checkpointed dict {"step", "params", "sparsity", "opt_state"} (its layout is what
+        # gpt_checkpoints writes and resumes) as a SparseTrainState for this step. The MVUE key
+        # base is the run's: step s uses fold_in(key(seed + 1), s), micro-batch j fold_in(., j).
+        st = SparseTrainState(step=state["step"], apply_fn=exp.model.apply, params=state["params"], tx=exp.tx,
+                              opt_state=state["opt_state"], sparsity=state["sparsity"],
+                              rng=jax.random.key(seed + 1) if exp.cfg.mvue else None,
+                              flip_rate=jnp.zeros((), jnp.float32))
 
-        def loss_fn(p, tokens, key, prepared=None):
+        def loss_fn(p, tokens, st, micro_batch=None):
             x, y = tokens[:, :-1], tokens[:, 1:]
-            rngs = {} if key is None else {"mvue": key}
-            variables = {"params": p, s24nn.SPARSITY: sparsity} if sparsity else {"params": p}
-            if prepared:
-                variables[s24nn.PREPARED] = prepared
-            logits = exp.model.apply(variables, x, sparse=sparse, rngs=rngs)
+            # the Python flag (one program per phase; None: the model's default)
+            logits = st.apply(x, params=p, sparse=sparse, micro_batch=micro_batch)
             ce = cross_entropy(logits, y)
             if exp.teacher_model is None:
                 return ce, (ce, jnp.zeros((), jnp.float32))
@@ -349,25 +353,24 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             return total, (ce, aux["kd"])
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        params = st.params
         if accum == 1:
-            (_, (loss, kd)), grads = grad_fn(params, tokens, mvue_key)
+            (_, (loss, kd)), grads = grad_fn(params, tokens, st)
         else:
             # Gradient accumulation: micro-batch j holds rows j, j + accum, ... (the leading axis
             # keeps its data-parallel sharding), its own MVUE key; the mean over micro-batches is
             # the gradient of the mean loss of the whole batch.
             micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
-            prepared = None
             if prepare:
                 # Weight work (masks, compression) once per step, not per micro-batch: XLA keeps
                 # only the preparation of this pass (the forward feeds nothing).
-                variables = {"params": params, s24nn.SPARSITY: sparsity} if sparsity else {"params": params}
-                prepared = s24nn.prepare(exp.model, variables, micro[0][:, :-1], sparse=sparse,
-                                         tokens=tokens_per_device, reuse=accum)
+                # (s24nn.prepare on the model, what SparseTrainState.prepare does with apply_fn)
+                st = st.replace(prepared=s24nn.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
+                                                       tokens=tokens_per_device, reuse=accum) or None)
 
             def body(acc, inp):
                 j, tok = inp
-                key = None if mvue_key is None else jax.random.fold_in(mvue_key, j)
-                (_, aux), g = grad_fn(params, tok, key, prepared)
+                (_, aux), g = grad_fn(params, tok, st, j)
                 return jax.tree.map(jnp.add, acc, (aux, g)), None
 
             zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
@@ -375,23 +378,22 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             loss, kd, grads = loss / accum, kd / accum, jax.tree.map(lambda g: g / accum, grads)
         if exp.teacher_model is None:
             kd = None
-        extra = {}
-        if exp.recipe.get("masked_decay"):
-            extra["masks"] = s24nn.masks_for_params(params, sparsity)
-        updates, opt_state = exp.tx.update(grads, opt_state, params, **extra)
-        new_params = optax.apply_updates(params, updates)
+        # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
+        # switch), the update, the mask refresh (srste layers refresh when (updates applied) %
+        # mask_every == 0; a model without masks has nothing to refresh), step + 1
+        step = st.step
+        new = st.apply_gradients(grads=grads)
         if method == "srste":
-            # Once per optimizer step: layers refresh when (updates applied) % mask_every == 0.
-            sparsity, flip = s24nn.refresh_masks(new_params, sparsity, step=step + 1)
-            flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, flip, jnp.nan)
+            flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, new.flip_rate, jnp.nan)
         elif method in ("ste", "soft"):
             # Measured on logging steps only (one cond for the model; only the sparse kernels are its
             # operands): two magnitude masks of every sparse weight per step cost ~2% of a
             # GPT-2-medium step on the H100 (profile_step: ste kernel time 43.9 -> 43.0 ms).
             every = exp.hp.get("flip_every", 1)
-            flip = jax.lax.cond((step + 1) % every == 0, _mask_flip_rate,
+            flip = jax.lax.cond((step + 1) % every == 0,
+                                lambda p, q: s24nn.kernel_flip_rate(p, q, paths=exp.sparse_paths),
                                 lambda p, q: jnp.asarray(jnp.nan, jnp.float32),
-                                _sparse_kernels(exp, params), _sparse_kernels(exp, new_params))
+                                _sparse_kernels(exp, params), _sparse_kernels(exp, new.params))
         else:
             flip = jnp.asarray(jnp.nan, jnp.float32)
         metrics = {
@@ -403,19 +405,13 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         if kd is not None:
             metrics["kd"] = kd
         if exp.needs_phase():
-            st = _step_state(opt_state)
-            metrics["step_z"] = st.z_avg
-            metrics["phase"] = st.phase
-        new_state = {"step": step + 1, "params": new_params, "sparsity": sparsity, "opt_state": opt_state}
+            st_step = s24optim.step_state(new.opt_state)
+            metrics["step_z"] = st_step.z_avg
+            metrics["phase"] = st_step.phase
+        new_state = {"step": new.step, "params": new.params, "sparsity": new.sparsity, "opt_state": new.opt_state}
         return new_state, metrics
 
     return train_step
-
-
-def _step_state(opt_state) -> s24optim.AdamWStepState:
-    is_step = lambda x: isinstance(x, s24optim.AdamWStepState)  # noqa: E731
-    (found,) = [x for x in jax.tree_util.tree_leaves(opt_state, is_leaf=is_step) if is_step(x)]
-    return found
 
 
 def make_eval_step(exp: Experiment, sparse: Optional[bool]):

@@ -28,10 +28,12 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 
 from jax_sparse24._src import layer as _layer
+from jax_sparse24._src import ops as _ops
 from jax_sparse24._src.linear import prepare_weight
 from jax_sparse24._src.tree_paths import path_tuple
 from jax_sparse24._src.validation import check_positive_int
@@ -45,6 +47,7 @@ __all__ = [
     "refresh_masks",
     "masks_for_params",
     "apply_masks",
+    "kernel_flip_rate",
 ]
 
 #: Name of the Flax collection holding masks, β and refresh periods.
@@ -338,3 +341,84 @@ def apply_masks(params, sparsity):
         return leaf
 
     return jax.tree_util.tree_map_with_path(apply, params)
+
+
+def _kernel_paths(params) -> list:
+    """Layer paths (tuples) of every ``kernel`` leaf of at least 2 dimensions, in tree order."""
+    found = []
+
+    def visit(path, leaf):
+        p = path_tuple(path)
+        if p and p[-1] == "kernel" and np.ndim(leaf) >= 2:
+            found.append(p[:-1])
+        return leaf
+
+    jax.tree_util.tree_map_with_path(visit, params)
+    return found
+
+
+def kernel_flip_rate(old_params, new_params, paths=None):
+    """Fraction of 2:4 mask entries that changed between two versions of the kernels.
+
+    For layers whose 2:4 mask is not stored but recomputed from the kernel on every call
+    (``method="ste"`` and ``"soft"`` — S-STE's soft threshold keeps the same 2 of 4 entries — and
+    AST's :class:`jax_sparse24.distill.Sparse24LowRankDense`): the mask is the 2:4 magnitude mask
+    along ``in`` (:func:`jax_sparse24.mask24` of the ``(in, out)`` kernel on axis ``-2``), and its
+    flip rate across an optimizer update is this function of the params before and after it.
+    (``srste`` layers keep their masks in the ``"sparsity"`` collection; their flip rate is what
+    :func:`refresh_masks` returns.)
+
+    ::
+
+        new_params = optax.apply_updates(params, updates)
+        flip = kernel_flip_rate(params, new_params, paths=[("h_0", "mlp", "fc"), ...])
+
+    It computes two masks per kernel; to log it every ``n`` steps only, put it under
+    ``lax.cond((step + 1) % n == 0, ...)``.
+
+    Args:
+      old_params, new_params: params trees of the same structure (e.g. before and after
+        ``optax.apply_updates``); only the compared kernels are read, so trees holding just those
+        (``{"h_0": {"mlp": {"fc": {"kernel": k}}}}``) work too.
+      paths: the layers to compare: module paths in ``params`` (tuples of keys, or ``"a/b"``
+        strings), each with a ``kernel`` of shape ``(..., in, out)``, ``in % 4 == 0``. ``None``:
+        every ``kernel`` of 2 or more dimensions in ``old_params`` — pass ``paths`` when the model
+        also has dense layers (a dense head's kernel would otherwise count too).
+
+    Returns:
+      A float32 scalar in [0, 1]: changed mask entries summed over the layers, divided by their
+      total number of entries (0 when there is no layer).
+
+    Raises:
+      ValueError: a path with no ``kernel`` in either tree, kernels of different shapes, or an
+        ``in`` dimension not divisible by 4.
+
+    >>> import jax.numpy as jnp
+    >>> old = {"fc": {"kernel": jnp.array([[4.0], [3.0], [1.0], [0.0]])}}
+    >>> new = {"fc": {"kernel": jnp.array([[4.0], [0.0], [1.0], [3.0]])}}
+    >>> float(kernel_flip_rate(old, new))  # [T, T, F, F] -> [T, F, F, T]: 2 of 4 entries changed
+    0.5
+    """
+    if paths is None:
+        paths = _kernel_paths(old_params)
+    else:
+        if isinstance(paths, (str, tuple)):
+            raise ValueError(f"kernel_flip_rate: paths must be a list of layer paths, got {paths!r}; "
+                             "wrap a single path in a list")
+        paths = [tuple(p.strip("/").split("/")) if isinstance(p, str) else tuple(p) for p in paths]
+    flips, total = jnp.zeros((), jnp.float32), 0
+    for path in paths:
+        kernels = []
+        for name, tree in (("old_params", old_params), ("new_params", new_params)):
+            try:
+                kernels.append(_get(tree, path)["kernel"])
+            except (KeyError, TypeError, IndexError):
+                raise ValueError(f"kernel_flip_rate: {name} has no '{'/'.join(map(str, path + ('kernel',)))}'") from None
+        old, new = kernels
+        if np.shape(old) != np.shape(new) or np.ndim(old) < 2:
+            raise ValueError(f"kernel_flip_rate: the kernels at '{'/'.join(map(str, path))}' must have the same "
+                             f"(..., in, out) shape, got {np.shape(old)} and {np.shape(new)}")
+        axis = np.ndim(old) - 2
+        flips = flips + jnp.sum(_ops.mask24(old, axis=axis) != _ops.mask24(new, axis=axis), dtype=jnp.float32)
+        total += int(np.size(old))
+    return flips / max(total, 1)

@@ -41,6 +41,7 @@ __all__ = [
     "masked_decay",
     "sparsity_schedule",
     "step_phase",
+    "step_state",
 ]
 
 ScalarOrSchedule = Union[float, jax.Array, Callable[[jax.Array], jax.Array]]
@@ -539,6 +540,26 @@ def _find_step_state(opt_state) -> AdamWStepState:
             "one you mean with step_phase(opt_state_part)"
         )
     return found[0]
+
+
+def step_state(opt_state) -> AdamWStepState:
+    """The :class:`AdamWStepState` inside an optimizer state, for logging STEP.
+
+    Its ``phase`` (0 dense precondition, 1 sparse) and ``z_avg`` (the variance-change statistic
+    STEP's automatic switch compares with ``switch_eps``) are what a training log wants per step;
+    ``switch_step`` is the update that switched. Found anywhere inside ``opt_state`` (``optax.chain``,
+    ``inject_hyperparams``, ``MultiSteps``, ``masked``); works under ``jit``.
+
+    Raises:
+      ValueError: if there is no ``AdamWStepState`` or more than one.
+
+    >>> import jax.numpy as jnp, optax
+    >>> tx = optax.chain(optax.clip(1.0), adamw_step(1e-3, clipping=(10, 100)))
+    >>> st = step_state(tx.init({"w": jnp.zeros(4)}))
+    >>> int(st.phase), float(st.z_avg)
+    (0, 0.0)
+    """
+    return _find_step_state(opt_state)
 
 
 def step_phase(opt_state) -> jax.Array:

@@ -327,3 +327,63 @@ def test_prepare_skips_dense_layers_and_the_prepare_pass_is_dropped_by_xla():
         prepare(m, v, x, reuse=0)
     with pytest.raises(ValueError, match="tokens must be a positive integer"):
         prepare(m, v, x, tokens=-1)
+
+
+def _ste_mlp_params(seed=0):
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = Sparse24Dense(32, method="ste", name="up")(x)
+            x = Sparse24Dense(16, method="soft", name="down")(nn.gelu(x))
+            return nn.Dense(6, name="head")(x)
+
+    return MLP().init(jax.random.key(seed), _x())["params"]
+
+
+def test_kernel_flip_rate_is_the_mask24_flip_rate_over_the_layers():
+    """ste/soft layers: the masks the layers compute (2:4 along in) before and after an update."""
+    from jax_sparse24.nn import kernel_flip_rate
+
+    old = _ste_mlp_params()
+    new = jax.tree_util.tree_map(lambda a: a + 0.05 * jnp.asarray(
+        np.random.default_rng(3).normal(size=a.shape), a.dtype), old)
+    paths = [("up",), "down"]
+    rate = kernel_flip_rate(old, new, paths=paths)
+    changed = total = 0
+    for name in ("up", "down"):
+        a, b = s24.mask24(old[name]["kernel"], axis=0), s24.mask24(new[name]["kernel"], axis=0)
+        changed += int(np.sum(np.asarray(a) != np.asarray(b)))
+        total += a.size
+    assert rate.dtype == jnp.float32 and float(rate) == pytest.approx(changed / total) and changed > 0
+    # one layer: s24.flip_rate of its two masks
+    one = kernel_flip_rate(old, new, paths=["up"])
+    assert float(one) == pytest.approx(float(s24.flip_rate(s24.mask24(old["up"]["kernel"], axis=0),
+                                                           s24.mask24(new["up"]["kernel"], axis=0))))
+    # the same under jit, and on trees holding only the compared kernels
+    only = lambda p: {k: {"kernel": p[k]["kernel"]} for k in ("up", "down")}  # noqa: E731
+    assert float(jax.jit(lambda a, b: kernel_flip_rate(a, b, paths))(only(old), only(new))) == float(rate)
+    assert float(kernel_flip_rate(only(old), only(new))) == float(rate)  # paths=None: every kernel
+    assert float(kernel_flip_rate(old, old, paths=paths)) == 0.0
+    assert float(kernel_flip_rate(old, new, paths=[])) == 0.0
+
+
+def test_kernel_flip_rate_stacked_kernels_and_errors():
+    from jax_sparse24.nn import kernel_flip_rate
+
+    k0 = _x((3, 8, 4), seed=1)
+    k1 = k0 + 0.5 * _x((3, 8, 4), seed=2)
+    rate = kernel_flip_rate({"blocks": {"kernel": k0}}, {"blocks": {"kernel": k1}})  # (layers, in, out)
+    want = np.mean([np.asarray(s24.mask24(k0[i], axis=0)) != np.asarray(s24.mask24(k1[i], axis=0))
+                    for i in range(3)])
+    assert float(rate) == pytest.approx(float(want))
+    old = _ste_mlp_params()
+    with pytest.raises(ValueError, match="old_params has no 'nope/kernel'"):
+        kernel_flip_rate(old, old, paths=["nope"])
+    with pytest.raises(ValueError, match="new_params has no 'up/kernel'"):
+        kernel_flip_rate(old, {"down": old["down"]}, paths=["up"])
+    with pytest.raises(ValueError, match="same"):
+        kernel_flip_rate(old, {"up": {"kernel": old["up"]["kernel"][:8]}}, paths=["up"])
+    with pytest.raises(ValueError, match="list of layer paths"):
+        kernel_flip_rate(old, old, paths="up")
+    with pytest.raises(ValueError, match="divisible"):  # in = 6 is not a whole number of 2:4 groups
+        kernel_flip_rate({"h": {"kernel": jnp.ones((6, 4))}}, {"h": {"kernel": jnp.ones((6, 4))}})

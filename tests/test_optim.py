@@ -464,6 +464,24 @@ def test_is_sparse_phase_in_chain_inject_and_multisteps():
         is_sparse_phase(two.init(params))
 
 
+def test_step_state_for_logging():
+    """step_state: the AdamWStepState inside any opt_state (phase, z_avg, switch_step), under jit too."""
+    from jax_sparse24.optim import step_state
+
+    params = {"kernel": jnp.zeros((8, 4))}
+    grads = {"kernel": jnp.ones((8, 4))}
+    tx = optax.chain(optax.clip_by_global_norm(1.0), adamw_step(1e-3, clipping=(0, 2), switch_eps=0.0))
+    state = tx.init(params)
+    for _ in range(3):
+        _, state = jax.jit(tx.update)(grads, state, params)
+    st = jax.jit(step_state)(state)
+    assert isinstance(st, AdamWStepState) and st.z_avg.dtype == jnp.float32
+    assert int(st.phase) == int(step_phase(state)) == 1 and int(st.switch_step) == 3
+    np.testing.assert_array_equal(np.asarray(st.z_avg), np.asarray(state[1].z_avg))
+    with pytest.raises(ValueError, match="no AdamWStepState"):
+        step_state(optax.adam(1e-3).init(params))
+
+
 def test_adamw_step_inject_hyperparams_lr_change_takes_effect():
     params = {"kernel": jnp.zeros((8, 4))}
     grads = {"kernel": jnp.ones((8, 4))}
