@@ -93,6 +93,7 @@ def plot(res: dict, path: Path) -> None:
     tok_step = res["batch_size"] * res["seq_len"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     dense = dict(_val_series(res["runs"]["dense"]["history"])) if "dense" in res["runs"] else None
+    late = []  # gaps of the last three quarters: the y range (an early spike would flatten the rest)
     for i, (label, r) in enumerate(res["runs"].items()):
         s = _val_series(r["history"])
         x = np.array([t for t, _ in s]) * tok_step / 1e6
@@ -102,6 +103,7 @@ def plot(res: dict, path: Path) -> None:
             gap = [(t, 100 * (v / dense[t] - 1)) for t, v in s if t in dense and t > 0]
             ax2.plot(np.array([t for t, _ in gap]) * tok_step / 1e6, [g for _, g in gap], "o-", ms=3, lw=1.5,
                      color=f"C{i}", label=label)
+            late += [g for t, g in gap if t >= res["steps"] // 4]
     title = f"{res['size']} ({res['n_params'] / 1e6:.1f}M params), {res['tokens'] / 1e6:.2f}M tokens, {res['data_name']}"
     ax1.set_xlabel("training tokens (M)")
     ax1.set_ylabel("validation loss (nats/byte)")
@@ -112,7 +114,11 @@ def plot(res: dict, path: Path) -> None:
     ax2.axhline(0, color="k", lw=0.8)
     ax2.set_xlabel("training tokens (M)")
     ax2.set_ylabel("val loss vs dense (%)")
-    ax2.set_title("gap to dense at each evaluation", fontsize=10)
+    ax2.set_title("gap to dense at each evaluation (y range: the last 3/4 of the steps)", fontsize=10)
+    if late:
+        lo, hi = min(late + [0.0]), max(late + [0.0])
+        pad = max(0.5, 0.15 * (hi - lo))
+        ax2.set_ylim(lo - pad, hi + pad)
     ax2.grid(alpha=0.3)
     if ax2.lines[1:]:
         ax2.legend(fontsize=8)
