@@ -132,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--size", choices=list(SIZES), default="tiny", help=sizes_help())
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: per size)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text corpus (bytes are the tokens)")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                    help="text corpus (bytes are the tokens); without --val-data its last 10%% is the validation split")
+    ap.add_argument("--val-data", type=Path, default=None,
+                    help="validation text: all of --data then trains and this file validates")
     ap.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
     ap.add_argument("--grad-accum", type=int, default=1,
                     help="split each step's batch into this many micro-batches (gradients averaged; "
@@ -366,7 +369,7 @@ def main(argv=None) -> int:
         mesh = parse_mesh(args.mesh)
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
-        data = ByteData(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"))
+        data = ByteData(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"), val_path=args.val_data)
         if args.compare is not None:
             precheck_compare_out(args.out, args.resume, args.overwrite)
         for r in recipes:
@@ -375,8 +378,9 @@ def main(argv=None) -> int:
             for r in recipes:
                 hp = resolve_flags(args, r)
                 check_resume(Checkpoints(outs[r] / "ckpt"), hp, run_config(hp, data.sha256), args.resume_from)
-        print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}; "
-              f"{jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
+        print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}"
+              + (f" (val: {data.val_path})" if data.val_path else "")
+              + f"; {jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
         summaries = []
         for r in recipes:
             s = train(args, r, outs[r], data, mesh)

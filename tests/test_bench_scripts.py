@@ -166,3 +166,36 @@ def test_bench_layer_shapes_option():
     finally:
         bench_layer.SHAPES = None
     assert bench_layer._layers([768]) == [(768, "up", 768, 3072), (768, "down", 3072, 768)]
+
+
+def test_bench_quality_tiny(tmp_path):
+    """bench_quality trains every recipe (dense-tail and a NAME:FLAGS entry too) from one seed on the
+    same batches at a token budget, with a separate validation file, and writes the table and plot."""
+    import bench_quality
+
+    corpus = (ROOT / "examples" / "data" / "corpus.txt").read_bytes()
+    (tmp_path / "train.txt").write_bytes(corpus[:30000])
+    (tmp_path / "val.txt").write_bytes(corpus[-4000:])
+    flags = "--n-layer 1 --n-embd 32 --n-head 2 --batch-size 4 --seq-len 32 --warmup 2 --mask-every 2"
+    argv = ["--size", "tiny", "--tokens", str(6 * 4 * 32), "--flags", flags, "--evals", "2", "--eval-batches", "1",
+            "--recipes", "dense,srste,sste,ste,step,dense-tail,srste-a0:srste --decay-alpha 0",
+            "--data", str(tmp_path / "train.txt"), "--val-data", str(tmp_path / "val.txt"),
+            "--runs", str(tmp_path / "runs"), "--out", str(tmp_path), "--tag", "t"]
+    assert bench_quality.main(argv) == 0
+    res = json.loads((tmp_path / "quality_t.json").read_text())
+    assert res["steps"] == 6 and res["tokens"] == 6 * 4 * 32 and res["val_bytes"] == 4000
+    assert list(res["runs"]) == ["dense", "srste", "sste", "ste", "step", "dense-tail", "srste-a0"]
+    runs = res["runs"]
+    assert runs["dense-tail"]["config"]["finetune_fraction"] == 0.5 and runs["dense-tail"]["phase_step"] == 3
+    assert runs["srste-a0"]["config"]["decay_alpha"] == 0 and runs["srste"]["config"]["decay_alpha"] > 0
+    first = {k: r["history"][0]["val_loss"] for k, r in runs.items()}  # same init: dense vs 2:4 at step 0 differ
+    assert first["srste"] == first["dense-tail"] == first["srste-a0"]
+    assert len({json.dumps(r["config"]["data_sha256"]) for r in runs.values()}) == 1
+    assert all(len([h for h in r["history"] if "loss" in h]) == 6 for r in runs.values())
+    md = (tmp_path / "quality_t.md").read_text()
+    assert "| dense-tail | `srste --finetune-fraction 0.5` |" in md and "val.txt" in md
+    assert (tmp_path / "quality_t.png").stat().st_size > 0
+    assert (tmp_path / "runs" / "srste-a0" / "metrics.jsonl").is_file()
+    assert bench_quality.spike([{"step": i, "loss": 2.0} for i in range(12)] + [{"step": 12, "loss": 3.5}]) == (1.75, 12)
+    assert bench_quality.main(["--recipes", "dense,fast", "--out", str(tmp_path)]) == 2
+    assert bench_quality.main(["--recipes", "dense,dense", "--out", str(tmp_path)]) == 2

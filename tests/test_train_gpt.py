@@ -172,6 +172,34 @@ def test_bad_corpus(tmp_path, capsys, content, message):
     assert "no such file" in capsys.readouterr().err
 
 
+def test_val_data_is_a_separate_file(tmp_path, capsys):
+    """--val-data: all of --data trains, the other file validates; the data fingerprint covers both."""
+    from gpt_data import ByteData
+
+    corpus = (ROOT / "examples" / "data" / "corpus.txt").read_bytes()
+    train_f, val_f = tmp_path / "train.txt", tmp_path / "val.txt"
+    train_f.write_bytes(corpus[:20000])
+    val_f.write_bytes(corpus[-5000:])
+    d = ByteData(train_f, 32, 4, 0, 2, val_path=val_f)
+    assert len(d.train) == 20000 and len(d.val) == 5000
+    assert all(bytes(row.astype(np.uint8)) in corpus[-5000:] for b in d.val_batches for row in b)
+    assert d.batch(3).shape == (4, 33) and d.sha256 != ByteData(train_f, 32, 4, 0, 2).sha256
+    assert ByteData(train_f, 32, 4, 0, 2).sha256 == hashlib.sha256(corpus[:20000]).hexdigest()  # unchanged
+    other = tmp_path / "val2.txt"
+    other.write_bytes(corpus[-6000:-1000])
+    assert ByteData(train_f, 32, 4, 0, 2, val_path=other).sha256 != d.sha256
+    out = tmp_path / "o"
+    assert run("--data", train_f, "--val-data", val_f, "--out", out, "--steps", 2, "--ckpt-every", 0) == 0
+    assert "20000 train / 5000 val bytes" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["config"]["data_sha256"] == d.sha256
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"abc")
+    assert run("--data", train_f, "--val-data", short, "--out", tmp_path / "o2", "--steps", 2) == 2
+    assert "--val-data" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    assert run("--data", train_f, "--val-data", tmp_path / "nope.txt", "--out", tmp_path / "o2") == 2
+    assert "no such file" in capsys.readouterr().err
+
+
 def test_mismatched_checkpoint_refused(trained, capsys):
     before = tree_files(trained)
     assert run("--recipe", "srste", *STEPS, "--out", trained, "--resume", "--lr", "1e-3") == 2

@@ -1,0 +1,250 @@
+#!/usr/bin/env python
+"""Quality at a fixed token budget: dense vs every 2:4 recipe, from one seed on the same batches.
+
+Every recipe is one run of the example's training loop (``examples/train_gpt.py``'s ``train``:
+the same flags, init, data stream, schedules, srste's dense fine-tune and STEP's switch), with the
+same ``--seed`` — so the same initial weights and the same batch at every step — and
+``--tokens / (batch x seq_len)`` optimizer steps. Recipes: ``dense``, ``srste``, ``sste``, ``ste``,
+``step`` and ``dense-tail`` (srste for the first ``1 - --tail-fraction`` of the steps, then dense:
+srste with ``--finetune-fraction`` = ``--tail-fraction``). ``NAME:FLAGS`` adds example flags to one
+entry, e.g. ``srste-a0:srste --decay-alpha 0`` (a label, a colon, the recipe and its flags).
+
+Writes ``benchmarks/results/quality_<tag>.json`` / ``.md`` (final val loss, vs dense, final train
+loss, tokens/s, the largest one-step loss spike) and ``quality_<tag>.png`` (validation curves, and
+each recipe's gap to dense). Default tag: ``<size>_<backend>``.
+
+    python benchmarks/bench_quality.py --size tiny \\
+        --data /path/realtext_train.txt --val-data /path/realtext_val.txt        # CPU, a few minutes
+    python benchmarks/bench_quality.py --size gpt2 --tokens 100e6 --data ... --val-data ...   # GPU
+
+``spike`` = the largest ratio of a step's train loss to the mean of the 10 steps before it
+(steps 11 onward); a value above 1.5 is a loss spike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
+
+ALL = ["dense", "srste", "sste", "ste", "step", "dense-tail"]
+SPIKE_WINDOW = 10
+
+
+def parse_entry(entry: str, tail_fraction: float) -> tuple[str, str, list[str]]:
+    """``NAME`` or ``NAME:RECIPE FLAGS...`` -> (label, recipe, extra example flags)."""
+    label, sep, spec = entry.partition(":")
+    label = label.strip()
+    if sep:
+        words = shlex.split(spec)
+        if not words:
+            raise ValueError(f"{entry!r}: no recipe after ':'")
+        recipe, extra = words[0], words[1:]
+    elif label == "dense-tail":
+        recipe, extra = "srste", ["--finetune-fraction", repr(tail_fraction)]
+    else:
+        recipe, extra = label, []
+    if recipe not in train_gpt.RECIPES or train_gpt.RECIPES[recipe].get("ast"):
+        raise ValueError(f"{entry!r}: unknown recipe {recipe!r}")
+    return label, recipe, extra
+
+
+def split_entries(spec: str) -> list[str]:
+    """Comma-separated entries; a comma inside ``NAME:FLAGS`` is not expected (flags take no commas)."""
+    return [e.strip() for e in spec.split(",") if e.strip()]
+
+
+def spike(history: list[dict], window: int = SPIKE_WINDOW) -> tuple[float, int | None]:
+    """(largest loss / mean of the previous ``window`` losses, its step); (0, None) if too short."""
+    rows = [r for r in history if "loss" in r]
+    losses = np.array([r["loss"] for r in rows], dtype=np.float64)
+    best, at = 0.0, None
+    for i in range(window, len(losses)):
+        ratio = losses[i] / losses[i - window:i].mean()
+        if ratio > best:
+            best, at = float(ratio), rows[i]["step"]
+    return best, at
+
+
+def _val_series(history):
+    return [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
+
+
+def plot(res: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover
+        return
+    tok_step = res["batch_size"] * res["seq_len"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    dense = dict(_val_series(res["runs"]["dense"]["history"])) if "dense" in res["runs"] else None
+    late = []  # gaps of the last three quarters: the y range (an early spike would flatten the rest)
+    for i, (label, r) in enumerate(res["runs"].items()):
+        s = _val_series(r["history"])
+        x = np.array([t for t, _ in s]) * tok_step / 1e6
+        y = np.array([v for _, v in s])
+        ax1.plot(x, y, "o-", ms=3, lw=1.5, color=f"C{i}", label=f"{label} ({y[-1]:.4f})")
+        if dense is not None and label != "dense":
+            gap = [(t, 100 * (v / dense[t] - 1)) for t, v in s if t in dense and t > 0]
+            ax2.plot(np.array([t for t, _ in gap]) * tok_step / 1e6, [g for _, g in gap], "o-", ms=3, lw=1.5,
+                     color=f"C{i}", label=label)
+            late += [g for t, g in gap if t >= res["steps"] // 4]
+    title = f"{res['size']} ({res['n_params'] / 1e6:.1f}M params), {res['tokens'] / 1e6:.2f}M tokens, {res['data_name']}"
+    ax1.set_xlabel("training tokens (M)")
+    ax1.set_ylabel("validation loss (nats/byte)")
+    ax1.set_title(title, fontsize=10)
+    ax1.set_yscale("log")
+    ax1.grid(alpha=0.3, which="both")
+    ax1.legend(fontsize=8)
+    ax2.axhline(0, color="k", lw=0.8)
+    ax2.set_xlabel("training tokens (M)")
+    ax2.set_ylabel("val loss vs dense (%)")
+    ax2.set_title("gap to dense at each evaluation (y range: the last 3/4 of the steps)", fontsize=10)
+    if late:
+        lo, hi = min(late + [0.0]), max(late + [0.0])
+        pad = max(0.5, 0.15 * (hi - lo))
+        ax2.set_ylim(lo - pad, hi + pad)
+    ax2.grid(alpha=0.3)
+    if ax2.lines[1:]:
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def to_markdown(res: dict) -> str:
+    lines = [f"# Quality at a fixed token budget: {res['size']} on {res['data_name']} ({res['device']})", "",
+             f"Command: `{res['command']}`", "",
+             f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
+             f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
+             f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
+             "| recipe | flags | final val loss | vs dense | final train loss | tokens/s | spike (step) |",
+             "|---|---|---|---|---|---|---|"]
+    dense = res["runs"].get("dense")
+    for label, r in res["runs"].items():
+        vs = "-" if not dense or label == "dense" else f"{100 * (r['final_val_loss'] / dense['final_val_loss'] - 1):+.2f}%"
+        flags = " ".join([r["recipe"], *r["extra"]])
+        tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
+        sp = f"{r['spike']:.2f}" + ("" if r["spike_step"] is None else f" ({r['spike_step']})")
+        lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {r['final_train_loss']:.4f} | "
+                     f"{tps} | {sp} |")
+    lines += ["", f"`spike` = the largest ratio of a step's train loss to the mean of the {SPIKE_WINDOW} steps before "
+              "it (above 1.5: a loss spike). tokens/s excludes compilation and evaluation. Plot: "
+              f"`quality_{res['tag']}.png`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="tiny", choices=list(train_gpt.SIZES))
+    ap.add_argument("--tokens", type=float, default=None,
+                    help="training tokens per recipe (default: the size's default steps x batch x seq_len)")
+    ap.add_argument("--recipes", default=",".join(ALL),
+                    help="comma-separated entries: a recipe, dense-tail, or NAME:RECIPE FLAGS (example flags)")
+    ap.add_argument("--tail-fraction", type=float, default=0.5, help="dense-tail: the dense fraction of the steps")
+    ap.add_argument("--data", type=Path, default=train_gpt.DEFAULT_DATA, help="training text (the example's --data)")
+    ap.add_argument("--val-data", type=Path, default=None, help="validation text (the example's --val-data)")
+    ap.add_argument("--evals", type=int, default=12, help="validation evaluations per run (besides step 0)")
+    ap.add_argument("--eval-batches", type=int, default=None, help="val batches per evaluation (default: per size)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--flags", default="",
+                    help="example flags for every recipe, e.g. '--batch-size 8 --n-layer 1' (quoted)")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="keep each run's metrics.jsonl/summary.json/loss.png here (default: a temporary directory)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--tag", default=None, help="results file name: quality_<tag>.json/.md/.png")
+    a = ap.parse_args(argv)
+
+    def fail(msg):
+        print(f"bench_quality.py: error: {msg}", file=sys.stderr)
+        return 2
+
+    try:
+        entries = [parse_entry(e, a.tail_fraction) for e in split_entries(a.recipes)]
+    except ValueError as e:
+        return fail(str(e))
+    labels = [lab for lab, _, _ in entries]
+    if not entries or len(set(labels)) != len(labels):
+        return fail(f"--recipes: empty or a label twice: {a.recipes}")
+    if not 0 < a.tail_fraction < 1 or a.evals < 1:
+        return fail("--tail-fraction must be in (0, 1) and --evals >= 1")
+    common = shlex.split(a.flags)
+    base = train_gpt.build_parser().parse_args(["--size", a.size, *common])
+    d = train_gpt.SIZE_DEFAULTS[a.size]
+    batch, seq = base.batch_size or d["batch_size"], base.seq_len or d["seq_len"]
+    steps = base.steps or d["steps"]
+    if a.tokens is not None:
+        steps = int(a.tokens) // (batch * seq)
+        if steps < 1:
+            return fail(f"--tokens {a.tokens:g} is less than one step ({batch} x {seq} tokens)")
+    eval_every = max(1, steps // a.evals)
+    eval_batches = a.eval_batches or d["eval_batches"]
+    try:
+        data = train_gpt.ByteData(a.data, seq, batch, a.seed, eval_batches, val_path=a.val_data)
+    except train_gpt.CLIError as e:
+        return fail(str(e))
+    backend = jax.default_backend()
+    tag = a.tag or f"{a.size}_{backend}"
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    res = {"size": a.size, "steps": steps, "batch_size": batch, "seq_len": seq, "tokens": steps * batch * seq,
+           "seed": a.seed, "eval_every": eval_every, "eval_batches": eval_batches, "tag": tag,
+           "data": str(a.data), "val_data": None if a.val_data is None else str(a.val_data),
+           "data_name": a.data.name, "val_name": a.val_data.name if a.val_data else f"the last 10% of {a.data.name}",
+           "data_sha256": data.sha256, "train_bytes": len(data.train), "val_bytes": len(data.val),
+           "device": f"{backend}: {jax.devices()[0].device_kind}", "jax": jax.__version__,
+           "command": "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "runs": {}}
+    log(f"{a.size}: {steps} steps x {batch} x {seq} = {res['tokens']:,} tokens per recipe; "
+        f"{len(data.train):,} train / {len(data.val):,} val bytes")
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs_dir = a.runs or Path(tmp)
+        for label, recipe, extra in entries:
+            argv_r = ["--size", a.size, "--recipe", recipe, *common, "--steps", str(steps), "--seed", str(a.seed),
+                      "--eval-every", str(eval_every), "--eval-batches", str(eval_batches), "--ckpt-every", "0",
+                      "--quiet", "--overwrite", *extra]
+            args = train_gpt.build_parser().parse_args(argv_r)
+            try:
+                s = train_gpt.train(args, recipe, runs_dir / label.replace("/", "_"), data, None)
+            except train_gpt.CLIError as e:
+                return fail(f"{label}: {e}")
+            sp, at = spike(s["history"])
+            res["runs"][label] = {
+                "recipe": recipe, "extra": extra, "final_val_loss": s["final_val_loss"],
+                "final_train_loss": s["final_train_loss"], "tokens_per_s": s["tokens_per_s"],
+                "train_time_s": s["train_time_s"], "phase_step": s["phase_step"], "spike": sp, "spike_step": at,
+                "config": s["config"], "history": s["history"]}
+            res["n_params"] = s["n_params"]
+            log(f"  {label:<12s} val {s['final_val_loss']:.4f}  spike {sp:.2f} (step {at})  "
+                f"{s['tokens_per_s'] or 0:,.0f} tokens/s")
+    res["total_time_s"] = time.perf_counter() - t_start
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"quality_{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
+    md = to_markdown(res)
+    (a.out / f"quality_{tag}.md").write_text(md)
+    plot(res, a.out / f"quality_{tag}.png")
+    print(md)
+    log(f"wrote {a.out / f'quality_{tag}'}.json/.md/.png ({res['total_time_s']:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
