@@ -62,27 +62,33 @@ def category(name: str) -> str:
     return OTHER
 
 
+KINDS = [c for c, _ in CATEGORIES] + [OTHER]
+
+
 def tag(cat: str) -> str:
     """Short label of a category, appended to kernel names in the report (``[k1]``...)."""
-    return f"k{([c for c, _ in CATEGORIES] + [OTHER]).index(cat)}"
+    return f"k{KINDS.index(cat)}"
 
 
-def kernel_times(trace_dir: str) -> tuple[dict, float]:
-    """{kernel name: total µs} over the device streams of the newest trace, and the device span."""
+def kernel_times(trace_dir: str) -> tuple[dict, float, dict]:
+    """{kernel name: total µs} over the device streams of the newest trace, the device span, and
+    {kind (:func:`category` of the full name): total µs}."""
     path = max(glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True), key=os.path.getmtime)
     with gzip.open(path) as f:
         trace = json.load(f)
     pids = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
             if e.get("ph") == "M" and e.get("name") == "process_name"}
     device = {p for p, n in pids.items() if re.search(r"/device:GPU|GPU:\d|stream", n, re.I)}
-    times = collections.Counter()
+    times, kinds = collections.Counter(), collections.Counter()
     t_min, t_max = float("inf"), 0.0
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e.get("pid") in device and "dur" in e:
             name = re.sub(r"\.\d+$", "", e["name"])
-            times[name[:90] + ("\u2026" if len(name) > 90 else "") + f" [{tag(category(name))}]"] += float(e["dur"])
+            kind = category(name)
+            times[name[:90] + ("\u2026" if len(name) > 90 else "") + f" [{tag(kind)}]"] += float(e["dur"])
+            kinds[kind] += float(e["dur"])
             t_min, t_max = min(t_min, e["ts"]), max(t_max, e["ts"] + e["dur"])
-    return dict(times), max(0.0, t_max - t_min)
+    return dict(times), max(0.0, t_max - t_min), dict(kinds)
 
 
 def write_report(results: dict, a, batch: int, seq: int, final: bool) -> None:
@@ -94,15 +100,10 @@ def write_report(results: dict, a, batch: int, seq: int, final: bool) -> None:
              "", "| recipe | kernel time / step (ms) | device span / step (ms) |", "|---|---|---|"]
     for r in names:
         lines.append(f"| {r} | {sum(results[r][0].values()) / 1e3:.2f} | {results[r][1] / 1e3:.2f} |")
-    cats = [c for c, _ in CATEGORIES] + [OTHER]
-    by = {r: collections.Counter() for r in names}
-    for r in names:
-        for k, v in results[r][0].items():
-            by[r][next(c for c in cats if k.endswith(f"[{tag(c)}]"))] += v
     lines += ["", "## Kernel time per step by kind (ms)", "",
               "| kind | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for c in cats:
-        lines.append(f"| {c} [{tag(c)}] | " + " | ".join(f"{by[r][c] / 1e3:.2f}" for r in names) + " |")
+    for c in KINDS:
+        lines.append(f"| {c} [{tag(c)}] | " + " | ".join(f"{results[r][2].get(c, 0.0) / 1e3:.2f}" for r in names) + " |")
     lines += ["", f"## {names[0]}: largest kernels (µs per step)", "", "| kernel | µs | share |", "|---|---|---|"]
     total = sum(base.values())
     for k in sorted(base, key=lambda k: -base[k])[: a.top]:
@@ -164,8 +165,9 @@ def main(argv=None) -> int:
             for i in range(a.steps):
                 state, _ = exe(state, batches[i % 2])
             jax.block_until_ready(state)
-        times, span = kernel_times(tdir)
-        results[name] = ({k: v / a.steps for k, v in times.items()}, span / a.steps)
+        times, span, kinds = kernel_times(tdir)
+        results[name] = ({k: v / a.steps for k, v in times.items()}, span / a.steps,
+                         {k: v / a.steps for k, v in kinds.items()})
         print(f"{name}: {sum(times.values()) / a.steps / 1e3:.2f} ms kernel time per step, "
               f"{span / a.steps / 1e3:.2f} ms device span per step, {len(times)} kernel names", flush=True)
         del exe, state
