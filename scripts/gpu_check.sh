@@ -119,11 +119,17 @@ if asked llama; then
       rc=$?; note "bench_layer $name rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/layer_$name.log"; status=1; }
     done
   fi
-  if [[ " $LS " == *" table "* ]]; then  # the auto table from every committed layer run plus this one's
-    cp "$OUT"/layer_llama*.json benchmarks/results/ 2>/dev/null
-    $PY benchmarks/make_autotune_table.py benchmarks/results/spmm_h100_2026-11-22T13-52.json benchmarks/results/spmm.json \
-      --layer benchmarks/results/layer.json benchmarks/results/layer_wide.json benchmarks/results/layer_t2048.json \
-      $(ls benchmarks/results/layer_llama*_t16384.json) --cusparselt-version ${CUSPARSELT_VERSION:-0.8.1} > "$OUT/logs/table.log" 2>&1
+  if [[ " $LS " == *" table "* ]]; then  # the auto table from its current inputs plus this run's layer files
+    new=$(cd "$OUT" && ls layer_llama*.json 2>/dev/null); cp "$OUT"/layer_llama*.json benchmarks/results/ 2>/dev/null
+    args=$($PY - $new <<'PYEOF'
+import json, sys
+t = json.load(open("jax_sparse24/_src/spmm_autotune.json"))  # its inputs are recorded in it
+kn = t.get("source_kn", []) + [f"benchmarks/results/{n}" for n in sys.argv[1:]]
+print(" ".join(t["source"]), "--layer", " ".join(dict.fromkeys(kn)),
+      "--cusparselt-version", t.get("cusparselt_version", "0.8.1"))
+PYEOF
+)
+    $PY benchmarks/make_autotune_table.py $args > "$OUT/logs/table.log" 2>&1
     rc=$?; note "make_autotune_table rc=$rc"; cp jax_sparse24/_src/spmm_autotune.json "$OUT/"
   fi
   if [[ " $LS " == *" train "* ]]; then
