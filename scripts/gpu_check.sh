@@ -8,6 +8,8 @@
 #          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
 #          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS="gemm table train"
 #          (default "gemm train"; table: rebuild the auto table with this run's layer results first)
+#   fp8probe: scripts/probe_fp8.py (fp8 compress + GEMM correctness through the FFI targets, and
+#            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -142,6 +144,13 @@ PYEOF
       rc=$?; note "bench_train_gpt $size x$layers rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$size.log"; status=1; }
     done
   fi
+fi
+
+if asked fp8probe; then
+  t0=$(date +%s)
+  timeout ${PROBE_FP8_TIMEOUT:-300} $PY scripts/probe_fp8.py --out "$OUT" ${PROBE_FP8_ARGS:-} > "$OUT/logs/probe_fp8.log" 2>&1
+  rc=$?; note "probe_fp8 rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/probe_fp8.log")"; [ $rc -eq 0 ] || status=1
+  cp "$OUT/logs/probe_fp8.log" "$OUT/" 2>/dev/null
 fi
 
 if want multigpu; then

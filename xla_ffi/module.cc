@@ -28,6 +28,8 @@ XLA_FFI_Error* Sparse24Mvue24(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmmKN(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24CutlassSpmmFp8(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Fp8MaskCompress(XLA_FFI_CallFrame* call_frame);
 // spmm_cusparselt.cu
 XLA_FFI_Error* Sparse24CusparseltCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CusparseltSpmm(XLA_FFI_CallFrame* call_frame);
@@ -67,6 +69,8 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_cutlass_compress"] = Capsule(Sparse24CutlassCompress);
     d["jax_sparse24_cutlass_spmm"] = Capsule(Sparse24CutlassSpmm);
     d["jax_sparse24_cutlass_spmm_kn"] = Capsule(Sparse24CutlassSpmmKN);
+    d["jax_sparse24_cutlass_spmm_fp8"] = Capsule(Sparse24CutlassSpmmFp8);
+    d["jax_sparse24_fp8_masked_compress"] = Capsule(Sparse24Fp8MaskCompress);
     d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);
     d["jax_sparse24_cusparselt_spmm"] = Capsule(Sparse24CusparseltSpmm);
     d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);
@@ -95,7 +99,8 @@ NB_MODULE(_sparse24_ffi, m) {
       },
       nb::arg("m"), nb::arg("k"), nb::arg("dtype"),
       "Shapes (values, metadata) of the CUTLASS SM90 compressed form of an m x k (K-major) 2:4 "
-      "operand; dtype 0 = bfloat16, 1 = float16. Values have the operand's dtype, metadata is uint8.");
+      "operand; dtype 0 = bfloat16, 1 = float16, 2 = float8_e4m3fn (the fp8 GEMM's layout). Values have "
+      "the operand's dtype, metadata is uint8.");
 
   m.def("cutlass_configs", []() { return jax_sparse24::CutlassConfigNames(); },
         "Names of the compiled CUTLASS sparse GEMM configurations, indexed by config id.");
@@ -150,4 +155,17 @@ NB_MODULE(_sparse24_ffi, m) {
 
   m.def("cutlass_alignment", []() { return jax_sparse24::CutlassAlignment(); },
         "(m, n, k) divisibility the CUTLASS sparse GEMM requires.");
+
+  m.def("cutlass_configs_fp8", []() { return jax_sparse24::CutlassConfigNamesFp8(); },
+        "Names of the compiled fp8 (e4m3 -> bf16) sparse GEMM configurations (empty in the minimal build).");
+
+  m.def("cutlass_default_config_fp8",
+        [](int64_t m_rows, int64_t n_cols, int64_t k_cols) {
+          return jax_sparse24::CutlassDefaultConfigFp8(m_rows, n_cols, k_cols);
+        },
+        nb::arg("m"), nb::arg("n"), nb::arg("k"),
+        "Default fp8 config id for an (m, n, k) sparse GEMM (-1 when none is compiled).");
+
+  m.def("cutlass_alignment_fp8", []() { return jax_sparse24::CutlassAlignmentFp8(); },
+        "(m, n, k) divisibility the fp8 sparse GEMM requires.");
 }

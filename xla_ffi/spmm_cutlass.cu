@@ -20,6 +20,7 @@
 //   Sparse24CutlassSpmm:     values, meta, b (N, K) -> d (N, M); attrs m, n, k, config, raster, swizzle
 //                            (the persistent scheduler's tile order; CUTLASS's defaults are 0, 1).
 #include "spmm_cutlass_gemm.cuh"  // first: defines NDEBUG before any CUTLASS header
+#include "spmm_cutlass_fp8.cuh"   // the fp8 operand's layout (ReferenceFp8Config)
 
 #include <cuda_runtime.h>
 
@@ -56,9 +57,20 @@ using spmm::ProblemShape;
 using spmm::RunFn;
 using spmm::StatusStr;
 
+// The SparseConfig (compressed layout) of an operand dtype: bf16/fp16 from the 16-bit GEMMs, fp8 e4m3
+// from the fp8 GEMMs (spmm_cutlass_fp8.cuh).
+template <class T>
+struct LayoutOf {
+  using SparseConfig = typename spmm::ReferenceConfig<T>::SparseConfig;
+};
+template <>
+struct LayoutOf<cutlass::float_e4m3_t> {
+  using SparseConfig = typename spmm::ReferenceFp8Config::SparseConfig;
+};
+
 template <class T>
 struct Compressor {
-  using SparseConfig = typename spmm::ReferenceConfig<T>::SparseConfig;
+  using SparseConfig = typename LayoutOf<T>::SparseConfig;
   using LayoutTag = cutlass::layout::RowMajor;
   using StrideA = cutlass::gemm::TagToStrideA_t<LayoutTag>;
   using Utility =
@@ -141,14 +153,21 @@ __global__ void FixMetadataKernel(uint4* __restrict__ meta, size_t n_vec) {
 
 // ------------------------------------------------------------------------------------------------
 // Shapes and validation shared by the handlers.
+// Operand dtype codes (also the `dtype` argument of cutlass_compressed_shapes): 0 bfloat16,
+// 1 float16, 2 float8_e4m3fn (the fp8 GEMMs' operands; the compressor and shapes only here).
 int DtypeIndex(ffi::DataType t) {
   if (t == ffi::DataType::BF16) return 0;
   if (t == ffi::DataType::F16) return 1;
   return -1;
 }
 
+int CompressDtypeIndex(ffi::DataType t) {
+  if (t == ffi::DataType::F8E4M3FN) return 2;
+  return DtypeIndex(t);
+}
+
 bool DtypeCompiled(int dtype) {
-  if (dtype == 0) return true;
+  if (dtype == 0 || dtype == 2) return true;
   return dtype == 1 && !SP24_MINIMAL;
 }
 
@@ -229,9 +248,9 @@ ffi::Error RunCompress(cudaStream_t stream, int device, int sm_count, const void
 
 ffi::Error CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer a, ffi::Result<ffi::AnyBuffer> values,
                         ffi::Result<ffi::AnyBuffer> meta) {
-  const int dtype = DtypeIndex(a.element_type());
+  const int dtype = CompressDtypeIndex(a.element_type());
   if (dtype < 0) {
-    return InvalidArgument(std::string("cutlass_compress: a must be bfloat16 or float16, got ") +
+    return InvalidArgument(std::string("cutlass_compress: a must be bfloat16, float16 or float8_e4m3fn, got ") +
                            DataTypeName(a.element_type()));
   }
   if (values->element_type() != a.element_type()) {
@@ -267,6 +286,10 @@ ffi::Error CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer a, f
   if (dtype == 0) {
     return RunCompress<cutlass::bfloat16_t>(stream, device, sm_count, a.untyped_data(), values->untyped_data(),
                                             meta->untyped_data(), int(m), int(k), meta_bytes);
+  }
+  if (dtype == 2) {
+    return RunCompress<cutlass::float_e4m3_t>(stream, device, sm_count, a.untyped_data(), values->untyped_data(),
+                                              meta->untyped_data(), int(m), int(k), meta_bytes);
   }
 #if !SP24_MINIMAL
   return RunCompress<cutlass::half_t>(stream, device, sm_count, a.untyped_data(), values->untyped_data(),
@@ -424,8 +447,8 @@ const MeasuredShape kMeasured[] = {
 // Host interface (spmm_cutlass.h).
 
 bool CutlassCompressedShapes(int64_t m, int64_t k, int dtype, CompressedShapes* out, std::string* error) {
-  if (dtype != 0 && dtype != 1) {
-    *error = "dtype must be 0 (bfloat16) or 1 (float16), got " + std::to_string(dtype);
+  if (dtype != 0 && dtype != 1 && dtype != 2) {
+    *error = "dtype must be 0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn), got " + std::to_string(dtype);
     return false;
   }
   if (!DtypeCompiled(dtype)) {
@@ -436,10 +459,12 @@ bool CutlassCompressedShapes(int64_t m, int64_t k, int dtype, CompressedShapes* 
     *error = "m and k must be in [1, 2^31), got m=" + std::to_string(m) + " k=" + std::to_string(k);
     return false;
   }
-  if (m % kAlignM || k % kAlignK) {
-    *error = "the CUTLASS sparse GEMM needs m % " + std::to_string(kAlignM) + " == 0 and k % " +
-             std::to_string(kAlignK) + " == 0 for its 2:4 operand, got m=" + std::to_string(m) +
-             " k=" + std::to_string(k);
+  const int64_t align_m = dtype == 2 ? spmm::kFp8AlignM : kAlignM;
+  const int64_t align_k = dtype == 2 ? spmm::kFp8AlignK : kAlignK;
+  if (m % align_m || k % align_k) {
+    *error = std::string("the CUTLASS ") + (dtype == 2 ? "fp8 " : "") + "sparse GEMM needs m % " +
+             std::to_string(align_m) + " == 0 and k % " + std::to_string(align_k) +
+             " == 0 for its 2:4 operand, got m=" + std::to_string(m) + " k=" + std::to_string(k);
     return false;
   }
   // CUTLASS's layouts hold the (padded: 64 rows, 128 columns) extents as int32.
@@ -447,7 +472,9 @@ bool CutlassCompressedShapes(int64_t m, int64_t k, int dtype, CompressedShapes* 
     *error = "operand too large for 32-bit CUTLASS layouts: m=" + std::to_string(m) + " k=" + std::to_string(k);
     return false;
   }
-  *out = dtype == 0 ? ShapesFor<cutlass::bfloat16_t>(m, k) : ShapesFor<cutlass::half_t>(m, k);
+  *out = dtype == 0   ? ShapesFor<cutlass::bfloat16_t>(m, k)
+         : dtype == 1 ? ShapesFor<cutlass::half_t>(m, k)
+                      : ShapesFor<cutlass::float_e4m3_t>(m, k);
   return true;
 }
 

@@ -15,7 +15,8 @@ struct CompressedShapes {
   int64_t meta_rows = 0, meta_cols = 0;
 };
 
-// dtype: 0 = bfloat16, 1 = float16. Returns false and fills *error when the shape is unsupported.
+// dtype: 0 = bfloat16, 1 = float16, 2 = float8_e4m3fn (the fp8 GEMMs' layout). Returns false and fills
+// *error when the shape is unsupported.
 bool CutlassCompressedShapes(int64_t m, int64_t k, int dtype, CompressedShapes* out, std::string* error);
 
 // Names of the compiled kernel configurations; the index is the `config` attribute of the spmm handler.
@@ -31,5 +32,11 @@ int CutlassDefaultConfigKN(int64_t m, int64_t n, int64_t k);
 
 // (m, n, k) alignment the kernels require.
 std::tuple<int64_t, int64_t, int64_t> CutlassAlignment();
+
+// The fp8 (e4m3 x e4m3 -> bf16) sparse GEMM (spmm_cutlass_fp8.cu): names of the compiled
+// configurations (empty in the minimal build), the default for (m, n, k), and its (m, n, k) alignment.
+std::vector<std::string> CutlassConfigNamesFp8();
+int CutlassDefaultConfigFp8(int64_t m, int64_t n, int64_t k);
+std::tuple<int64_t, int64_t, int64_t> CutlassAlignmentFp8();
 
 }  // namespace jax_sparse24
