@@ -98,8 +98,20 @@ def correctness(rng, quick):
                 want = jax.jit(cutlass_compress)(a)
                 vs_ok = np.array_equal(np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8))
                 me_ok = np.array_equal(np.asarray(got[1]), np.asarray(want[1]))
+                detail = ""
+                if not vs_ok:  # which side differs from a CPU quantization (ml_dtypes, round to nearest even)?
+                    gv, wv = np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8)
+                    xm = np.where(np.asarray(mk), np.asarray(x, np.float32), 0)
+                    inv = np.float32(1) / np.float32(np.asarray(scale))
+                    qc = np.clip(xm * inv, -448, 448).astype(E4M3)
+                    qc = qc.T if transposed else qc
+                    cpu = np.asarray(jax.jit(cutlass_compress)(jnp.asarray(qc))[0]).view(np.uint8)
+                    bad = np.argwhere(gv != wv)
+                    detail = (f"; {len(bad)} value bytes differ, kernel==cpu {int((gv == cpu).all())} "
+                              f"xla==cpu {int((wv == cpu).all())}; first {bad[:3].tolist()} kernel "
+                              f"{gv[tuple(bad[0])]:#x} xla {wv[tuple(bad[0])]:#x} cpu {cpu[tuple(bad[0])]:#x}")
                 check(vs_ok and me_ok, f"fused fp8 compress == cutlass_compress(quantize): x {r}x{c} {jnp.dtype(dt).name} "
-                      f"transposed={transposed} (values {vs_ok}, meta {me_ok})")
+                      f"transposed={transposed} (values {vs_ok}, meta {me_ok}){detail}")
     # GEMM against the f32 reference (every compiled configuration).
     names = ffi.require_extension().cutlass_configs_fp8()
     for (n, k, m) in ([(256, 256, 128), (512, 768, 3072)] if quick else
