@@ -29,7 +29,7 @@ from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
-__all__ = ["sparse24_linear", "prepare_weight", "linear_plan", "BACKENDS"]
+__all__ = ["sparse24_linear", "fp8_dense_linear", "prepare_weight", "linear_plan", "BACKENDS"]
 
 BACKENDS = autotune.BACKENDS
 
@@ -184,6 +184,28 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, prepared, cfg)
+
+
+def fp8_dense_linear(x, w, bias=None, *, precision=None):
+    """``x·w + bias`` with the fp8 GEMMs of ``sparse24_linear(..., fp8=True)`` on a dense weight.
+
+    The dense phase of an fp8 layer (``Sparse24Dense(fp8=True)`` with ``method="dense"`` or
+    ``sparse=False``): the same float8_e4m3fn forward and input gradient with current scaling
+    (an all-ones mask, XLA's fp8 dot on every platform), the exact 16-bit weight gradient ``xᵀ·∇y``.
+    """
+    op = "fp8_dense_linear"
+    v.check_float(x, "x", op)
+    v.check_float(w, "w", op)
+    v.check_rank(w, 2, op, "w")
+    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
+        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
+    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
+        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
+    x, w = jnp.asarray(x), jnp.asarray(w)
+    bias = None if bias is None else jnp.asarray(bias)
+    ones = jnp.ones(np.shape(w), jnp.bool_)
+    x, w, ones, bias = sharding.vary_to_union(x, w, ones, bias)
+    return _linear(x, w, ones, bias, None, None, _Config("dense", precision, False, True))
 
 
 def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
