@@ -117,7 +117,6 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
     i = wc.shape[0]
     s_g = fp8.current_scale(g2)
     # ∇x needs q(W̃) 2:4 along `out` for the sparse kernel: without a transposable mask, XLA's fp8 math.
-    chosen = choose(backend, i, t, o) if transposable else ("xla" if backend != "cusparselt" else choose(
-        backend, i, t, o))
+    chosen = choose(backend, i, t, o) if transposable else "xla"
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
     return _gemm(chosen, g2, wc, mk, s_g, s_w, m=i, k=o, transposed=False)
