@@ -8,6 +8,12 @@ is compiled, warmed up and timed in interleaved rounds (the order rotates every 
 distinct batches of the bundled corpus; the median step time gives tokens/s. A second,
 independent dense state timed in the same rounds (``dense (control)``) gives the noise floor.
 
+``RECIPE+fp8`` variants (``--recipes dense,dense+fp8,srste,srste+fp8``) run the example's ``--fp8``:
+``srste+fp8`` the fp8 2:4 GEMMs, ``dense+fp8`` the fp8 dense baseline (the same layers as XLA's
+fp8 dense GEMMs, same current scaling). Flax's delayed-scaling ``nn.Dense(dot_general_cls=
+Fp8DirectDotGeneralOp)`` is timed at the layer level by ``bench_fp8_gemm.py`` (its amax/scale state
+lives in the ``_overwrite_with_gradient`` collection, which the example's train state does not carry).
+
 Part 2 — quality at a fixed token budget (``--quality-size``, default the first size): every
 recipe trains ``--quality-steps`` steps from the same init on the same batches (the training
 loop of ``train_gpt.py``: srste's dense fine-tune, STEP's switch), then the final val loss.
@@ -69,18 +75,29 @@ PER_CALL = "/per-call"
 #: ``RECIPE@BACKEND`` runs RECIPE with ``--sparse-backend BACKEND`` (e.g. ``srste@cutlass``, and
 #: ``srste@cutlass/per-call``): two backends side by side in one run.
 AT_BACKEND = "@"
+#: ``RECIPE+fp8`` runs RECIPE with the example's ``--fp8`` (e.g. ``srste+fp8``: the 2:4 layers' forward
+#: and input-gradient GEMMs in fp8; ``dense+fp8``: the same layers as XLA's fp8 dense GEMMs with the
+#: same current scaling — the fp8 dense baseline), e.g. ``--recipes dense,dense+fp8,srste,srste+fp8``.
+FP8 = "+fp8"
 
 
 def _split_label(label: str) -> tuple[str, str | None, bool]:
-    """``RECIPE[@BACKEND][/per-call]`` -> (recipe, backend or None, per_call)."""
+    """``RECIPE[@BACKEND][+fp8][/per-call]`` -> (recipe, backend or None, per_call)."""
     per_call = label.endswith(PER_CALL)
     name = label[: -len(PER_CALL)] if per_call else label
+    name = name[: -len(FP8)] if name.endswith(FP8) else name
     recipe, _, backend = name.partition(AT_BACKEND)
     return recipe, backend or None, per_call
 
 
+def _is_fp8(label: str) -> bool:
+    return (label[: -len(PER_CALL)] if label.endswith(PER_CALL) else label).endswith(FP8)
+
+
 def _experiment(size, label, batch, seq, steps, extra):
     recipe, backend, per_call = _split_label(label)
+    if _is_fp8(label):
+        extra = [*extra, "--fp8"]
     if per_call:
         extra = [*extra, "--prepare-weights", "off"]
     if backend:
@@ -297,7 +314,9 @@ def main(argv=None) -> int:
     ap.add_argument("--recipes", default=",".join(ALL),
                     help=f"comma-separated recipes; RECIPE{PER_CALL} runs RECIPE with --prepare-weights off "
                          "(with --grad-accum > 1: weights masked and compressed per micro-batch), "
-                         f"RECIPE{AT_BACKEND}BACKEND with --sparse-backend BACKEND (e.g. srste@cutlass)")
+                         f"RECIPE{AT_BACKEND}BACKEND with --sparse-backend BACKEND (e.g. srste@cutlass), RECIPE{FP8} "
+                         "with the example's --fp8 (dense+fp8: the fp8 dense baseline, XLA's fp8 GEMMs with the "
+                         "same current scaling)")
     ap.add_argument("--quick", action="store_true", help="half batch, at most 512 tokens, fewer rounds and steps")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the size's (halved with --quick)")
     ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")

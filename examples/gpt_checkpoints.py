@@ -218,11 +218,11 @@ def _short(e: Exception, n: int = 300) -> str:
 
 
 #: flags added after checkpoints were first written: a checkpoint without one ran with this value.
-CONFIG_DEFAULTS = {"grad_accum": 1}
+CONFIG_DEFAULTS = {"grad_accum": 1, "fp8": False}
 
 
 def check_config(saved: dict, now: dict, where: Path) -> None:
-    saved = {**CONFIG_DEFAULTS, **saved}
+    saved, now = {**CONFIG_DEFAULTS, **saved}, {**CONFIG_DEFAULTS, **now}
     diffs = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     if diffs:
         parts = ", ".join(f"{k}={saved.get(k)!r} in the checkpoint but {now.get(k)!r} now" for k in diffs[:6])

@@ -63,7 +63,7 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
 CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
-    "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum",
+    "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -95,6 +95,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         sparse_backend=args.sparse_backend,  # not in CONFIG_KEYS: a kernel choice, same math
         prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
         grad_accum=args.grad_accum,
+        fp8=bool(getattr(args, "fp8", False)),  # in CONFIG_KEYS: fp8 GEMMs change the numbers
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
     for k in ("n_layer", "n_head", "n_embd"):
@@ -120,6 +121,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--finetune-fraction must be in [0, 1], got {hp['finetune_fraction']}")
     if hp["mask_every"] < 1:
         raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
+    if hp["fp8"] and RECIPES[recipe].get("ast"):
+        raise CLIError("--fp8 is not supported with --recipe ast (its low-rank layers have no fp8 path)")
     if RECIPES[recipe].get("ast"):
         if args.teacher is None:
             raise CLIError("--recipe ast needs --teacher DIR: the --out directory (or its ckpt/) of a "
@@ -238,6 +241,7 @@ def build_experiment(hp: dict) -> Experiment:
         mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
         attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"),
         slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
+        fp8=bool(hp.get("fp8", False)),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])

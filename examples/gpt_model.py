@@ -72,6 +72,10 @@ class GPTConfig:
     mask_every: int = 40
     sparse_attn: bool = False
     backend: str = "auto"
+    # fp8: the forward and input-gradient GEMMs of the sparse layers (FFN, and attention projections
+    # with sparse_attn) in float8_e4m3fn with current scaling (Sparse24Dense(fp8=True)); with
+    # method="dense" the same layers are Sparse24Dense(method="dense", fp8=True): XLA's fp8 dense GEMMs.
+    fp8: bool = False
     # Class of the sparse layers: "sparse24" (Sparse24Dense with `method`) or "lowrank"
     # (AST: Sparse24LowRankDense, adaptive 2:4 mask + SLoRB term of rank in // slorb_group).
     linear: str = "sparse24"
@@ -133,9 +137,11 @@ def slorb_rank(cfg: GPTConfig, features_in: int) -> int:
 def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float,
             features_in: int):
     init = nn.initializers.normal(std)
-    if cfg.method == "dense" or not sparse_layer:
+    if not sparse_layer or (cfg.method == "dense" and not cfg.fp8):
         return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name)
     if cfg.linear == "lowrank":
+        if cfg.fp8:
+            raise ValueError("GPTConfig: fp8=True is not supported with linear='lowrank' (ast)")
         return Sparse24LowRankDense(
             features, rank=slorb_rank(cfg, features_in), use_bias=cfg.use_bias, dtype=cfg.dtype,
             kernel_init=init, name=name,
@@ -145,7 +151,7 @@ def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: f
     return Sparse24Dense(
         features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, method=cfg.method,
         mvue=cfg.mvue, transposable=cfg.transposable, mask_every=cfg.mask_every,
-        backend=cfg.backend, name=name,
+        backend=cfg.backend, fp8=cfg.fp8, name=name,
     )
 
 

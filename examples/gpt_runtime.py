@@ -185,7 +185,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         return {}
     hp, cfg = exp.hp, exp.cfg
     tokens = micro_tokens_per_device(rt)
-    reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) else None
+    reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) and not cfg.fp8 else None
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
@@ -193,7 +193,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
         plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
-            mvue=cfg.mvue, reuse=reuse))
+            mvue=cfg.mvue, reuse=reuse, fp8=cfg.fp8))
     return plan
 
 

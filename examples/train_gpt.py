@@ -51,6 +51,12 @@ memory. The 2:4 weights are then prepared once per step (``jax_sparse24.nn.prepa
 threshold, compression) and shared by the micro-batches; ``--prepare-weights off`` redoes that work
 per micro-batch (same math, for comparison).
 
+``--fp8`` runs the forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with
+per-tensor current scaling (``Sparse24Dense(fp8=True)``; the sparse fp8 kernel on a GPU built with
+it, XLA's fp8 math elsewhere); with ``--recipe dense`` the same layers run XLA's fp8 dense GEMMs
+(the fp8 dense baseline). Embeddings, head and weight gradients stay 16-bit. It changes the
+numbers, so it is part of the checkpointed config (docs/fp8.md).
+
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
 requires it, ``xla`` never uses it. It is a kernel choice, not part of the checkpointed config.
@@ -143,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sparse-backend", choices=s24.BACKENDS, default="auto",
                     help="GEMM backend of the 2:4 layers (Sparse24Dense(backend=)): auto picks per GEMM from "
                          "the measured table; cutlass / cusparselt force the sparse kernels (GPU)")
+    ap.add_argument("--fp8", action="store_true",
+                    help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
+                         "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
+                         "dense GEMMs. The weight gradient stays 16-bit")
     ap.add_argument("--prepare-weights", choices=("on", "off"), default="on",
                     help="with --grad-accum > 1: mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare; same math)")

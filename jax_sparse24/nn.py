@@ -101,6 +101,12 @@ class Sparse24Dense(nn.Module):
       transposable: ``srste`` masks are transposable (2:4 along in and out).
       mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
       backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
+      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn with per-tensor current
+        scaling (``sparse24_linear(..., fp8=True)``, docs/fp8.md) for every method: the 2:4 GEMMs
+        of the method's effective weight, and in the dense phase (``method="dense"`` or
+        ``sparse=False``) XLA's fp8 dot of the dense kernel. The weight gradient stays 16-bit.
+        Stateless (no extra collection); :func:`prepare` skips fp8 layers (their weight is
+        quantized and compressed on every call).
 
     >>> import jax, jax.numpy as jnp
     >>> from flax import linen as nn
@@ -126,6 +132,7 @@ class Sparse24Dense(nn.Module):
     transposable: bool = True
     mask_every: int = 40
     backend: str = "auto"
+    fp8: bool = False
 
     @nn.compact
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None):
@@ -137,7 +144,7 @@ class Sparse24Dense(nn.Module):
             :func:`jax_sparse24.optim.is_sparse_phase` or a fine-tune schedule) selects at run
             time with ``lax.cond``. ``None``: sparse unless ``method == "dense"``.
         """
-        _layer.check_config("Sparse24Dense", self.method, self.backend)
+        _layer.check_config("Sparse24Dense", self.method, self.backend, self.fp8)
         in_features = jnp.shape(inputs)[-1]
         if self.method != "dense" and in_features % 4:
             raise ValueError(
@@ -171,7 +178,7 @@ class Sparse24Dense(nn.Module):
         # Prepared weight (gradient accumulation, see `prepare`): made in the prepare pass (the
         # collection is mutable), read in the micro-batch passes.
         prepared = None
-        if self.method != "dense" and sparse is not False and not self.is_initializing():
+        if self.method != "dense" and sparse is not False and not self.fp8 and not self.is_initializing():
             if self.is_mutable_collection(PREPARED):
                 ctx = _PREPARE_CONTEXT.get()
                 tokens = ctx["tokens"] or max(1, math.prod(jnp.shape(inputs)[:-1]))
@@ -185,7 +192,8 @@ class Sparse24Dense(nn.Module):
 
         return _layer.apply(inputs, kernel_c, bias_c, method=self.method, mask=state.get("mask"),
                             beta=state.get("beta"), transposable=self.transposable, key=key, backend=self.backend,
-                            precision=self.precision, sparse=sparse, prepared=prepared, owner="Sparse24Dense")
+                            precision=self.precision, sparse=sparse, prepared=prepared, fp8=self.fp8,
+                            owner="Sparse24Dense")
 
     def _require_sparsity(self, name: str) -> None:
         if self.is_initializing() or self.has_variable(SPARSITY, name):

@@ -124,6 +124,8 @@ class Sparse24Linear(nnx.Module):
       transposable: ``srste`` masks are transposable (2:4 along in and out).
       mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
       backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
+      fp8: forward and input-gradient GEMMs in float8_e4m3fn (current scaling), as
+        :class:`jax_sparse24.nn.Sparse24Dense`'s ``fp8``.
       rngs: ``nnx.Rngs``; its ``params`` stream initializes kernel and bias (as ``nnx.Linear``),
         its ``"mvue"`` stream, if any, drives the MVUE weight gradient.
 
@@ -152,9 +154,10 @@ class Sparse24Linear(nnx.Module):
         transposable: bool = True,
         mask_every: int = 40,
         backend: str = "auto",
+        fp8: bool = False,
         rngs: nnx.Rngs,
     ):
-        _layer.check_config("Sparse24Linear", method, backend)
+        _layer.check_config("Sparse24Linear", method, backend, fp8)
         check_positive_int(in_features, "in_features", "Sparse24Linear")
         check_positive_int(out_features, "out_features", "Sparse24Linear")
         check_positive_int(mask_every, "mask_every", "Sparse24Linear")
@@ -186,6 +189,7 @@ class Sparse24Linear(nnx.Module):
         self.transposable = transposable
         self.mask_every = mask_every
         self.backend = backend
+        self.fp8 = bool(fp8)
 
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None,
                  rngs: nnx.Rngs | nnx.RngStream | jax.Array | None = None):
@@ -210,7 +214,8 @@ class Sparse24Linear(nnx.Module):
                             mask=None if self.mask is None else _get(self.mask),
                             beta=None if self.beta is None else _get(self.beta),
                             transposable=self.transposable, key=self._mvue_key(rngs), backend=self.backend,
-                            precision=self.precision, sparse=sparse, owner="Sparse24Linear")
+                            precision=self.precision, sparse=sparse, fp8=getattr(self, "fp8", False),
+                            owner="Sparse24Linear")
 
     def _mvue_key(self, rngs):
         if not self.mvue or self.method == "dense":

@@ -199,3 +199,30 @@ def test_bench_quality_tiny(tmp_path):
     assert bench_quality.spike([{"step": i, "loss": 2.0} for i in range(12)] + [{"step": 12, "loss": 3.5}]) == (1.75, 12)
     assert bench_quality.main(["--recipes", "dense,fast", "--out", str(tmp_path)]) == 2
     assert bench_quality.main(["--recipes", "dense,dense", "--out", str(tmp_path)]) == 2
+
+
+def test_bench_fp8_gemm_smoke(tmp_path):
+    """The fp8 GEMM benchmark's CPU smoke mode: every variant that runs without the kernels, ratios
+    against bf16 dense in one run, JSON and markdown written."""
+    import bench_fp8_gemm
+
+    assert bench_fp8_gemm.main(["--smoke", "--out", str(tmp_path), "--name", "f"]) == 0
+    res = json.loads((tmp_path / "f.json").read_text())
+    (rec,) = res["records"]
+    assert (rec["T"], rec["I"], rec["O"]) == (64, 64, 32)
+    assert {"bf16 dense", "bf16 dense (control)", "fp8 dense e4m3 dot", "fp8 dense scaled"} <= set(rec["gemm"])
+    assert set(rec["layer"]) >= {"bf16 dense", "fp8 dense", "fp8 dense flax", "bf16 2:4", "fp8 2:4"}
+    assert rec["gemm"]["bf16 dense"]["vs_bf16_dense"] == 1.0
+    assert all(e["seconds"] > 0 and len(e["samples"]) == 2 for s in ("gemm", "layer") for e in rec[s].values())
+    md = (tmp_path / "f.md").read_text()
+    assert "| 64, 64, 32 | 1.00x" in md and "fp8 dense flax" in md
+    assert bench_fp8_gemm.main(["--shapes", "64,62,32", "--out", str(tmp_path)]) == 2
+    assert bench_fp8_gemm.main(["--shapes", "64,x", "--out", str(tmp_path)]) == 2
+
+
+def test_bench_train_gpt_fp8_labels():
+    exp = bench_train_gpt._experiment("tiny", "srste+fp8", 4, 32, 10, [])
+    assert exp.cfg.fp8 and exp.cfg.method == "srste" and exp.hp["fp8"]
+    exp = bench_train_gpt._experiment("tiny", "dense+fp8/per-call", 4, 32, 10, [])
+    assert exp.cfg.fp8 and exp.cfg.method == "dense" and exp.hp["prepare_weights"] == "off"
+    assert not bench_train_gpt._experiment("tiny", "srste@dense", 4, 32, 10, []).cfg.fp8

@@ -738,3 +738,28 @@ def test_rotary_is_a_relative_position_rotation():
     assert abs(dots[5, 2] - dots[5, 3]) > 1e-4  # a different offset gives a different product
     with pytest.raises(ValueError, match="even head dimension"):
         rotary(jax.numpy.ones((1, 2, 1, 3)))
+
+
+def test_fp8_flag_trains_and_is_checkpointed_config(tmp_path, capsys):
+    """--fp8: the 2:4 layers (and, for the dense recipe, the same layers as fp8 dense) are
+    Sparse24Dense(fp8=True); it is part of the checkpointed config (a checkpoint without the key ran
+    without fp8); refused with ast."""
+    from jax_sparse24.nn import Sparse24Dense
+
+    assert run("--recipe", "srste", "--fp8", "--steps", "3", "--eval-every", "3", "--out", tmp_path / "s") == 0
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["config"]["fp8"] is True and np.isfinite(summary["final_val_loss"])
+    import gpt_model
+
+    for recipe in ("dense", "srste"):
+        exp = train_gpt.build_experiment(train_gpt.resolve_flags(
+            train_gpt.build_parser().parse_args([*TINY, "--fp8"]), recipe))
+        fc = gpt_model._linear(exp.cfg, 128, "fc", True, 0.02, 32)
+        assert isinstance(fc, Sparse24Dense) and fc.fp8 and fc.method == exp.cfg.method
+        assert not isinstance(gpt_model._linear(exp.cfg, 128, "head", False, 0.02, 32), Sparse24Dense)
+    assert "fp8" in train_gpt.CONFIG_KEYS
+    train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": False}, tmp_path)
+    with pytest.raises(train_gpt.CLIError, match="fp8=False in the checkpoint but True now"):
+        train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": True}, tmp_path)
+    assert run("--recipe", "ast", "--fp8", "--teacher", tmp_path, "--out", tmp_path / "a") == 2
+    assert "--fp8 is not supported with --recipe ast" in capsys.readouterr().err

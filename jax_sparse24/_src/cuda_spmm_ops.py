@@ -40,13 +40,22 @@ __all__ = [
     "cutlass_supports_kn",
 ]
 
-_DTYPE_CODES = {jnp.dtype(jnp.bfloat16): 0, jnp.dtype(jnp.float16): 1}
+#: The extension's dtype codes of a compressed operand (``cutlass_compressed_shapes``, the compressor).
+_DTYPE_CODES = {jnp.dtype(jnp.bfloat16): 0, jnp.dtype(jnp.float16): 1, jnp.dtype(jnp.float8_e4m3fn): 2}
+#: dtypes of the 16-bit sparse GEMMs of this module (fp8: :mod:`jax_sparse24._src.cuda_fp8_ops`).
+_GEMM_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _dtype_code(dtype, op: str) -> int:
+def _dtype_code(dtype, op: str, *, gemm: bool = True) -> int:
+    """The extension's code of ``dtype``; ``gemm``: only the 16-bit GEMM dtypes (float8_e4m3fn is a
+    compressor/shape dtype here; its GEMM is ``cuda_fp8_ops.cutlass_spmm_fp8``)."""
     d = jnp.dtype(dtype)
+    if gemm and d not in _GEMM_DTYPES:
+        raise ValueError(f"{op}: the CUTLASS sparse GEMM supports bfloat16 and float16, got dtype {d}"
+                         + (" (fp8 operands: jax_sparse24._src.cuda_fp8_ops.cutlass_spmm_fp8)"
+                            if d == jnp.dtype(jnp.float8_e4m3fn) else ""))
     if d not in _DTYPE_CODES:
-        raise ValueError(f"{op}: the CUTLASS sparse GEMM supports bfloat16 and float16, got dtype {d}")
+        raise ValueError(f"{op}: supports bfloat16, float16 and float8_e4m3fn, got dtype {d}")
     return _DTYPE_CODES[d]
 
 
@@ -98,12 +107,13 @@ def cutlass_compressed_shapes(m: int, k: int, dtype) -> tuple[tuple[int, int], t
 
     ``values`` has the operand's dtype, ``meta`` is uint8. Both are opaque blocked layouts that only
     the CUTLASS kernels read (the metadata is padded to 64 rows and 128 logical columns). Example:
-    m=3072, k=768, bfloat16 -> ((3072, 384), (3072, 96)).
+    m=3072, k=768, bfloat16 -> ((3072, 384), (3072, 96)). ``dtype`` float8_e4m3fn: the fp8 layout
+    (metadata ``(round_up(m, 64), round_up(k, 128) / 8)``).
 
     Raises:
       ValueError: unsupported dtype, a dtype not compiled in this build, or misaligned m / k.
     """
-    return _compressed_shapes(int(m), int(k), _dtype_code(dtype, "cutlass_compressed_shapes"))
+    return _compressed_shapes(int(m), int(k), _dtype_code(dtype, "cutlass_compressed_shapes", gemm=False))
 
 
 def cutlass_supports(m: int, n: int, k: int, dtype) -> bool:
@@ -111,7 +121,7 @@ def cutlass_supports(m: int, n: int, k: int, dtype) -> bool:
 
     Does not check for a GPU: the dispatch (``lax.platform_dependent``) does.
     """
-    if _ffi.extension() is None or jnp.dtype(dtype) not in _DTYPE_CODES:
+    if _ffi.extension() is None or jnp.dtype(dtype) not in _GEMM_DTYPES:
         return False
     am, an, ak = cutlass_alignment()
     if min(m, n, k) <= 0 or m % am or n % an or k % ak or max(m, n, k) >= 2**31 - 256:
@@ -132,9 +142,11 @@ def cutlass_compress(a):
     """Compress an (m, k) operand that is already 2:4 along k into CUTLASS's SM90 layout.
 
     Args:
-      a: (m, k) bfloat16 or float16 array in which every group of 4 consecutive elements along k
-        has at most two nonzeros (pass ``w * mask``). A group with more than two nonzeros gives an
-        undefined result (not checked: that would cost a pass over ``a``).
+      a: (m, k) bfloat16, float16 or float8_e4m3fn array in which every group of 4 consecutive
+        elements along k has at most two nonzeros (pass ``w * mask``). A group with more than two
+        nonzeros gives an undefined result (not checked: that would cost a pass over ``a``). The
+        float8_e4m3fn layout (for ``cuda_fp8_ops.cutlass_spmm_fp8``) needs k % 32 == 0 and m % 8 == 0
+        and an extension built with the fp8 kernels.
 
     Returns:
       ``(values, meta)`` with the shapes of :func:`cutlass_compressed_shapes`.
@@ -144,7 +156,10 @@ def cutlass_compress(a):
         raise ValueError(f"{op}: `a` must be 2-D (m, k), got shape {tuple(np.shape(a))}")
     m, k = (int(v) for v in np.shape(a))
     dtype = jnp.result_type(a)
-    values_shape, meta_shape = _compressed_shapes(m, k, _dtype_code(dtype, op))
+    code = _dtype_code(dtype, op, gemm=False)
+    if code == _DTYPE_CODES[jnp.dtype(jnp.float8_e4m3fn)] and (k % 32 or m % 8):
+        raise ValueError(f"{op}: a float8_e4m3fn operand needs k % 32 == 0 and m % 8 == 0, got m={m}, k={k}")
+    values_shape, meta_shape = _compressed_shapes(m, k, code)
     out_types = (
         jax.ShapeDtypeStruct(values_shape, dtype),
         jax.ShapeDtypeStruct(meta_shape, jnp.uint8),

@@ -11,7 +11,9 @@ Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙
 The GEMMs go through :mod:`jax_sparse24._src.gemm` (per call) and
 :mod:`jax_sparse24._src.prepared_weight` (a weight compressed once for many calls), which run the
 sparse CUDA kernel or a dense GEMM on the masked weight as :mod:`jax_sparse24._src.autotune`
-decides per backend and shape; on a CPU they are dense ``jnp.dot``.
+decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward
+and input-gradient GEMMs are :mod:`jax_sparse24._src.fp8_gemm`'s (float8_e4m3fn operands with
+per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`); the weight gradient is unchanged.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import autotune, gemm, prepared_weight
+from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
-__all__ = ["sparse24_linear", "prepare_weight", "linear_plan", "BACKENDS"]
+__all__ = ["sparse24_linear", "fp8_dense_linear", "prepare_weight", "linear_plan", "BACKENDS"]
 
 BACKENDS = autotune.BACKENDS
 
@@ -36,6 +38,7 @@ class _Config(NamedTuple):
     backend: str
     precision: object
     transposable: bool
+    fp8: bool = False
 
 
 def _flatten_tokens(x):
@@ -50,7 +53,11 @@ def _linear(x, w, mask, bias, key, prepared, cfg: _Config):
 
 def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     x2 = _flatten_tokens(x)
-    if prepared is None:
+    s_w = None
+    if cfg.fp8:
+        y2, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend)
+        y2 = y2.astype(jnp.result_type(x2, w))
+    elif prepared is None:
         y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
     elif "forward" in prepared:
         y2 = prepared_weight.forward_prepared(x2, w, mask, prepared["forward"], precision=cfg.precision)
@@ -60,14 +67,16 @@ def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     if bias is not None:
         y2 = y2 + bias.astype(y2.dtype)
     y = y2.reshape(x.shape[:-1] + (w.shape[1],))
-    return y, (x, w, mask, bias, key, prepared)
+    return y, (x, w, mask, bias, key, prepared, s_w)
 
 
 def _linear_bwd(cfg: _Config, res, g):
-    x, w, mask, bias, key, prepared = res
+    x, w, mask, bias, key, prepared, s_w = res
     x2 = _flatten_tokens(x)
     g2 = g.reshape(-1, g.shape[-1])
-    if prepared is None:
+    if cfg.fp8:
+        dx2 = fp8_gemm.input_grad(g2, w, mask, s_w, transposable=cfg.transposable, backend=cfg.backend)
+    elif prepared is None:
         dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
                               precision=cfg.precision)
     elif "input_grad" in prepared:
@@ -93,7 +102,7 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
 def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
-                    transposable: bool | None = None, prepared: dict | None = None):
+                    transposable: bool | None = None, prepared: dict | None = None, fp8: bool = False):
     """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
 
     Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
@@ -117,6 +126,16 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         compressing ``w ⊙ mask`` on this call, and its plan replaces ``backend``'s choice for
         those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
         optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
+        Not with ``fp8=True`` (ValueError).
+      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y``
+        and ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``), float32
+        accumulation, the scales applied to the accumulator, the GEMM result rounded to bfloat16
+        and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
+        the shape is aligned (and, for ``∇x``, the mask transposable), else XLA's fp8 dot of the
+        same quantized operands; on a CPU that XLA math. ``backend``: ``auto``/``cutlass`` as
+        above (``cutlass`` raises where the fp8 kernel cannot run), ``dense``/``reference``: XLA's
+        fp8 math, ``cusparselt``: ValueError. The weight gradient, the bias and the
+        straight-through to ``w`` are as without ``fp8``.
 
     Returns:
       ``(..., out)`` array.
@@ -141,13 +160,22 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    if not isinstance(fp8, (bool, np.bool_)):
+        raise ValueError(f"{op}: fp8 must be a Python bool, got {fp8!r}")
+    if fp8:
+        if prepared is not None:
+            raise ValueError(f"{op}: fp8=True does not take prepared= weights in this version (the fp8 weight "
+                             "operand is quantized and compressed on every call); pass prepared=None")
+        if backend == "cusparselt":
+            raise ValueError(f"{op}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', "
+                             "'cutlass', 'dense' or 'reference'")
     v.check_nm_mask_concrete(mask, 2, 4, 0, op)
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         mask = mask != 0
-    cfg = _Config(backend, precision, bool(transposable))
+    cfg = _Config(backend, precision, bool(transposable), bool(fp8))
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     if prepared is not None:
@@ -156,6 +184,28 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, prepared, cfg)
+
+
+def fp8_dense_linear(x, w, bias=None, *, precision=None):
+    """``x·w + bias`` with the fp8 GEMMs of ``sparse24_linear(..., fp8=True)`` on a dense weight.
+
+    The dense phase of an fp8 layer (``Sparse24Dense(fp8=True)`` with ``method="dense"`` or
+    ``sparse=False``): the same float8_e4m3fn forward and input gradient with current scaling
+    (an all-ones mask, XLA's fp8 dot on every platform), the exact 16-bit weight gradient ``xᵀ·∇y``.
+    """
+    op = "fp8_dense_linear"
+    v.check_float(x, "x", op)
+    v.check_float(w, "w", op)
+    v.check_rank(w, 2, op, "w")
+    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
+        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
+    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
+        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
+    x, w = jnp.asarray(x), jnp.asarray(w)
+    bias = None if bias is None else jnp.asarray(bias)
+    ones = jnp.ones(np.shape(w), jnp.bool_)
+    x, w, ones, bias = sharding.vary_to_union(x, w, ones, bias)
+    return _linear(x, w, ones, bias, None, None, _Config("dense", precision, False, True))
 
 
 def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
@@ -235,7 +285,7 @@ def _is_transposable(mask, shape) -> bool:
 
 
 def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bfloat16, *, backend: str = "auto",
-                transposable: bool = True, mvue: bool = True, reuse: int | None = None) -> dict:
+                transposable: bool = True, mvue: bool = True, reuse: int | None = None, fp8: bool = False) -> dict:
     """Which kernel each GEMM of :func:`sparse24_linear` runs for this layer shape on this machine.
 
     The same choices the op makes at trace time (``backend="auto"``: the measured table
@@ -251,6 +301,8 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
       reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its compression paid
         once); ``None``: the weight compressed on every call.
+      fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
+        then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot).
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -271,8 +323,13 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     if features_in % 4:
         raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
     t, i, o = int(tokens), int(features_in), int(features_out)
-    forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
-                                                     reuse=None if reuse is None else int(reuse))
+    if fp8:
+        if reuse is not None:
+            raise ValueError(f"{op}: fp8=True has no prepared weights (reuse must be None)")
+        forward, input_grad = (f"{k} (fp8)" for k in fp8_gemm.plan(backend, t, i, o, transposable=transposable))
+    else:
+        forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
+                                                         reuse=None if reuse is None else int(reuse))
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:

@@ -1,0 +1,136 @@
+"""fp8 (float8_e4m3fn) quantization and the fp8 GEMM: the single definition of the math.
+
+Every fp8 path of the library — the CPU reference, the XLA fallback on a GPU, the CUDA kernels'
+tests — computes what this module defines (docs/fp8.md).
+
+* **Format**: ``float8_e4m3fn`` (:data:`FP8_DTYPE`), largest finite value 448 (:data:`FP8_MAX`),
+  NaN but no infinity.
+* **Scale**: one float32 scalar ``s`` per tensor with ``real ≈ q·s``. *Current scaling*
+  (:func:`current_scale`): ``s = amax(|t|) / 448`` over the tensor actually quantized (for a 2:4
+  weight: over ``W̃ = W ⊙ M``). ``amax == 0`` (an all-zero tensor) or a non-finite ``amax`` (the
+  tensor holds an inf or a NaN) gives ``s = 1``: the quantization is then the identity with
+  saturation at ±448 (an inf saturates to ±448, a NaN stays NaN).
+* **Quantize** (:func:`quantize`): ``clip(t.astype(f32) * (1/s), -448, 448).astype(float8_e4m3fn)``
+  — ``1/s`` is one correctly rounded float32 division, the product one float32 multiplication,
+  the cast rounds to nearest even; NaN propagates (``clip`` keeps it, the cast keeps it).
+* **fp8 GEMM** (:func:`scaled_matmul`): ``(Σ_k qa[., k]·qb[k, .] accumulated in float32) · alpha``
+  with ``alpha = s_a·s_b`` (one float32 product), rounded once to bfloat16
+  (:data:`GEMM_OUT_DTYPE`, what the sparse fp8 kernel writes). Products of two e4m3 values are
+  exact in float32, so implementations differ only in the order of the float32 accumulation.
+
+The fp8 2:4 linear layer (``sparse24_linear(..., fp8=True)``, :mod:`jax_sparse24._src.fp8_gemm`):
+
+* forward ``y = scaled_matmul(q(x, s_x), q(W̃, s_w), s_x·s_w)``;
+* input gradient ``∇x = scaled_matmul(q(∇y, s_g), q(W̃, s_w)ᵀ, s_g·s_w)`` (``∇y`` in e4m3 with its
+  own current scale ``s_g``; ``s_w`` is the forward's);
+* weight gradient unchanged (``xᵀ·∇y`` or ``xᵀ·MVUE(∇y)`` in the compute dtype): only the two
+  weight-sparse GEMMs run in fp8 in this version.
+
+Operands are quantized from the compute dtype (``x`` and ``W`` promoted to their result dtype
+first, as the 16-bit path does), so a bfloat16 model quantizes bfloat16 values.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "amax", "scale_from_amax", "current_scale", "quantize",
+           "dequantize", "scaled_matmul", "check_scale"]
+
+#: The fp8 format of every operand (weights, activations, output gradients).
+FP8_DTYPE = jnp.dtype(jnp.float8_e4m3fn)
+#: Largest finite float8_e4m3fn value.
+FP8_MAX = 448.0
+#: dtype the fp8 GEMMs write (the kernel's epilogue: float32 accumulator · alpha, rounded once).
+GEMM_OUT_DTYPE = jnp.dtype(jnp.bfloat16)
+
+
+def amax(t):
+    """``max |t|`` as a float32 scalar (NaN if ``t`` holds a NaN, 0 for an empty array)."""
+    t = jnp.asarray(t)
+    if t.size == 0:
+        return jnp.zeros((), jnp.float32)
+    return jnp.max(jnp.abs(t.astype(jnp.float32)))
+
+
+def scale_from_amax(a):
+    """``a / 448`` in float32; 1 where ``a`` is 0, negative or not finite (see the module docstring)."""
+    a = jnp.asarray(a, jnp.float32)
+    ok = jnp.isfinite(a) & (a > 0)
+    return jnp.where(ok, a / jnp.float32(FP8_MAX), jnp.float32(1.0))
+
+
+def current_scale(t):
+    """The current-scaling scale of ``t``: ``scale_from_amax(amax(t))`` (float32 scalar)."""
+    return scale_from_amax(amax(t))
+
+
+def check_scale(s, op: str, name: str = "scale"):
+    """A float scalar (shape ``()`` or one element) as a float32 ``()`` array; ValueError otherwise."""
+    shape = tuple(jnp.shape(s))
+    dtype = jnp.result_type(s)
+    if not jnp.issubdtype(dtype, jnp.floating) or dtype == FP8_DTYPE:
+        raise ValueError(f"{op}: `{name}` must be a float32 (or other 16/32/64-bit float) scalar, got dtype {dtype}")
+    if len(shape) > 1 or (shape and shape[0] != 1):
+        raise ValueError(f"{op}: `{name}` must be a scalar (shape ()), got shape {shape}")
+    return jnp.asarray(s).astype(jnp.float32).reshape(())
+
+
+def quantize(t, s):
+    """``clip(t·(1/s), -448, 448)`` rounded to float8_e4m3fn (nearest even); NaN stays NaN.
+
+    Args:
+      t: a floating-point array (bfloat16, float16, float32, float64).
+      s: its scale, a float32 scalar (``real ≈ q·s``), e.g. :func:`current_scale` of ``t``. A
+        scale of 0, a negative one or a non-finite one is not checked (it is a traced value):
+        :func:`scale_from_amax` never makes one.
+
+    >>> import jax.numpy as jnp
+    >>> quantize(jnp.array([1.0, 3.3, -1000.0, jnp.nan]), jnp.float32(0.5)).astype(jnp.float32)
+    Array([  2.,   6., -448.,  nan], dtype=float32)
+    """
+    dtype = jnp.result_type(t)
+    if not jnp.issubdtype(dtype, jnp.floating) or dtype == FP8_DTYPE:
+        raise ValueError(f"quantize: `t` must be a bfloat16/float16/float32/float64 array, got dtype {dtype}")
+    s = check_scale(s, "quantize", "s")
+    inv = jnp.float32(1.0) / s
+    scaled = jnp.asarray(t).astype(jnp.float32) * inv
+    return jnp.clip(scaled, -FP8_MAX, FP8_MAX).astype(FP8_DTYPE)
+
+
+def dequantize(q, s, dtype=jnp.float32):
+    """``q·s`` in float32, cast to ``dtype``."""
+    return (jnp.asarray(q).astype(jnp.float32) * check_scale(s, "dequantize", "s")).astype(dtype)
+
+
+def scaled_matmul(qa, qb, alpha, *, transpose_b: bool = False):
+    """``(qa @ qb) · alpha`` with float32 accumulation, rounded once to bfloat16.
+
+    ``qa`` (n, k) and ``qb`` (k, m) (or (m, k) with ``transpose_b``) are float8_e4m3fn; ``alpha``
+    is the product of their scales (float32 scalar). XLA runs the dot with float32 accumulation
+    (on a CPU it converts the operands to float32 exactly; on a GPU it may use an fp8 GEMM).
+    """
+    for name, q in (("qa", qa), ("qb", qb)):
+        if jnp.result_type(q) != FP8_DTYPE or jnp.ndim(q) != 2:
+            raise ValueError(f"scaled_matmul: `{name}` must be a 2-D float8_e4m3fn array, got "
+                             f"{jnp.result_type(q)} {tuple(jnp.shape(q))}")
+    alpha = check_scale(alpha, "scaled_matmul", "alpha")
+    dims = (((1,), (1,)), ((), ())) if transpose_b else (((1,), (0,)), ((), ()))
+    acc = lax.dot_general(qa, qb, dims, preferred_element_type=jnp.float32)
+    return (acc * alpha).astype(GEMM_OUT_DTYPE)
+
+
+def reference_linear_forward(x2, wm):
+    """The fp8 forward of a 2:4 layer, ``x2 (T, I) · W̃ (I, O)`` with current scaling, from the
+    definitions above (tests' oracle): ``(y (T, O) bfloat16, s_x, s_w)``."""
+    s_x, s_w = current_scale(x2), current_scale(wm)
+    return scaled_matmul(quantize(x2, s_x), quantize(wm, s_w), s_x * s_w), s_x, s_w
+
+
+def reference_linear_input_grad(g2, wm, s_w):
+    """The fp8 input gradient ``∇y (T, O) · W̃ᵀ`` with ``∇y``'s current scale and the forward's
+    ``s_w``: ``(∇x (T, I) bfloat16, s_g)``."""
+    s_g = current_scale(g2)
+    return scaled_matmul(quantize(g2, s_g), quantize(wm, s_w), s_g * s_w, transpose_b=True), s_g
+

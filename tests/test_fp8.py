@@ -1,0 +1,376 @@
+"""fp8 (float8_e4m3fn) training on the CPU: the quantization math (jax_sparse24._src.fp8), the fp8
+linear op and layers against a NumPy restatement, the FFI wrappers' trace-time checks (with a
+stand-in extension object) and the errors.
+
+The NumPy restatement (``_np_*``) rounds with ml_dtypes (JAX's own float8 type) and multiplies in
+float64: products of two e4m3 values are exact in float32 and float64, so the op (float32
+accumulation) and the restatement differ only by the float32 accumulation error before the single
+rounding to bfloat16 — the tolerances below are one bfloat16 ulp (2^-8 relative) plus K·2^-24 of
+Σ|terms|.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax_sparse24 as s24
+from jax_sparse24._src import cuda_fp8_ops as cf
+from jax_sparse24._src import cuda_spmm_ops as cs
+from jax_sparse24._src import ffi, fp8_gemm
+from jax_sparse24._src import fp8 as f8
+
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+# --- NumPy restatement of the math ---------------------------------------------------------------
+
+
+def _np_scale(t) -> np.float32:
+    a = np.max(np.abs(np.asarray(t, np.float32))) if np.size(t) else np.float32(0)
+    return np.float32(a / np.float32(448)) if np.isfinite(a) and a > 0 else np.float32(1)
+
+
+def _np_quantize(t, s) -> np.ndarray:
+    inv = np.float32(1) / np.float32(s)
+    return np.clip(np.asarray(t, np.float32) * inv, -448, 448).astype(E4M3)
+
+
+def _np_gemm(qa, qb, alpha):
+    """(float64 product of the e4m3 values) · alpha, and the bound of Σ|terms|·alpha."""
+    a, b = np.asarray(qa, np.float64), np.asarray(qb, np.float64)
+    return (a @ b) * np.float64(alpha), (np.abs(a) @ np.abs(b)) * np.float64(alpha)
+
+
+def _assert_gemm_close(got, exact, abs_terms, k: int, what: str):
+    got = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
+    tol = 2.0**-8 * np.abs(exact) + (k + 2) * 2.0**-24 * abs_terms + 1e-30
+    bad = np.abs(got - exact) > tol
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} off, e.g. {got[bad][:3]} vs {exact[bad][:3]}"
+
+
+def _rand(key, shape, dtype=jnp.float32, scale=1.0):
+    return (jax.random.normal(jax.random.key(key), shape) * scale).astype(dtype)
+
+
+# --- quantize and scales ---------------------------------------------------------------------------
+
+
+def test_quantize_rounds_to_nearest_even_at_every_midpoint():
+    codes = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float32)
+    vals = np.unique(codes[np.isfinite(codes)])
+    mids = ((vals[:-1].astype(np.float64) + vals[1:]) / 2).astype(np.float32)  # exact in float32
+    got = np.asarray(f8.quantize(jnp.asarray(mids), jnp.float32(1.0)).astype(jnp.float32))
+    want = mids.astype(E4M3).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    # ties to even: 1 + 1/16 (between 1 and 1.125) goes down, 1.125 + 1/16 goes up to 1.25
+    q = f8.quantize(jnp.array([1.0625, 1.1875]), jnp.float32(1.0)).astype(jnp.float32)
+    np.testing.assert_array_equal(np.asarray(q), [1.0, 1.25])
+
+
+def test_quantize_saturates_propagates_nan_keeps_signed_zero():
+    t = jnp.array([1e6, -1e6, 449.0, 464.0, jnp.inf, -jnp.inf, jnp.nan, -0.0, 0.0, 1e-12], jnp.float32)
+    q = np.asarray(f8.quantize(t, jnp.float32(1.0)).astype(jnp.float32))
+    np.testing.assert_array_equal(q[:6], [448, -448, 448, 448, 448, -448])
+    assert np.isnan(q[6]) and q[7] == 0 and np.signbit(q[7]) and q[8] == 0 and q[9] == 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_quantize_matches_numpy_bit_for_bit(dtype):
+    t = _rand(0, (64, 96), dtype, 3.0)
+    for s in (f8.current_scale(t), jnp.float32(0.37), jnp.float32(3e-3)):
+        got = np.asarray(jax.lax.bitcast_convert_type(jax.jit(f8.quantize)(t, s), jnp.uint8))
+        want = _np_quantize(np.asarray(t.astype(jnp.float32)), np.float32(s)).view(np.uint8)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_current_scale_edge_cases():
+    assert float(f8.current_scale(jnp.zeros((4, 4)))) == 1.0  # all zero
+    assert float(f8.current_scale(jnp.array([1.0, jnp.inf]))) == 1.0  # non-finite amax
+    assert float(f8.current_scale(jnp.array([1.0, jnp.nan]))) == 1.0
+    assert float(f8.current_scale(jnp.zeros((0,)))) == 1.0  # empty
+    t = _rand(1, (32, 32), jnp.bfloat16, 5.0)
+    s = f8.current_scale(t)
+    assert s.dtype == jnp.float32 and s.shape == ()
+    assert float(s) == _np_scale(np.asarray(t.astype(jnp.float32)))
+    # the largest |t| lands on (or rounds to) ±448: the full e4m3 range is used
+    assert float(jnp.max(jnp.abs(f8.quantize(t, s).astype(jnp.float32)))) == 448.0
+    assert float(f8.scale_from_amax(jnp.float32(-1.0))) == 1.0
+
+
+def test_quantize_and_scale_errors():
+    with pytest.raises(ValueError, match="must be a scalar"):
+        f8.quantize(jnp.ones(4), jnp.ones(2))
+    with pytest.raises(ValueError, match="float32"):
+        f8.quantize(jnp.ones(4), jnp.int32(1))
+    with pytest.raises(ValueError, match="bfloat16/float16/float32"):
+        f8.quantize(jnp.ones(4, jnp.int32), jnp.float32(1))
+    with pytest.raises(ValueError, match="bfloat16/float16/float32"):
+        f8.quantize(jnp.ones(4, jnp.float8_e4m3fn), jnp.float32(1))
+    with pytest.raises(ValueError, match="2-D float8_e4m3fn"):
+        f8.scaled_matmul(jnp.ones((4, 4)), jnp.ones((4, 4), jnp.float8_e4m3fn), jnp.float32(1))
+
+
+def test_scaled_matmul_float32_accumulation_one_rounding():
+    k = 512
+    qa = f8.quantize(_rand(2, (24, k)), jnp.float32(1 / 64))
+    qb = f8.quantize(_rand(3, (k, 40)), jnp.float32(1 / 64))
+    alpha = jnp.float32(0.013)
+    got = f8.scaled_matmul(qa, qb, alpha)
+    assert got.dtype == jnp.bfloat16
+    exact, terms = _np_gemm(qa, qb, alpha)
+    _assert_gemm_close(got, exact, terms, k, "scaled_matmul")
+    got_t = f8.scaled_matmul(qa, qb.T, alpha, transpose_b=True)
+    np.testing.assert_array_equal(np.asarray(got_t.astype(jnp.float32)), np.asarray(got.astype(jnp.float32)))
+
+
+# --- the fp8 linear op -----------------------------------------------------------------------------
+
+
+def _layer_case(dtype, t=48, i=64, o=32, seed=0):
+    w = _rand(seed, (i, o), jnp.float32, 0.2)
+    mask = s24.transposable_mask24(w)
+    x = _rand(seed + 1, (t, i), dtype, 2.0)
+    return x, w, mask
+
+
+def _np_forward(x, wm):
+    xn, wn = np.asarray(x.astype(jnp.float32)), np.asarray(wm.astype(jnp.float32))
+    s_x, s_w = _np_scale(xn), _np_scale(wn)
+    exact, terms = _np_gemm(_np_quantize(xn, s_x), _np_quantize(wn, s_w), np.float32(s_x * s_w))
+    return exact, terms, s_w
+
+
+def _np_input_grad(g, wm, s_w):
+    gn, wn = np.asarray(g.astype(jnp.float32)), np.asarray(wm.astype(jnp.float32))
+    s_g = _np_scale(gn)
+    return _np_gemm(_np_quantize(gn, s_g), _np_quantize(wn, s_w).T, np.float32(s_g * s_w))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("transposable", [True, False], ids=["transposable", "plain-mask"])
+def test_fp8_linear_forward_backward_match_restatement(dtype, transposable):
+    x, w, mask = _layer_case(dtype)
+    if not transposable:
+        mask = s24.mask24(w, axis=0)
+    w = w.astype(dtype)
+    bias = _rand(9, (w.shape[1],), dtype)
+    wm = jnp.where(mask, w, 0).astype(dtype)  # W̃ in the compute dtype: what is quantized
+    g = _rand(7, (x.shape[0], w.shape[1]), dtype, 1e-3)  # a small cotangent: its own scale matters
+
+    f = jax.jit(functools.partial(s24.sparse24_linear, fp8=True))
+    y, vjp = jax.vjp(lambda x, w, b: f(x, w, mask, b), x, w, bias)
+    exact, terms, s_w = _np_forward(x, wm)
+    assert y.dtype == dtype
+    # the GEMM result is rounded to bfloat16, then cast to the compute dtype and the bias added
+    y_gemm = f(x, w, mask, None)
+    _assert_gemm_close(y_gemm, exact, terms, x.shape[1], "y")
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(y_gemm + bias))
+
+    dx, dw, db = vjp(g)
+    ex, tx = _np_input_grad(g, wm, s_w)
+    _assert_gemm_close(dx, ex, tx, w.shape[1], "dx")
+    # weight and bias gradients: the 16-bit path, unchanged by fp8
+    _, vjp16 = jax.vjp(lambda x, w, b: s24.sparse24_linear(x, w, mask, b), x, w, bias)
+    _, dw16, db16 = vjp16(g)
+    np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw16))
+    np.testing.assert_array_equal(np.asarray(db), np.asarray(db16))
+    plan = s24.linear_plan(x.shape[0], *w.shape, dtype, transposable=transposable, fp8=True)
+    assert plan["forward"] == plan["input_grad"] == "xla (fp8)"  # CPU: XLA's fp8 math
+
+
+def test_fp8_linear_leading_axes_and_reference_backend_agree():
+    x, w, mask = _layer_case(jnp.bfloat16)
+    x3 = x.reshape(3, 16, -1)
+    y3 = s24.sparse24_linear(x3, w, mask, fp8=True)
+    y_ref = s24.sparse24_linear(x, w, mask, fp8=True, backend="reference")
+    np.testing.assert_array_equal(np.asarray(y3.reshape(x.shape[0], -1)), np.asarray(y_ref))
+    # fp8 changes the numbers (so a test that passes with fp8 ignored would fail here) but not by much
+    y16 = s24.sparse24_linear(x, w, mask)
+    rel = float(jnp.linalg.norm((y_ref - y16).astype(jnp.float32)) / jnp.linalg.norm(y16.astype(jnp.float32)))
+    assert 1e-3 < rel < 0.08, rel
+
+
+def test_fp8_linear_errors():
+    x, w, mask = _layer_case(jnp.float32)
+    pw = s24.prepare_weight(w, mask, tokens=x.shape[0])
+    with pytest.raises(ValueError, match="fp8=True does not take prepared"):
+        s24.sparse24_linear(x, w, mask, prepared=pw, fp8=True)
+    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+        s24.sparse24_linear(x, w, mask, backend="cusparselt", fp8=True)
+    with pytest.raises(ValueError, match="fp8 must be a Python bool"):
+        s24.sparse24_linear(x, w, mask, fp8="yes")
+    with pytest.raises(ValueError, match="floating-point"):
+        s24.sparse24_linear(x.astype(jnp.int32), w, mask, fp8=True)
+    with pytest.raises(ValueError, match="no prepared weights"):
+        s24.linear_plan(64, 64, 32, fp8=True, reuse=2)
+    if ffi.extension() is None:  # the forced kernel needs the extension, as without fp8
+        with pytest.raises(RuntimeError, match="backend='cutlass' with fp8=True"):
+            s24.sparse24_linear(x, w, mask, backend="cutlass", fp8=True)
+    with pytest.raises(ValueError, match="fp8 must be a Python bool"):
+        s24.nn.Sparse24Dense(8, fp8=1).init(jax.random.key(0), jnp.ones((2, 16)))
+    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+        s24.nn.Sparse24Dense(8, fp8=True, backend="cusparselt").init(jax.random.key(0), jnp.ones((2, 16)))
+
+
+# --- layers ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["srste", "ste", "soft", "dense"])
+def test_sparse24dense_fp8_every_method(method):
+    from jax_sparse24._src import layer as _layer
+
+    x = _rand(11, (2, 16, 32), jnp.float32, 1.5)
+    model = s24.nn.Sparse24Dense(16, method=method, fp8=True)
+    v = model.init(jax.random.key(0), x)
+    kernel, bias = v["params"]["kernel"], v["params"]["bias"]
+    if method == "dense":
+        w_eff = kernel
+    else:
+        sp = v.get("sparsity", {})
+        w_used, m, _ = _layer.effective(method, kernel, sp.get("transposable_mask"), sp.get("beta"), True)
+        w_eff = jnp.where(m, w_used, 0)
+    y = model.apply(v, x)
+    exact, terms, _ = _np_forward(x.reshape(-1, 32), w_eff)
+    _assert_gemm_close(np.asarray(y.reshape(-1, 16) - bias, np.float64), exact, terms + 1e-6, 32, method)
+    # ∇kernel (straight through) is the 16-bit xᵀ·∇y: the same as without fp8 for a loss linear in y
+    c = _rand(12, y.shape)
+    grad = lambda mdl: jax.grad(lambda p: jnp.sum(mdl.apply({**v, "params": p}, x) * c))(v["params"])  # noqa: E731
+    g8, g16 = grad(model), grad(model.clone(fp8=False))
+    np.testing.assert_allclose(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]), rtol=1e-6, atol=1e-6)
+    assert "sparse24_prepared" not in jax.tree.leaves(s24.nn.prepare(model, v, x)) and not s24.nn.prepare(model, v, x)
+    if method != "dense":  # the dense phase of a sparse layer is the fp8 dense op
+        y_dense = model.apply(v, x, sparse=False)
+        np.testing.assert_array_equal(np.asarray(y_dense), np.asarray(s24.fp8.fp8_dense_linear(x, kernel, bias)))
+
+
+def test_nnx_sparse24linear_fp8_matches_linen():
+    from flax import nnx
+
+    x = _rand(13, (4, 32), jnp.float32)
+    layer = s24.nnx.Sparse24Linear(32, 16, fp8=True, rngs=nnx.Rngs(0))
+    linen = s24.nn.Sparse24Dense(16, fp8=True)
+    v = {"params": {"kernel": layer.kernel.get_value() if hasattr(layer.kernel, "get_value") else layer.kernel.value,
+                    "bias": layer.bias.get_value() if hasattr(layer.bias, "get_value") else layer.bias.value},
+         "sparsity": {"transposable_mask": layer.mask.get_value() if hasattr(layer.mask, "get_value")
+                      else layer.mask.value, "mask_every": jnp.int32(40)}}
+    np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(linen.apply(v, x)))
+    assert not np.array_equal(np.asarray(layer(x)), np.asarray(s24.nn.Sparse24Dense(16).apply(v, x)))
+
+
+# --- FFI wrappers: trace-time checks with a stand-in extension ------------------------------------
+
+
+class _FakeExt:
+    """The fp8 part of the extension's Python interface (shapes, alignment, config names)."""
+
+    @staticmethod
+    def cutlass_configs_fp8():
+        return ["fp8_a", "fp8_b"]
+
+    @staticmethod
+    def cutlass_alignment_fp8():
+        return (8, 16, 32)
+
+    @staticmethod
+    def cutlass_configs():
+        return ["a"]
+
+    @staticmethod
+    def cutlass_alignment():
+        return (8, 16, 16)
+
+    @staticmethod
+    def cutlass_compressed_shapes(m, k, code):
+        if code not in (0, 1, 2):
+            raise ValueError("bad dtype code")
+        r = lambda a, b: -(-a // b) * b  # noqa: E731
+        if code == 2:
+            return (m, k // 2), (r(m, 64), r(k, 128) // 8)
+        return (m, k // 2), (r(m, 64), r(k, 128) // 16)
+
+
+def _clear_caches():
+    for fn in (cf.cutlass_configs_fp8, cf.cutlass_alignment_fp8, cs._compressed_shapes, cs.cutlass_configs,
+               cs.cutlass_alignment):
+        fn.cache_clear()
+
+
+@pytest.fixture
+def fake_ext(monkeypatch):
+    _clear_caches()
+    monkeypatch.setattr(ffi, "_load", lambda: (_FakeExt(), None))
+    yield
+    _clear_caches()
+
+
+def test_fp8_wrappers_shapes_and_checks(fake_ext):
+    x = jax.ShapeDtypeStruct((96, 64), jnp.bfloat16)
+    mask = jax.ShapeDtypeStruct((96, 64), jnp.bool_)
+    s = jax.ShapeDtypeStruct((), jnp.float32)
+    v, m = jax.eval_shape(functools.partial(cf.fp8_masked_compress, transposed=True), x, mask, s)
+    assert (v.shape, v.dtype, m.shape, m.dtype) == ((64, 48), jnp.float8_e4m3fn, (64, 16), jnp.uint8)
+    v, m = jax.eval_shape(functools.partial(cf.fp8_masked_compress, transposed=False), x, mask, s)
+    assert (v.shape, m.shape) == ((96, 32), (128, 16))
+    b = jax.ShapeDtypeStruct((48, 64), jnp.float8_e4m3fn)
+    d = jax.eval_shape(functools.partial(cf.cutlass_spmm_fp8, m=96, k=64), v, m, b, s)
+    assert (d.shape, d.dtype) == ((48, 96), jnp.bfloat16)
+    assert cf.fp8_gemm_supports(96, 48, 64) and not cf.fp8_gemm_supports(96, 40, 64)
+    assert cf.fp8_compress_supports((96, 64), jnp.float32, transposed=False)
+    assert not cf.fp8_compress_supports((96, 48), jnp.float32, transposed=False)  # K = 48
+    assert cs.cutlass_compressed_shapes(64, 128, jnp.float8_e4m3fn) == ((64, 64), (64, 16))
+
+    def raises(match, fn, *args, **kw):
+        with pytest.raises(ValueError, match=match):
+            jax.eval_shape(functools.partial(fn, **kw), *args)
+
+    xf = jax.ShapeDtypeStruct((96, 48), jnp.bfloat16)
+    raises("K % 32 == 0", cf.fp8_masked_compress, xf, jax.ShapeDtypeStruct((96, 48), jnp.bool_), s)
+    raises("M % 8 == 0", cf.fp8_masked_compress, jax.ShapeDtypeStruct((64, 44), jnp.bfloat16),
+           jax.ShapeDtypeStruct((64, 44), jnp.bool_), s, transposed=True)
+    raises("bfloat16, float16 or float32", cf.fp8_masked_compress, jax.ShapeDtypeStruct((96, 64), jnp.int8),
+           mask, s)
+    raises("mask must have x's shape", cf.fp8_masked_compress, x, jax.ShapeDtypeStruct((64, 96), jnp.bool_), s)
+    raises("must be a scalar", cf.fp8_masked_compress, x, mask, jax.ShapeDtypeStruct((2,), jnp.float32))
+    raises("float32", cf.fp8_masked_compress, x, mask, jax.ShapeDtypeStruct((), jnp.int32))
+    raises("`b` must be float8_e4m3fn", cf.cutlass_spmm_fp8, v, m, jax.ShapeDtypeStruct((48, 64), jnp.bfloat16), s,
+           m=96, k=64)
+    raises("n % 16 == 0", cf.cutlass_spmm_fp8, v, m, jax.ShapeDtypeStruct((40, 64), jnp.float8_e4m3fn), s, m=96, k=64)
+    raises("compressed shape", cf.cutlass_spmm_fp8, jax.ShapeDtypeStruct((96, 30), jnp.float8_e4m3fn), m, b, s,
+           m=96, k=64)
+    raises("config must be -1", cf.cutlass_spmm_fp8, v, m, b, s, m=96, k=64, config=2)
+    raises("`meta` must be uint8", cf.cutlass_spmm_fp8, v, jax.ShapeDtypeStruct((128, 2), jnp.int8), b, s, m=96, k=64)
+    raises("must be a scalar", cf.cutlass_spmm_fp8, v, m, b, jax.ShapeDtypeStruct((1, 2), jnp.float32), m=96, k=64)
+    raises("k % 32 == 0", cs.cutlass_compress, jax.ShapeDtypeStruct((64, 48), jnp.float8_e4m3fn))
+    # the 16-bit GEMM refuses fp8 operands and says where they go
+    raises("cutlass_spmm_fp8", cs.cutlass_spmm, v, m, b, m=96, k=64)
+
+
+def test_fp8_dispatch_traces_the_kernel_branch_and_runs_the_reference_on_cpu(fake_ext, monkeypatch):
+    """With the kernels 'available', auto picks the fp8 kernel for aligned shapes and traces its
+    branch (every trace-time check of the CUDA path runs); a CPU executes the XLA math of the same
+    op — the same numbers as backend='reference'. A misaligned shape falls back to XLA's math."""
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+    x, w, mask = _layer_case(jnp.bfloat16, t=48, i=64, o=32)
+    assert fp8_gemm.plan("auto", 48, 64, 32, transposable=True) == ("cutlass", "cutlass")
+    assert fp8_gemm.plan("auto", 40, 64, 32, transposable=True) == ("xla", "xla")  # T % 16
+    assert fp8_gemm.plan("auto", 48, 64, 32, transposable=False) == ("cutlass", "xla")
+    assert fp8_gemm.plan("dense", 48, 64, 32, transposable=True) == ("xla", "xla")
+    calls = []
+    real = cf.cutlass_spmm_fp8
+    monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def loss(x, w, backend):
+        return jnp.sum(s24.sparse24_linear(x, w, mask, fp8=True, backend=backend).astype(jnp.float32) ** 2)
+
+    lowered = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2).lower(x, w, "auto")
+    assert sorted((k["m"], k["k"]) for k in calls) == [(32, 64), (64, 32)]  # forward (O, I) and ∇x (I, O)
+    got = lowered.compile()(x, w)
+    want = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2)(x, w, "reference")
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

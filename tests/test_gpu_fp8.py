@@ -1,0 +1,236 @@
+"""GPU tests of the fp8 (float8_e4m3fn) 2:4 kernels (``cuda_fp8_ops``) and ``sparse24_linear(fp8=True)``.
+
+Run on the H100: ``pytest -m gpu tests/test_gpu_fp8.py -v``. Skipped without a GPU/extension, and
+per test where the extension has no fp8 kernels.
+
+Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
+
+* ``fp8_masked_compress`` against CUTLASS's own compressor on float8_e4m3fn applied to the reference
+  quantization, ``cutlass_compress(quantize(x ⊙ mask, s))`` — **bit for bit** (values and metadata,
+  padding included), outputs written into donated buffers poisoned first (NaN values, 0xFF metadata).
+* ``cutlass_spmm_fp8`` against a float64 product of the same e4m3 operands times alpha: the kernel's
+  errors are its accumulation and the one rounding to bfloat16 (2^-8 relative). Hopper's fp8 tensor
+  cores accumulate with fewer bits than float32 between promotions to float32 registers (about 14,
+  DeepSeek-V3 report §3.3.2; the "fastaccum" configurations never promote), so the accumulation
+  term is ACC_REL (2^-12) of Σ|terms| rather than K·2^-24 — still far below what a wrong or stale
+  tile gives. Checked elementwise plus the relative Frobenius error, every configuration, poisoned
+  outputs.
+* ``sparse24_linear(fp8=True)`` on the GPU against the same op lowered to the CPU reference (XLA's fp8
+  math on the CPU device): same quantized operands, so the same elementwise bound.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+pytestmark = pytest.mark.gpu
+
+from gpu_util import skip_module_without_kernels  # noqa: E402
+
+skip_module_without_kernels()
+
+import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
+from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
+from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
+from jax_sparse24._src import fp8 as f8  # noqa: E402
+from gpu_util import LEGAL_NIBBLES, gpu, mask24_np, poisoned  # noqa: E402
+from gpu_util import fresh_rng as _rng  # noqa: E402
+
+FP8 = jnp.float8_e4m3fn
+# (R, C) of x: both directions compress (M % 8, K % 32 both ways). M not a multiple of 64 and K not
+# a multiple of 128 (metadata padding), the smallest legal shape, a multi-tile shape.
+SHAPES = [(160, 224), (32, 32), (96, 416), (520, 384)]
+SHAPE_IDS = ["x".join(map(str, s)) for s in SHAPES]
+IN_DTYPES = [jnp.bfloat16, jnp.float32, jnp.float16]
+
+
+@pytest.fixture(autouse=True)
+def _need_fp8_kernels():
+    if not cf.fp8_kernels_built():
+        pytest.skip("the extension has no fp8 kernels (cutlass_configs_fp8 missing or empty)")
+
+
+def _x(rng, shape, dtype):
+    """Normal values with exact zeros, -0.0, ties and a spread of magnitudes (never all zero)."""
+    x = rng.standard_normal(shape).astype(np.float32) * np.float32(rng.uniform(0.5, 30.0))
+    u = rng.random(shape)
+    x = np.where(u < 0.04, np.float32(0.0), x)
+    x = np.where((u >= 0.04) & (u < 0.06), np.float32(-0.0), x)
+    x = np.where((u >= 0.06) & (u < 0.08), np.float32(1e-6), x)  # below e4m3's range after scaling
+    return jnp.asarray(x, dtype)
+
+
+def _u8(a) -> np.ndarray:
+    return np.asarray(jax.lax.bitcast_convert_type(jnp.asarray(a), jnp.uint8))
+
+
+def assert_same_compressed(got, ref, what: str):
+    (gv, gm), (rv, rm) = got, ref
+    assert gv.dtype == FP8 and gv.shape == rv.shape and gm.shape == rm.shape, \
+        f"{what}: {gv.dtype} {gv.shape} {gm.shape} vs {rv.shape} {rm.shape}"
+    gm, rm = np.asarray(gm), np.asarray(rm)
+    nib = np.concatenate([gm & 0xF, gm >> 4]).ravel()
+    bad = sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES)
+    assert not bad, f"{what}: illegal metadata nibbles {bad} (0xF = unwritten poison)"
+    gb, rb = _u8(gv), _u8(rv)
+    if not np.array_equal(gb, rb):
+        r, c = np.nonzero(gb != rb)
+        raise AssertionError(f"{what}: {r.size} value bytes differ, first at {(r[0], c[0])}: {gb[r[0], c[0]]:#04x} "
+                             f"vs {rb[r[0], c[0]]:#04x}")
+    if not np.array_equal(gm, rm):
+        r, c = np.nonzero(gm != rm)
+        raise AssertionError(f"{what}: {r.size} metadata bytes differ, first at {(r[0], c[0])}")
+
+
+@pytest.mark.parametrize("dtype", IN_DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_fp8_masked_compress_bit_exact(shape, dtype):
+    rng, seed = _rng()
+    x = _x(rng, shape, dtype)
+    mask = cm.transposable_mask24_cuda(x.astype(jnp.bfloat16)) & jnp.asarray(rng.random(shape) > 0.1)
+    xm = jnp.where(mask, x, jnp.zeros((), dtype))
+    for s in (f8.current_scale(xm), jnp.float32(rng.uniform(1e-3, 0.3)), jnp.float32(1.0)):
+        q = jax.jit(f8.quantize)(xm, s)  # the reference quantization (float32 math, RNE, saturating)
+        for transposed in (True, False):
+            ref = jax.jit(cs.cutlass_compress)(q.T if transposed else q)
+            got = poisoned(functools.partial(cf.fp8_masked_compress, transposed=transposed))(x, mask, s)
+            assert_same_compressed(got, ref, f"seed={seed} shape={shape} {jnp.dtype(dtype).name} "
+                                             f"s={float(s)} transposed={transposed}")
+
+
+def test_fp8_masked_compress_saturates_and_keeps_nan():
+    """Values beyond ±448·s saturate, a NaN stays NaN (as ``fp8.quantize``), bit for bit."""
+    rng, seed = _rng()
+    x = np.asarray(_x(rng, (64, 128), jnp.float32))
+    x[0, :8] = [1e9, -1e9, np.inf, -np.inf, np.nan, 449.0, -448.5, 5.0]
+    mask = mask24_np(np.nan_to_num(x), axis=1)
+    mask[0, :8] = [True, False, True, False, True, True, False, False]  # keep 1e9, inf, NaN, 449
+    x, mask = jnp.asarray(x), jnp.asarray(mask)
+    s = jnp.float32(1.0)
+    ref = cs.cutlass_compress(f8.quantize(jnp.where(mask, x, 0.0), s))
+    got = poisoned(functools.partial(cf.fp8_masked_compress, transposed=False))(x, mask, s)
+    # NaN payloads: compare bytes; e4m3fn has one NaN pattern per sign (0x7F / 0xFF)
+    assert_same_compressed(got, ref, f"seed={seed}")
+
+
+def _nonzero_fp8(rng, shape, scale=1.0):
+    x = rng.standard_normal(shape).astype(np.float32) * scale
+    x = np.where(np.abs(x) < 1e-2, np.float32(0.5), x)
+    return jnp.asarray(x).astype(FP8)
+
+
+#: Accumulation error bound of the fp8 tensor-core GEMM, relative to Σ|terms| (see the docstring).
+ACC_REL = 2.0**-12
+
+
+def _check_gemm(d, qa, qb, alpha, what):
+    """d (n, m) bf16 vs float64 b @ a.T · alpha: one bf16 rounding + float32 accumulation."""
+    a, b = np.asarray(qa.astype(jnp.float32), np.float64), np.asarray(qb.astype(jnp.float32), np.float64)
+    exact = (b @ a.T) * float(alpha)
+    terms = (np.abs(b) @ np.abs(a).T) * float(alpha)
+    got = np.asarray(jnp.asarray(d).astype(jnp.float32), np.float64)
+    assert d.dtype == jnp.bfloat16 and got.shape == exact.shape, f"{what}: {d.dtype} {got.shape}"
+    assert np.isfinite(got).all(), f"{what}: non-finite output"
+    tol = 2.0**-8 * np.abs(exact) + ACC_REL * terms + 1e-30
+    bad = np.abs(got - exact) > tol
+    if bad.any():
+        r, c = np.nonzero(bad)
+        raise AssertionError(f"{what}: {bad.sum()} of {bad.size} off, first ({r[0]}, {c[0]}): {got[r[0], c[0]]} vs "
+                             f"{exact[r[0], c[0]]}; rows {np.unique(r)[:8]}")
+    rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert rel < 2.0**-7, f"{what}: relative Frobenius error {rel:.3g}"
+
+
+# (M, N, K) of the fp8 GEMM: partial tiles, M not % 64, K not % 128, long K, the smallest legal one.
+GEMM_SHAPES = [(256, 128, 128), (264, 144, 160), (1024, 528, 512), (384, 256, 3072), (8, 16, 32)]
+
+
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cutlass_spmm_fp8_every_config(shape):
+    m, n, k = shape
+    rng, seed = _rng()
+    a = _nonzero_fp8(rng, (m, k), 8.0)
+    a = jnp.where(jnp.asarray(mask24_np(np.asarray(a.astype(jnp.float32)), axis=1)), a, jnp.zeros((), FP8))
+    b = _nonzero_fp8(rng, (n, k), 8.0)
+    alpha = jnp.float32(rng.uniform(1e-4, 1e-2))
+    values, meta = jax.jit(cs.cutlass_compress)(a)
+    for config in [-1, *range(len(cf.cutlass_configs_fp8()))]:
+        d = poisoned(functools.partial(cf.cutlass_spmm_fp8, m=m, k=k, config=config))(values, meta, b, alpha)
+        name = "default" if config == -1 else cf.cutlass_configs_fp8()[config]
+        _check_gemm(d, a, b, alpha, f"seed={seed} shape={shape} config={name}")
+
+
+def test_fp8_compress_then_gemm_round_trip():
+    """fused compress (forward operand q(W̃)ᵀ) + GEMM with b = I and alpha = 1 gives q(W̃) back exactly."""
+    rng, seed = _rng()
+    i, o = 128, 64
+    w = _x(rng, (i, o), jnp.bfloat16)
+    mask = cm.transposable_mask24_cuda(w)
+    s = f8.current_scale(jnp.where(mask, w, 0))
+    values, meta = cf.fp8_masked_compress(w, mask, s, transposed=True)  # A = q(W̃)ᵀ (o, i)
+    eye = jnp.eye(i, dtype=jnp.float32).astype(FP8)
+    d = poisoned(functools.partial(cf.cutlass_spmm_fp8, m=o, k=i))(values, meta, eye, jnp.float32(1.0))
+    want = f8.quantize(jnp.where(mask, w, 0), s).astype(jnp.float32)  # (i, o) = D (n=i, m=o)
+    np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)), np.asarray(want), err_msg=f"seed={seed}")
+
+
+# --- the layer on the GPU vs the same op on the CPU -------------------------------------------------
+
+
+@pytest.mark.parametrize("transposable", [True, False], ids=["transposable", "plain-mask"])
+@pytest.mark.parametrize("tio", [(256, 512, 384), (272, 160, 96)], ids=["aligned", "partial-tiles"])
+def test_sparse24_linear_fp8_gpu_matches_cpu_reference(tio, transposable):
+    t, i, o = tio
+    rng, seed = _rng()
+    w = jnp.asarray(rng.standard_normal((i, o)).astype(np.float32) * 0.05)
+    mask = s24.transposable_mask24(w) if transposable else s24.mask24(w, axis=0)
+    x = jnp.asarray(rng.standard_normal((t, i)).astype(np.float32)).astype(jnp.bfloat16)
+    g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(jnp.bfloat16)
+    w = w.astype(jnp.bfloat16)
+    plan = s24.linear_plan(t, i, o, jnp.bfloat16, transposable=transposable, fp8=True)
+    assert plan["forward"] == "cutlass (fp8)", plan  # every shape here is aligned for the kernel
+    assert plan["input_grad"] == ("cutlass (fp8)" if transposable else "xla (fp8)"), plan
+
+    def run(x, w, g):
+        y, vjp = jax.vjp(lambda x, w: s24.sparse24_linear(x, w, mask, transposable=transposable, fp8=True), x, w)
+        return (y,) + vjp(g)
+
+    cpu = jax.devices("cpu")[0]
+    y, dx, dw = jax.jit(run)(*jax.device_put((x, w, g), gpu()))
+    yc, dxc, dwc = jax.jit(run)(*jax.device_put((x, w, g), cpu))
+    wm = jnp.where(mask, w, 0)
+    s_x, s_w, s_g = (float(f8.current_scale(a)) for a in (x, wm, g))
+    terms_y = np.abs(np.asarray(f8.quantize(x, s_x).astype(jnp.float32), np.float64)) @ np.abs(
+        np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)) * s_x * s_w
+    terms_dx = np.abs(np.asarray(f8.quantize(g, s_g).astype(jnp.float32), np.float64)) @ np.abs(
+        np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)).T * s_g * s_w
+    for got, ref, terms, k, name in ((y, yc, terms_y, i, "y"), (dx, dxc, terms_dx, o, "dx")):
+        got = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
+        ref = np.asarray(jnp.asarray(ref).astype(jnp.float32), np.float64)
+        # both are one bf16 rounding of the same exact value: 2 bf16 ulps + both accumulations
+        tol = 2.0**-7 * np.abs(ref) + (ACC_REL + (k + 2) * 2.0**-24) * terms + 1e-30
+        bad = np.abs(got - ref) > tol
+        assert not bad.any(), f"seed={seed} {name}: {bad.sum()} of {bad.size} elements off"
+    # the weight gradient is the 16-bit GEMM (cuBLAS vs CPU): bf16 tolerance
+    np.testing.assert_allclose(np.asarray(dw, np.float32), np.asarray(dwc, np.float32), rtol=2e-2,
+                               atol=2e-2 * float(jnp.max(jnp.abs(dwc.astype(jnp.float32)))), err_msg=f"seed={seed}")
+
+
+def test_fp8_kernel_errors_name_the_constraint():
+    x = jnp.ones((64, 48), jnp.bfloat16)
+    with pytest.raises(ValueError, match="K % 32 == 0"):
+        cf.fp8_masked_compress(x, x != 0, jnp.float32(1.0))
+    a = jnp.ones((64, 64), FP8)
+    values, meta = cs.cutlass_compress(jnp.where(jnp.asarray(mask24_np(np.ones((64, 64)))), a, jnp.zeros((), FP8)))
+    with pytest.raises(ValueError, match="n % 16 == 0"):
+        cf.cutlass_spmm_fp8(values, meta, jnp.ones((40, 64), FP8), jnp.float32(1.0), m=64, k=64)
+    with pytest.raises(ValueError, match="must be float8_e4m3fn"):
+        cf.cutlass_spmm_fp8(values, meta, jnp.ones((32, 64), jnp.bfloat16), jnp.float32(1.0), m=64, k=64)
+    assert cf.cutlass_alignment_fp8() == (8, 16, 32)
