@@ -10,6 +10,8 @@
 #          (default "gemm train"; table: rebuild the auto table with this run's layer results first)
 #   fp8probe: scripts/probe_fp8.py (fp8 compress + GEMM correctness through the FFI targets, and
 #            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
+#   fp8: the fp8 GPU tests (tests/test_gpu_fp8.py) and benchmarks/bench_fp8_gemm.py
+#   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -151,6 +153,21 @@ if asked fp8probe; then
   timeout ${PROBE_FP8_TIMEOUT:-300} $PY scripts/probe_fp8.py --out "$OUT" ${PROBE_FP8_ARGS:-} > "$OUT/logs/probe_fp8.log" 2>&1
   rc=$?; note "probe_fp8 rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/probe_fp8.log")"; [ $rc -eq 0 ] || status=1
   cp "$OUT/logs/probe_fp8.log" "$OUT/" 2>/dev/null
+fi
+
+if asked fp8; then
+  t0=$(date +%s)
+  timeout ${FP8_TEST_TIMEOUT:-150} $PY -m pytest -m gpu -q -rs tests/test_gpu_fp8.py > "$OUT/logs/gpu_fp8_tests.log" 2>&1
+  rc=$?; note "fp8 gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_fp8_tests.log")"; [ $rc -eq 0 ] || { grep -E "^(FAILED|ERROR)|Error" "$OUT/logs/gpu_fp8_tests.log" | head -20; status=1; }
+  t0=$(date +%s)
+  timeout ${FP8_BENCH_TIMEOUT:-240} $PY benchmarks/bench_fp8_gemm.py --out "$OUT" ${FP8_BENCH_ARGS:-} > "$OUT/logs/bench_fp8_gemm.log" 2>&1
+  rc=$?; note "bench_fp8_gemm rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_fp8_gemm.log"; status=1; }
+fi
+
+if asked launch; then
+  t0=$(date +%s)
+  timeout ${LAUNCH_TIMEOUT:-240} $PY benchmarks/bench_launch.py --out "$OUT" ${LAUNCH_ARGS:-} > "$OUT/logs/bench_launch.log" 2>&1
+  rc=$?; note "bench_launch rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_launch.log"; status=1; }
 fi
 
 if want multigpu; then
