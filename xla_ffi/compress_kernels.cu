@@ -52,12 +52,12 @@ namespace {
 using mask_kernels::KeyWords;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
-using mask_kernels::Mvue24Kept;
-using mask_kernels::Mvue24Sample;
-using mask_kernels::PhiloxPair;
+using mask_kernels::Mvue24Kept2;
+using mask_kernels::Mvue24Pick;
+using mask_kernels::Mvue24Value;
+using mask_kernels::PhiloxQuad;
 using mask_kernels::SoftThreshold24;
 using mask_kernels::U32x4;
-using mask_kernels::Uniform01;
 
 enum class Op { kPrune, kMask, kMvue, kSoft };
 
@@ -82,6 +82,15 @@ template <>
 struct Elem16<__nv_bfloat16> {
   SP24_HD static float ToFloat(uint32_t bits) { return mask_kernels::BitsFloat(bits << 16); }
   SP24_HD static uint32_t FromFloat(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+  // FromFloat(lo) | FromFloat(hi) << 16 (one conversion instruction on the device).
+  SP24_HD static uint32_t Pack2(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+#else
+    return FromFloat(lo) | (FromFloat(hi) << 16);
+#endif
+  }
 };
 template <>
 struct Elem16<__half> {
@@ -89,6 +98,14 @@ struct Elem16<__half> {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
   SP24_HD static uint32_t FromFloat(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  SP24_HD static uint32_t Pack2(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+#else
+    return FromFloat(lo) | (FromFloat(hi) << 16);
+#endif
+  }
 };
 
 // Read-only global loads (the non-coherent path on the device; plain copies in the host
@@ -144,25 +161,26 @@ SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b
   return nib;
 }
 
-// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, u1, u2))):
-// only the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's
-// rule for two nonzeros). A drawn lane whose value is zero (g == 0 there) takes CompressGroup's
-// general rule. Returns the nibble; *pair = v_lo | v_hi << 16.
+// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, bits))): only
+// the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's rule for
+// two nonzeros). A drawn lane with g == 0 (its output is 0) takes CompressGroup's general rule.
+// Returns the nibble; *pair = v_lo | v_hi << 16.
 template <class E>
-SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], float u1, float u2, uint32_t* pair) {
-  float y[4];
-  int i, j;
-  Mvue24Sample(g, u1, u2, &i, &j, y);
-  const int lo = i < j ? i : j, hi = i < j ? j : i;  // lo in 0..2, hi in 1..3
-  const uint32_t vlo = E::FromFloat(lo == 0 ? y[0] : (lo == 1 ? y[1] : y[2]));
-  const uint32_t vhi = E::FromFloat(hi == 3 ? y[3] : (hi == 2 ? y[2] : y[1]));
-  if ((vlo & 0x7FFFu) != 0u && (vhi & 0x7FFFu) != 0u) {
-    *pair = vlo | (vhi << 16);
-    return static_cast<uint32_t>(lo | (hi << 2));
+SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], uint32_t bits, uint32_t* pair) {
+  const Mvue24Kept2 r = Mvue24Pick(g, bits);
+  // g != 0 at both drawn lanes: g / p is finite and at least |g| in magnitude, so both values are
+  // nonzero in x's dtype.
+  if (r.g_lo != 0.0f && r.g_hi != 0.0f) {
+    *pair = E::Pack2(r.y_lo, r.y_hi);
+    return r.nib;
   }
+  const int lo = r.lo(), hi = r.hi();
   uint32_t b[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) b[k] = E::FromFloat(Mvue24Kept(g[k], y[k], k == lo || k == hi));
+  for (int k = 0; k < 4; ++k) {
+    const float v = k == lo ? Mvue24Value(r.g_lo, r.y_lo) : (k == hi ? Mvue24Value(r.g_hi, r.y_hi) : 0.0f);
+    b[k] = E::FromFloat(v);
+  }
   return CompressGroup(b[0], b[1], b[2], b[3], pair);
 }
 
@@ -310,31 +328,33 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
       }
     } else {
       // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
-      float u[8][2][2];  // MVUE uniforms per (line, h)
+      uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
       if constexpr (OP == Op::kMvue) {
         if constexpr (TRANS) {
-          // group (row group gr, column c): index gr * C + c; columns c, c + 1 (c even) share a pair.
+          // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
+          // C % 8 == 0) are one Philox quad.
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int64_t gbase = (rb / 4 + h) * C + cb;
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-              const U32x4 r = PhiloxPair(key, gbase + 2 * jj);
-              u[2 * jj][h][0] = Uniform01(r.x);
-              u[2 * jj][h][1] = Uniform01(r.y);
-              u[2 * jj + 1][h][0] = Uniform01(r.z);
-              u[2 * jj + 1][h][1] = Uniform01(r.w);
+            for (int qq = 0; qq < 2; ++qq) {
+              const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
+              rb32[4 * qq][h] = r.x;
+              rb32[4 * qq + 1][h] = r.y;
+              rb32[4 * qq + 2][h] = r.z;
+              rb32[4 * qq + 3][h] = r.w;
             }
           }
         } else {
-          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h, cb / 4 even.
+          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
+          // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            const U32x4 r = PhiloxPair(key, (rb + i) * (C / 4) + cb / 4);
-            u[i][0][0] = Uniform01(r.x);
-            u[i][0][1] = Uniform01(r.y);
-            u[i][1][0] = Uniform01(r.z);
-            u[i][1][1] = Uniform01(r.w);
+            const int64_t gi = (rb + i) * (C / 4) + cb / 4;
+            const U32x4 r = PhiloxQuad(key, gi);
+            const bool upper = (gi & 2) != 0;
+            rb32[i][0] = upper ? r.z : r.x;
+            rb32[i][1] = upper ? r.w : r.y;
           }
         }
       }
@@ -365,7 +385,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
 #pragma unroll
             for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
           } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-            mv_nib[line][h] = MvueCompressGroup<E>(v, u[line][h][0], u[line][h][1], &mv_pair[line][h]);
+            mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
           }
           if constexpr (OP != Op::kMvue) {
 #pragma unroll
