@@ -2,8 +2,9 @@
 // (mask_kernels.cu) and the fused compressors (compress_kernels.cu), so both draw exactly the same
 // MVUE sample for a key. Generator: Philox4x32-10 (Random123 constants) with key (k0, k1) and
 // counter (quad lo, quad hi, k2, k3), quad = (group index within the key's batch element) / 4; group
-// g takes word g % 4 (x, y, z, w) of its quad's output, and its two uniforms are that word's low and
-// high 16 bits h: u = (h + 1/2) * 2^-16 (Mvue24Pick). Host+device so the math can be unit-tested on a CPU.
+// g takes word g % 4 (x, y, z, w) of its quad's output; its two uniforms are u = (h + 1/2) * 2^-16 with
+// h = that word's bits 7..22 (u1) and bits 23..31, 0..6 (u2, the bits 7..22 of the word with its
+// halves swapped) (Mvue24Draw). Host+device so the math can be unit-tested on a CPU.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -144,8 +145,18 @@ SP24_HD U32x4 Philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) { return Philox4x
 //
 // Recip: one MUFU.RCP (~1 ulp) on the device, exact division on the host (the host emulation).
 
-// 1 + (h + 1/2) 2^-16 for the 16-bit value h (exactly representable).
-SP24_HD float OnePlusUniform16(uint32_t h16) { return BitsFloat(0x3F800040u | (h16 << 7)); }
+// 1 + (h + 1/2) 2^-16 (exactly representable) for the 16-bit value h held in bits 7..22 of w.
+SP24_HD float OnePlusUniform16(uint32_t w) { return BitsFloat(0x3F800040u | (w & 0x007FFF80u)); }
+
+// The group's 32 random bits with its 16-bit halves swapped: bits 7..22 are then the bits 23..31
+// and 0..6 of `bits`, the second uniform's.
+SP24_HD uint32_t Rotate16(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(bits, bits, 0x1032);
+#else
+  return (bits << 16) | (bits >> 16);
+#endif
+}
 
 // The group's weights a (scaled, see above) and their sums.
 struct Mvue24Sums {
@@ -171,7 +182,7 @@ SP24_HD Mvue24Sums Mvue24Weights(const float (&g)[4]) {
   return m;
 }
 
-// The two draws from the 32 random bits (u1 from the low half, u2 from the high half), as
+// The two draws from the 32 random bits (u1 from bits 7..22, u2 from bits 23..31 and 0..6), as
 // predicates: i = b0 + b1 + b2 (b2 => b1 => b0), j = the n-th other lane, n = e1 + e2 (e2 => e1).
 struct Mvue24Flags {
   bool b0, b1, b2, e1, e2;
@@ -179,7 +190,7 @@ struct Mvue24Flags {
 
 SP24_HD Mvue24Flags Mvue24Draw(const Mvue24Sums& m, uint32_t bits) {
   Mvue24Flags f;
-  const float r1 = fmaf(OnePlusUniform16(bits & 0xFFFFu), m.s, -m.s);
+  const float r1 = fmaf(OnePlusUniform16(bits), m.s, -m.s);
   f.b0 = r1 >= m.a[0];
   f.b1 = r1 >= m.t01;
   f.b2 = r1 >= m.c2;
@@ -187,7 +198,7 @@ SP24_HD Mvue24Flags Mvue24Draw(const Mvue24Sums& m, uint32_t bits) {
   const float d1 = f.b0 ? m.a[0] : m.a[1];
   const float d2 = f.b1 ? m.t01 : d1 + m.a[2];
   const float ri = f.b2 ? m.rest[3] : (f.b1 ? m.rest[2] : (f.b0 ? m.rest[1] : m.rest[0]));
-  const float r2 = fmaf(OnePlusUniform16(bits >> 16), ri, -ri);
+  const float r2 = fmaf(OnePlusUniform16(Rotate16(bits)), ri, -ri);
   f.e1 = r2 >= d1;
   f.e2 = r2 >= d2;
   return f;
@@ -228,7 +239,7 @@ SP24_HD Mvue24Kept2 Mvue24Pick(const float (&g)[4], uint32_t bits) {
   float p[4];
   Mvue24Probabilities(m, p);
   Mvue24Kept2 r;
-  r.nib = 4u + (lo_gt0 ? 1u : 0u) + (lo_gt1 ? 1u : 0u) + (hi_gt1 ? 4u : 0u) + (hi_gt2 ? 4u : 0u);
+  r.nib = (lo_gt1 ? 2u : (lo_gt0 ? 1u : 0u)) | (hi_gt2 ? 12u : (hi_gt1 ? 8u : 4u));
   const float p_lo = lo_gt0 ? (lo_gt1 ? p[2] : p[1]) : p[0];
   const float p_hi = hi_gt2 ? p[3] : (hi_gt1 ? p[2] : p[1]);
   r.g_lo = lo_gt0 ? (lo_gt1 ? g[2] : g[1]) : g[0];

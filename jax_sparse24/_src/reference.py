@@ -187,9 +187,9 @@ def mvue24_inclusion_probabilities(a):
     return p_first + second
 
 
-def _one_plus_uniform16(h):
-    """``1 + (h + 1/2)·2⁻¹⁶`` as float32 for 16-bit integers ``h`` (uint32), built from its bits."""
-    return lax.bitcast_convert_type(jnp.uint32(0x3F800040) | (h << 7), jnp.float32)
+def _one_plus_uniform16(w):
+    """``1 + (h + 1/2)·2⁻¹⁶`` as float32 for the 16-bit value ``h`` in bits 7..22 of uint32 ``w``."""
+    return lax.bitcast_convert_type(jnp.uint32(0x3F800040) | (w & jnp.uint32(0x007FFF80)), jnp.float32)
 
 
 def mvue24(key, x, axis: int = -1):
@@ -201,8 +201,8 @@ def mvue24(key, x, axis: int = -1):
 
     The draws are the CUDA kernels' (``xla_ffi/mvue_rng.cuh``; the random words come from
     ``jax.random.bits`` here and from Philox4x32-10 there, so the samples differ but their
-    distribution is the same): each group takes 32 random bits, ``u1`` from the low and ``u2`` from
-    the high 16 bits, ``u = (h + 1/2)·2⁻¹⁶``; ``i`` = how many of the cumulative sums ``a_0``,
+    distribution is the same): each group takes 32 random bits, ``u = (h + 1/2)·2⁻¹⁶`` with ``h``
+    bits 7..22 for ``u1`` and bits 23..31, 0..6 for ``u2``; ``i`` = how many of the cumulative sums ``a_0``,
     ``a_0 + a_1``, ``a_0 + a_1 + a_2`` are ``<= u1·S``; ``j`` = the ``n``-th of the other three lanes
     (in lane order), ``n`` = how many of their first two cumulative sums are ``<= u2·(S − a_i)``.
     The 16-bit uniforms move each draw's probabilities by at most 2⁻¹⁶ (a bias of at most
@@ -231,14 +231,14 @@ def mvue24(key, x, axis: int = -1):
     rest = jnp.stack([a1 + t23, a0 + t23, t01 + a3, c2], axis=-1)  # S - a_k, as sums of the others
     bits = jax.random.bits(key, g.shape[:-1], jnp.uint32)
     # first draw: i = number of cumulative weights <= u1 * S
-    r1 = (_one_plus_uniform16(bits & 0xFFFF) - 1.0) * s
+    r1 = (_one_plus_uniform16(bits) - 1.0) * s
     b0, b1, b2 = r1 >= a0, r1 >= t01, r1 >= c2
     i = b0.astype(jnp.int32) + b1.astype(jnp.int32) + b2.astype(jnp.int32)
     # second draw among the other lanes o_0 < o_1 < o_2, weights a_j / (S - a_i)
     d1 = jnp.where(b0, a0, a1)
     d2 = jnp.where(b1, t01, d1 + a2)
     ri = jnp.take_along_axis(rest, i[..., None], axis=-1)[..., 0]
-    r2 = (_one_plus_uniform16(bits >> 16) - 1.0) * ri
+    r2 = (_one_plus_uniform16((bits << 16) | (bits >> 16)) - 1.0) * ri  # halves swapped
     n = (r2 >= d1).astype(jnp.int32) + (r2 >= d2).astype(jnp.int32)
     j = n + (n >= i).astype(jnp.int32)
     lane = jnp.arange(4)

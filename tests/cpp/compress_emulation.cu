@@ -298,7 +298,7 @@ void MvueExactDistribution() {
     const mk::Mvue24Sums m = mk::Mvue24Weights(g);
     double cnt_i[4] = {0, 0, 0, 0}, incl[4] = {0, 0, 0, 0};
     for (uint32_t h = 0; h < 65536u; ++h) {
-      const mk::Mvue24Flags f = mk::Mvue24Draw(m, h);
+      const mk::Mvue24Flags f = mk::Mvue24Draw(m, h << 7);  // u1 = bits 7..22
       cnt_i[f.b0 + f.b1 + f.b2] += 1.0;
     }
     for (int i = 0; i < 4; ++i) {
@@ -306,13 +306,14 @@ void MvueExactDistribution() {
       // a low half that draws i (any: the second draw depends on i only)
       uint32_t h1 = 0;
       while (true) {
-        const mk::Mvue24Flags f = mk::Mvue24Draw(m, h1);
+        const mk::Mvue24Flags f = mk::Mvue24Draw(m, h1 << 7);
         if (f.b0 + f.b1 + f.b2 == i) break;
         ++h1;
       }
       double cnt_n[3] = {0, 0, 0};
       for (uint32_t h2 = 0; h2 < 65536u; ++h2) {
-        const mk::Mvue24Flags f = mk::Mvue24Draw(m, h1 | (h2 << 16));
+        // u2 = bits 23..31, 0..6 (bits 7..22 of the word with its halves swapped)
+        const mk::Mvue24Flags f = mk::Mvue24Draw(m, (h1 << 7) | mk::Rotate16(h2 << 7));
         if (f.b0 + f.b1 + f.b2 != i) { printf("  mvue draw: i changed with u2\n"); ++bad; }
         cnt_n[f.e1 + f.e2] += 1.0;
       }
