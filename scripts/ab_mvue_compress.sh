@@ -2,15 +2,29 @@
 # Time variants of the fused MVUE compressor side by side (scripts/ab_mvue_compress.cu), on the GPU:
 #
 #   bash scripts/ab_mvue_compress.sh xla_ffi /path/to/variant_xla_ffi ...   (default: xla_ffi)
+#   bash scripts/ab_mvue_compress.sh git:f88f697~1 xla_ffi    (an older commit's kernel against this one)
 #
 # Each argument is a directory holding compress_kernels.cu and its headers (a copy of xla_ffi/ with
-# a change). Three interleaved rounds; results to stdout and $OUT/ab_mvue_compress.txt.
+# a change), or git:<rev> for xla_ffi/ as it was at <rev> (extracted to a temporary directory; the
+# old kernel lives only there, never in the library). Three interleaved rounds; results to stdout
+# and $OUT/ab_mvue_compress.txt. Variants that draw differently (another generator or formula, e.g.
+# before and after issue 20's MVUE change) print different output hashes; variants that only change
+# how the same draws are computed must print equal ones.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 INC=$(python3 -c "import jax; print(jax.ffi.include_dir())") || exit 1
 dirs=("${@:-xla_ffi}")
+for n in "${!dirs[@]}"; do
+  if [[ "${dirs[$n]}" == git:* ]]; then
+    rev=${dirs[$n]#git:}
+    tmp=$(mktemp -d /tmp/ab_mvue_src.XXXXXX)
+    git archive "$rev" xla_ffi | tar -x -C "$tmp" || { echo "cannot extract xla_ffi at $rev"; exit 1; }
+    dirs[$n]="$tmp/xla_ffi"
+    echo "variant $n: xla_ffi at $rev ($(git rev-parse --short "$rev")) -> ${dirs[$n]}"
+  fi
+done
 for n in "${!dirs[@]}"; do
   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -O3 -DNDEBUG -I"$INC" \
     -I"${dirs[$n]}" -o "/tmp/ab_mvue_$n" scripts/ab_mvue_compress.cu > "/tmp/ab_mvue_$n.log" 2>&1 &

@@ -52,12 +52,12 @@ namespace {
 using mask_kernels::KeyWords;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
-using mask_kernels::Mvue24Kept;
-using mask_kernels::Mvue24Sample;
-using mask_kernels::PhiloxPair;
+using mask_kernels::Mvue24Kept2;
+using mask_kernels::Mvue24Pick;
+using mask_kernels::Mvue24Value;
+using mask_kernels::PhiloxQuad;
 using mask_kernels::SoftThreshold24;
 using mask_kernels::U32x4;
-using mask_kernels::Uniform01;
 
 enum class Op { kPrune, kMask, kMvue, kSoft };
 
@@ -82,6 +82,15 @@ template <>
 struct Elem16<__nv_bfloat16> {
   SP24_HD static float ToFloat(uint32_t bits) { return mask_kernels::BitsFloat(bits << 16); }
   SP24_HD static uint32_t FromFloat(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+  // FromFloat(lo) | FromFloat(hi) << 16 (one conversion instruction on the device).
+  SP24_HD static uint32_t Pack2(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+#else
+    return FromFloat(lo) | (FromFloat(hi) << 16);
+#endif
+  }
 };
 template <>
 struct Elem16<__half> {
@@ -89,6 +98,14 @@ struct Elem16<__half> {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
   SP24_HD static uint32_t FromFloat(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  SP24_HD static uint32_t Pack2(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+#else
+    return FromFloat(lo) | (FromFloat(hi) << 16);
+#endif
+  }
 };
 
 // Read-only global loads (the non-coherent path on the device; plain copies in the host
@@ -144,35 +161,35 @@ SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b
   return nib;
 }
 
-// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, u1, u2))):
-// only the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's
-// rule for two nonzeros). A drawn lane whose value is zero (g == 0 there) takes CompressGroup's
-// general rule. Returns the nibble; *pair = v_lo | v_hi << 16.
+// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, bits))): only
+// the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's rule for
+// two nonzeros). A drawn lane with g == 0 (its output is 0) takes CompressGroup's general rule.
+// Returns the nibble; *pair = v_lo | v_hi << 16.
 template <class E>
-SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], float u1, float u2, uint32_t* pair) {
-  float y[4];
-  int i, j;
-  Mvue24Sample(g, u1, u2, &i, &j, y);
-  const int lo = i < j ? i : j, hi = i < j ? j : i;  // lo in 0..2, hi in 1..3
-  const uint32_t vlo = E::FromFloat(lo == 0 ? y[0] : (lo == 1 ? y[1] : y[2]));
-  const uint32_t vhi = E::FromFloat(hi == 3 ? y[3] : (hi == 2 ? y[2] : y[1]));
-  if ((vlo & 0x7FFFu) != 0u && (vhi & 0x7FFFu) != 0u) {
-    *pair = vlo | (vhi << 16);
-    return static_cast<uint32_t>(lo | (hi << 2));
+SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], uint32_t bits, uint32_t* pair) {
+  const Mvue24Kept2 r = Mvue24Pick(g, bits);
+  // g != 0 at both drawn lanes: g / p is finite and at least |g| in magnitude, so both values are
+  // nonzero in x's dtype.
+  if (r.g_lo != 0.0f && r.g_hi != 0.0f) {
+    *pair = E::Pack2(r.y_lo, r.y_hi);
+    return r.nib;
   }
+  const int lo = r.lo(), hi = r.hi();
   uint32_t b[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) b[k] = E::FromFloat(Mvue24Kept(g[k], y[k], k == lo || k == hi));
+  for (int k = 0; k < 4; ++k) {
+    const float v = k == lo ? Mvue24Value(r.g_lo, r.y_lo) : (k == hi ? Mvue24Value(r.g_hi, r.y_hi) : 0.0f);
+    b[k] = E::FromFloat(v);
+  }
   return CompressGroup(b[0], b[1], b[2], b[3], pair);
 }
 
-// Shared-memory metadata staging: 8 blocks (16 operand rows each) x 256 bytes, laid out as in the
-// output (compress_layout.h MetaInBlock) with the 16-byte chunk index XOR-swizzled by the block.
-SP24_HD int MetaSmemOffset(int a, int kb) {
-  const int blk = a >> 4;
-  const int off = MetaInBlock(a & 15, kb);
-  return blk * 256 + (((off >> 4) ^ blk) << 4) + (off & 15);
-}
+// Shared-memory metadata staging: 8 blocks (16 operand rows each) of 256 bytes laid out as in the
+// output (compress_layout.h MetaInBlock), kMetaSmemStride apart: the 16 bytes of padding per block
+// spread the eight blocks over the banks (the byte stores of a warp are conflict-free), and a
+// thread's eight stores are one base address plus immediate offsets (16 bytes per row).
+constexpr int kMetaSmemStride = 272;
+SP24_HD int MetaSmemOffset(int a, int kb) { return (a >> 4) * kMetaSmemStride + MetaInBlock(a & 15, kb); }
 
 SP24_HD uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
 #ifdef __CUDA_ARCH__
@@ -238,8 +255,8 @@ struct TileParams {
 template <bool DIRECT, bool TRANS>
 struct alignas(16) TileSmem {
   uint8_t tval[TRANS ? kTile * 128 : 16];  // transposed values: 128 A-rows x 64 values (swizzled)
-  uint8_t tmeta[TRANS ? 2048 : 16];        // transposed metadata (MetaSmemOffset)
-  uint8_t dmeta[DIRECT ? 2048 : 16];       // direct metadata
+  uint8_t tmeta[TRANS ? 8 * kMetaSmemStride : 16];   // transposed metadata (MetaSmemOffset)
+  uint8_t dmeta[DIRECT ? 8 * kMetaSmemStride : 16];  // direct metadata
 };
 
 // The work of thread t of CTA `block` (of `grid`): every tile block, block + grid, ... `sync()` is
@@ -267,7 +284,10 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
   if constexpr (OP == Op::kSoft) beta = LoadScalar(p.beta);
 
   for (int64_t tile = block; tile < p.tiles; tile += grid) {
-    const int64_t tr = tile / p.col_tiles;
+    // (32-bit division where the tile count allows: always, for any array that fits in memory)
+    const int64_t tr = p.tiles <= int64_t{0xFFFFFFFF}
+                           ? int64_t{static_cast<uint32_t>(tile) / static_cast<uint32_t>(p.col_tiles)}
+                           : tile / p.col_tiles;
     const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
     const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
     const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
@@ -276,11 +296,12 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
     uint32_t w[8][4];
     uint32_t mk[8][2];
     {
-      const T* x = static_cast<const T*>(p.x);
+      const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (in) v = Load16(x + (rb + i) * C + cb);
+        if (in) v = Load16(x_row);
+        x_row += C;
         w[i][0] = v.x;
         w[i][1] = v.y;
         w[i][2] = v.z;
@@ -290,7 +311,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           uint2 m = make_uint2(0u, 0u);
-          if (in) m = Load8(p.mask + (rb + i) * C + cb);
+          if (in) m = Load8(p.mask + (rb + i) * C + cb);  // (the mask's compressors are not MVUE's)
           mk[i][0] = m.x;
           mk[i][1] = m.y;
         }
@@ -310,31 +331,33 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
       }
     } else {
       // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
-      float u[8][2][2];  // MVUE uniforms per (line, h)
+      uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
       if constexpr (OP == Op::kMvue) {
         if constexpr (TRANS) {
-          // group (row group gr, column c): index gr * C + c; columns c, c + 1 (c even) share a pair.
+          // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
+          // C % 8 == 0) are one Philox quad.
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int64_t gbase = (rb / 4 + h) * C + cb;
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-              const U32x4 r = PhiloxPair(key, gbase + 2 * jj);
-              u[2 * jj][h][0] = Uniform01(r.x);
-              u[2 * jj][h][1] = Uniform01(r.y);
-              u[2 * jj + 1][h][0] = Uniform01(r.z);
-              u[2 * jj + 1][h][1] = Uniform01(r.w);
+            for (int qq = 0; qq < 2; ++qq) {
+              const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
+              rb32[4 * qq][h] = r.x;
+              rb32[4 * qq + 1][h] = r.y;
+              rb32[4 * qq + 2][h] = r.z;
+              rb32[4 * qq + 3][h] = r.w;
             }
           }
         } else {
-          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h, cb / 4 even.
+          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
+          // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
-            const U32x4 r = PhiloxPair(key, (rb + i) * (C / 4) + cb / 4);
-            u[i][0][0] = Uniform01(r.x);
-            u[i][0][1] = Uniform01(r.y);
-            u[i][1][0] = Uniform01(r.z);
-            u[i][1][1] = Uniform01(r.w);
+            const int64_t gi = (rb + i) * (C / 4) + cb / 4;
+            const U32x4 r = PhiloxQuad(key, gi);
+            const bool upper = (gi & 2) != 0;
+            rb32[i][0] = upper ? r.z : r.x;
+            rb32[i][1] = upper ? r.w : r.y;
           }
         }
       }
@@ -365,7 +388,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
 #pragma unroll
             for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
           } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-            mv_nib[line][h] = MvueCompressGroup<E>(v, u[line][h][0], u[line][h][1], &mv_pair[line][h]);
+            mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
           }
           if constexpr (OP != Op::kMvue) {
 #pragma unroll
@@ -393,16 +416,17 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
                                    Get(w, 4 * h + 3, j), &pr[h]);
           }
         }
-        const int a = 8 * cc + j;  // operand row (x column) within the tile
-        // values: 8-byte slot gp of row a (16 slots of 4 values), slot index XOR 2 * ((a >> 3) & 7)
-        const int slot = gp ^ (2 * ((a >> 3) & 7));
-        *reinterpret_cast<uint2*>(s_tval + a * 128 + slot * 8) = make_uint2(pr[0], pr[1]);
-        s_tmeta[MetaSmemOffset(a, gp)] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+        // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
+        // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
+        // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
+        const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
+        *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
+        s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
       }
     }
     // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
     if constexpr (DIRECT) {
-      T* dv = static_cast<T*>(p.d_values);
+      T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         uint32_t pr[2], nib[2];
@@ -416,24 +440,26 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
                                    Get(w, i, 4 * h + 3), &pr[h]);
           }
         }
-        if (in) *reinterpret_cast<uint2*>(dv + (rb + i) * (C / 2) + cb / 2) = make_uint2(pr[0], pr[1]);
-        s_dmeta[MetaSmemOffset(8 * gp + i, cc)] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+        if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
+        dv_row += C / 2;
+        s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
       }
     }
     sync();
 
     // ---- write the staged tiles with 16-byte stores ----
     if constexpr (TRANS) {
-      T* tv = static_cast<T*>(p.t_values);
+      // piece t + 256 q of 128 rows x 8 pieces of 16 bytes: row a = t / 8 + 32 q, piece s = t % 8
+      const int64_t ga0 = c0 + (t >> 3), gk = r0 + 16 * (t & 7);
+      T* tv = static_cast<T*>(p.t_values) + ga0 * (R / 2) + gk / 2;
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int piece = t + kThreads * q;  // 128 rows x 8 pieces of 16 bytes
-        const int a = piece >> 3, s = piece & 7;
-        const int64_t ga = c0 + a, gk = r0 + 16 * s;
-        if (ga < C && gk < R) {
+        const int a = (t >> 3) + 32 * q, s = t & 7;
+        if (ga0 + 32 * q < C && gk < R) {
           const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
-          *reinterpret_cast<uint4*>(tv + ga * (R / 2) + gk / 2) = v;
+          *reinterpret_cast<uint4*>(tv) = v;
         }
+        tv += 32 * (R / 2);
       }
       if (t < 128 && p.lt) {
         StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
@@ -441,7 +467,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
         const int blk = t >> 4, chunk = t & 15;
         const int64_t m0 = c0 + 16 * blk;
         if (m0 < p.t_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * 256 + ((chunk ^ blk) << 4));
+          const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * kMetaSmemStride + chunk * 16);
           *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
         }
       }
@@ -454,7 +480,7 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
         const int blk = u >> 4, chunk = u & 15;
         const int64_t m0 = r0 + 16 * blk;
         if (m0 < p.d_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * 256 + ((chunk ^ blk) << 4));
+          const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * kMetaSmemStride + chunk * 16);
           *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
         }
       }

@@ -24,12 +24,12 @@
 // total order in which NaN ranks above +inf. Transposable: the first pattern, in increasing 16-bit
 // order (bit 4*r + c = element (r, c)), among those with the largest score.
 //
-// MVUE randomness: Philox4x32-10 (Random123 constants; checked against its known-answer vectors)
-// with key (k0, k1) and counter (pair lo, pair hi, k2, k3), where k0..k3 are the JAX key's words
-// (zero beyond its length) and pair = (group index within the key's batch element) / 2, the group
-// index running over (outer, L/4, inner) in row-major order. One call serves two groups: words
-// (x, y) -> (u1, u2) of the even group, (z, w) of the odd one; u = (word >> 8) * 2^-24. So the
-// draws depend only on the key and the group's position, never on the launch configuration.
+// MVUE randomness: Philox4x32-10 (Random123 constants) with key (k0, k1) and counter (quad lo,
+// quad hi, k2, k3), where k0..k3 are the JAX key's words (zero beyond its length) and quad = (group
+// index within the key's batch element) / 4, the group index running over (outer, L/4, inner) in
+// row-major order. One call serves four groups: group g takes word g % 4 (x, y, z, w), whose low and
+// high 16 bits give its two uniforms (mvue_rng.cuh). So the draws depend only on the key and the
+// group's position, never on the launch configuration.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -381,10 +381,10 @@ SP24_D void StoreMask(uint8_t* p, const bool (&keep)[W]) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// MVUE randomness: Philox4x32-10 with key = (k0, k1) and counter = (pair lo, pair hi, k2, k3)
-// where pair = (group index within its key's batch element) / 2 and k* are the key words (zero
-// beyond the key's length). One Philox call serves two consecutive groups: words (x, y) for the
-// even group, (z, w) for the odd one. Independent of the launch configuration.
+// MVUE randomness: Philox4x32-10 with key = (k0, k1) and counter = (quad lo, quad hi, k2, k3)
+// where quad = (group index within its key's batch element) / 4 and k* are the key words (zero
+// beyond the key's length). One Philox call serves four consecutive groups, one 32-bit word each.
+// Independent of the launch configuration.
 
 struct RngArgs {
   const uint32_t* key = nullptr;  // (nb, nkw) uint32 on the device
@@ -404,13 +404,13 @@ SP24_D KeyWords LoadKey(const RngArgs& r, int64_t b) {
 // Element-wise group kernels.
 
 template <GroupOp OP>
-SP24_D void ApplyGroup(const float (&v)[4], float u1, float u2, float (&y)[4], bool (&keep)[4]) {
+SP24_D void ApplyGroup(const float (&v)[4], uint32_t bits, float (&y)[4], bool (&keep)[4]) {
   if constexpr (OP == GroupOp::kMask24) {
     Mask24Keep(v, keep);
   } else if constexpr (OP == GroupOp::kSoftThreshold24) {
     SoftThreshold24(v, y, keep);
   } else {
-    Mvue24(v, u1, u2, y, keep);
+    Mvue24(v, bits, y, keep);
   }
 }
 
@@ -431,29 +431,29 @@ SP24_D void ProcessStridedChunk(const T* __restrict__ x, T* __restrict__ y, uint
     if constexpr (VEC) LoadElems<T, W>(x + e0 + k * stride, v[k]);
     else LoadElemsScalar<T, W>(x + e0 + k * stride, v[k]);
   }
-  float u[W][2];
+  uint32_t bits[W];  // MVUE: each group's random word
   if constexpr (OP == GroupOp::kMvue24) {
-    if constexpr (W % 2 == 0) {
+    if constexpr (W % 4 == 0) {  // g_in0 % W == 0: whole quads
 #pragma unroll
-      for (int p = 0; p < W / 2; ++p) {
-        const U32x4 r = PhiloxPair(key, g_in0 + 2 * p);
-        u[2 * p][0] = Uniform01(r.x);
-        u[2 * p][1] = Uniform01(r.y);
-        u[2 * p + 1][0] = Uniform01(r.z);
-        u[2 * p + 1][1] = Uniform01(r.w);
+      for (int q = 0; q < W / 4; ++q) {
+        const U32x4 r = PhiloxQuad(key, g_in0 + 4 * q);
+        bits[4 * q] = r.x;
+        bits[4 * q + 1] = r.y;
+        bits[4 * q + 2] = r.z;
+        bits[4 * q + 3] = r.w;
       }
+    } else if constexpr (W == 2) {  // g_in0 even: half a quad
+      const U32x4 r = PhiloxQuad(key, g_in0);
+      const bool upper = (g_in0 & 2) != 0;
+      bits[0] = upper ? r.z : r.x;
+      bits[1] = upper ? r.w : r.y;
     } else {
 #pragma unroll
-      for (int e = 0; e < W; ++e) {
-        const int64_t g = g_in0 + e;
-        const U32x4 r = PhiloxPair(key, g);
-        u[e][0] = Uniform01((g & 1) ? r.z : r.x);
-        u[e][1] = Uniform01((g & 1) ? r.w : r.y);
-      }
+      for (int e = 0; e < W; ++e) bits[e] = GroupBits(key, g_in0 + e);
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < W; ++e) u[e][0] = u[e][1] = 0.0f;
+    for (int e = 0; e < W; ++e) bits[e] = 0u;
   }
   float yv[4][W];
   bool keep[4][W];
@@ -462,7 +462,7 @@ SP24_D void ProcessStridedChunk(const T* __restrict__ x, T* __restrict__ y, uint
     const float g[4] = {v[0][e], v[1][e], v[2][e], v[3][e]};
     float yo[4];
     bool ko[4];
-    ApplyGroup<OP>(g, u[e][0], u[e][1], yo, ko);
+    ApplyGroup<OP>(g, bits[e], yo, ko);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       yv[k][e] = yo[k];
@@ -500,13 +500,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < UNROLL; ++k) {
       const int64_t it = base + k * kThreads + threadIdx.x;
       if (it < n_items) {
-        float u[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        uint32_t bits[2] = {0u, 0u};
         if constexpr (OP == GroupOp::kMvue24) {
-          const U32x4 r = PhiloxPair(key, 2 * it);  // one key (host guarantees nb == 1 here)
-          u[0][0] = Uniform01(r.x);
-          u[0][1] = Uniform01(r.y);
-          u[1][0] = Uniform01(r.z);
-          u[1][1] = Uniform01(r.w);
+          // groups 2 it, 2 it + 1: half of quad it / 2 (one key: the host guarantees nb == 1 here)
+          const U32x4 r = PhiloxQuad(key, 2 * it);
+          bits[0] = (it & 1) ? r.z : r.x;
+          bits[1] = (it & 1) ? r.w : r.y;
         }
         float yv[8];
         bool keep[8];
@@ -515,7 +514,7 @@ __global__ void __launch_bounds__(kThreads)
           const float g[4] = {v[k][4 * h], v[k][4 * h + 1], v[k][4 * h + 2], v[k][4 * h + 3]};
           float yo[4];
           bool ko[4];
-          ApplyGroup<OP>(g, u[h][0], u[h][1], yo, ko);
+          ApplyGroup<OP>(g, bits[h], yo, ko);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             yv[4 * h + e] = yo[e];

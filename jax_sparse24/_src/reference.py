@@ -174,14 +174,22 @@ def mvue24_inclusion_probabilities(a):
     ``p_i = a_i/S + Σ_{j≠i} (a_j/S) · a_i/(S − a_j)``. Every factor is computed as a ratio ≤ 1
     (``S − a_j`` as the sum of the other three), so nothing overflows for any positive ``a``.
     """
-    s = jnp.sum(a, axis=-1, keepdims=True)
+    a0, a1, a2, a3 = (a[..., k] for k in range(4))
+    t01, t23 = a0 + a1, a2 + a3
+    s = (t01 + t23)[..., None]
     p_first = a / s  # (..., 4)
-    rest = s - a  # sum of the other three, >= a_i for i != j
+    # S - a_j as the sum of the other three (no cancellation when a_j dominates), >= a_i for i != j
+    rest = jnp.stack([a1 + t23, a0 + t23, t01 + a3, t01 + a2], axis=-1)
     # second[i] = Σ_{j≠i} (a_j/S) · a_i / rest_j
     ratio = a[..., :, None] / rest[..., None, :]  # [i, j] = a_i / rest_j
     eye = jnp.eye(4, dtype=bool)
     second = jnp.sum(jnp.where(eye, 0.0, ratio * p_first[..., None, :]), axis=-1)
     return p_first + second
+
+
+def _one_plus_uniform16(w):
+    """``1 + (h + 1/2)·2⁻¹⁶`` as float32 for the 16-bit value ``h`` in bits 7..22 of uint32 ``w``."""
+    return lax.bitcast_convert_type(jnp.uint32(0x3F800040) | (w & jnp.uint32(0x007FFF80)), jnp.float32)
 
 
 def mvue24(key, x, axis: int = -1):
@@ -190,6 +198,17 @@ def mvue24(key, x, axis: int = -1):
     Per group of 4 along ``axis``: ``a_i = |x_i| + ε``; draw ``i`` with probability ``a_i/S``,
     then ``j ≠ i`` with probability ``a_j/(S − a_i)``; output ``x_i / p_i`` at the two kept
     positions and 0 elsewhere, so ``E[out] = x``. Reproducible for a given ``key``.
+
+    The draws are the CUDA kernels' (``xla_ffi/mvue_rng.cuh``; the random words come from
+    ``jax.random.bits`` here and from Philox4x32-10 there, so the samples differ but their
+    distribution is the same): each group takes 32 random bits, ``u = (h + 1/2)·2⁻¹⁶`` with ``h``
+    bits 7..22 for ``u1`` and bits 23..31, 0..6 for ``u2``; ``i`` = how many of the cumulative sums ``a_0``,
+    ``a_0 + a_1``, ``a_0 + a_1 + a_2`` are ``<= u1·S``; ``j`` = the ``n``-th of the other three lanes
+    (in lane order), ``n`` = how many of their first two cumulative sums are ``<= u2·(S − a_i)``.
+    The 16-bit uniforms move each draw's probabilities by at most 2⁻¹⁶ (a bias of at most
+    ~2⁻¹⁵·|x_i|/p_i per element, far below the rounding of the stored ``x_i / p_i`` in bfloat16).
+    ``a`` is scaled by 2⁻³² (as in the kernels; ``p`` and the draws do not depend on the scale) so
+    that sums of float32 magnitudes cannot overflow.
 
     Args:
       key: a JAX PRNG key (typed or raw uint32).
@@ -204,21 +223,25 @@ def mvue24(key, x, axis: int = -1):
     if x.size == 0:
         return x
     g = _grouped(x.astype(jnp.float32), axis, 4)
-    a = jnp.abs(g) + MVUE_EPS
-    s = jnp.sum(a, axis=-1, keepdims=True)
-    u = jax.random.uniform(key, g.shape[:-1] + (2,), dtype=jnp.float32)
+    scale = np.float32(2.0**-32)
+    a = jnp.abs(g) * scale + np.float32(MVUE_EPS) * scale
+    a0, a1, a2, a3 = (a[..., k] for k in range(4))
+    t01, t23 = a0 + a1, a2 + a3
+    s, c2 = t01 + t23, t01 + a2
+    rest = jnp.stack([a1 + t23, a0 + t23, t01 + a3, c2], axis=-1)  # S - a_k, as sums of the others
+    bits = jax.random.bits(key, g.shape[:-1], jnp.uint32)
+    # first draw: i = number of cumulative weights <= u1 * S
+    r1 = (_one_plus_uniform16(bits) - 1.0) * s
+    b0, b1, b2 = r1 >= a0, r1 >= t01, r1 >= c2
+    i = b0.astype(jnp.int32) + b1.astype(jnp.int32) + b2.astype(jnp.int32)
+    # second draw among the other lanes o_0 < o_1 < o_2, weights a_j / (S - a_i)
+    d1 = jnp.where(b0, a0, a1)
+    d2 = jnp.where(b1, t01, d1 + a2)
+    ri = jnp.take_along_axis(rest, i[..., None], axis=-1)[..., 0]
+    r2 = (_one_plus_uniform16((bits << 16) | (bits >> 16)) - 1.0) * ri  # halves swapped
+    n = (r2 >= d1).astype(jnp.int32) + (r2 >= d2).astype(jnp.int32)
+    j = n + (n >= i).astype(jnp.int32)
     lane = jnp.arange(4)
-    # first draw: i = number of cumulative weights <= u1 * S (clamped to the last lane)
-    c1 = jnp.cumsum(a, axis=-1)
-    i = jnp.minimum(jnp.sum(c1 <= u[..., :1] * s, axis=-1), 3)
-    # second draw among the others, with weights a_j / (S - a_i)
-    a2 = jnp.where(lane == i[..., None], 0.0, a)
-    s2 = jnp.sum(a2, axis=-1, keepdims=True)
-    c2 = jnp.cumsum(a2, axis=-1)
-    j = jnp.sum(c2 <= u[..., 1:] * s2, axis=-1)
-    last_other = jnp.where(i == 3, 2, 3)
-    j = jnp.minimum(j, last_other)
-    j = jnp.where(j == i, last_other, j)  # unreachable except through rounding; keeps j != i
     kept = (lane == i[..., None]) | (lane == j[..., None])
     p = mvue24_inclusion_probabilities(a)
     out = jnp.where(kept & (g != 0), g / jnp.where(kept, p, 1.0), 0.0)
