@@ -619,7 +619,7 @@ def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
 
 def test_checkpoint_config_without_grad_accum(tmp_path):
     """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
-    now = {"recipe": "dense", "grad_accum": 1}
+    now = {"recipe": "dense", "grad_accum": 1, "sparse_lr_scale": 1.0}
     train_gpt.check_config({"recipe": "dense"}, now, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="grad_accum=1 in the checkpoint but 2 now"):
         train_gpt.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
