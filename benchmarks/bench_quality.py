@@ -15,10 +15,22 @@ each recipe's gap to dense). Default tag: ``<size>_<backend>``.
 
     python benchmarks/bench_quality.py --size tiny \\
         --data /path/realtext_train.txt --val-data /path/realtext_val.txt        # CPU, a few minutes
-    python benchmarks/bench_quality.py --size gpt2 --tokens 100e6 --data ... --val-data ...   # GPU
+    python benchmarks/bench_quality.py --size gpt2 --tokens 50e6 --data ... --val-data ...    # GPU
+
+    # the same in three processes of two recipes each, then the table of all six:
+    python benchmarks/bench_quality.py --size gpt2 --tokens 50e6 --data ... --val-data ... \
+        --runs runs/bq_gpt2 --recipes dense,srste          # then sste,ste and step,dense-tail
+    python benchmarks/bench_quality.py --report-only --runs runs/bq_gpt2 --tag gpt2_h100_realtext
 
 ``spike`` = the largest ratio of a step's train loss to the mean of the 10 steps before it
 (steps 11 onward); a value above 1.5 is a loss spike.
+
+Several processes (e.g. one per GPU session slot): with ``--runs DIR`` every finished recipe is
+saved as ``DIR/<label>/result.json``, and the table and plot are built from every result in
+``DIR`` with the same setup (size, steps, batch, seed, data, evaluation, ``--flags``) — so
+``--recipes dense,srste --runs DIR`` then ``--recipes sste,ste --runs DIR`` (same other flags)
+leaves the table of all four; ``--report-only --runs DIR`` rebuilds it without training. A result
+of another setup in ``DIR`` is an error (use another ``DIR``).
 """
 
 from __future__ import annotations
@@ -128,8 +140,14 @@ def plot(res: dict, path: Path) -> None:
 
 
 def to_markdown(res: dict) -> str:
-    lines = [f"# Quality at a fixed token budget: {res['size']} on {res['data_name']} ({res['device']})", "",
-             f"Command: `{res['command']}`", "",
+    commands = list(dict.fromkeys(r.get("command", res["command"]) for r in res["runs"].values())) or [res["command"]]
+    lines = [f"# Quality at a fixed token budget: {res['size']} on {res['data_name']} ({res['device']})", ""]
+    if len(commands) == 1:
+        lines += [f"Command: `{commands[0]}`", ""]
+    else:
+        lines += [f"Commands ({len(commands)} processes, one `--runs` directory, merged):", ""]
+        lines += [f"* `{c}`" for c in commands] + [""]
+    lines += [
              f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
              f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
              f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
@@ -168,12 +186,26 @@ def main(argv=None) -> int:
                     help="keep each run's metrics.jsonl/summary.json/loss.png here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: quality_<tag>.json/.md/.png")
+    ap.add_argument("--report-only", action="store_true",
+                    help="train nothing: build the table and plot from the results saved in --runs (all of them, "
+                         "or the --recipes labels given, in that order)")
     a = ap.parse_args(argv)
 
     def fail(msg):
         print(f"bench_quality.py: error: {msg}", file=sys.stderr)
         return 2
 
+    if a.report_only:
+        if a.runs is None:
+            return fail("--report-only needs --runs DIR (the directory the recipes were trained into)")
+        try:
+            labels = [e.partition(":")[0].strip() for e in split_entries(a.recipes)]
+            res = load_runs(a.runs, None if a.recipes == ",".join(ALL) else labels)
+        except ValueError as e:
+            return fail(str(e))
+        if a.tag:
+            res["tag"] = a.tag
+        return write_report(res, a.out)
     try:
         entries = [parse_entry(e, a.tail_fraction) for e in split_entries(a.recipes)]
     except ValueError as e:
@@ -210,8 +242,14 @@ def main(argv=None) -> int:
            "data_name": a.data.name, "val_name": a.val_data.name if a.val_data else f"the last 10% of {a.data.name}",
            "data_sha256": data.sha256, "train_bytes": len(data.train), "val_bytes": len(data.val),
            "device": f"{backend}: {jax.devices()[0].device_kind}", "jax": jax.__version__,
-           "command": "python benchmarks/bench_quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "flags": common,
+           "command": "python benchmarks/bench_quality.py " + shlex.join(sys.argv[1:] if argv is None else argv),
            "runs": {}}
+    if a.runs is not None:
+        try:  # a results directory of another setup: refuse before training anything
+            load_runs(a.runs, None, expect=res)
+        except ValueError as e:
+            return fail(str(e))
     log(f"{a.size}: {steps} steps x {batch} x {seq} = {res['tokens']:,} tokens per recipe; "
         f"{len(data.train):,} train / {len(data.val):,} val bytes")
     t_start = time.perf_counter()
@@ -223,7 +261,7 @@ def main(argv=None) -> int:
                       "--quiet", "--overwrite", *extra]
             args = train_gpt.build_parser().parse_args(argv_r)
             try:
-                s = train_gpt.train(args, recipe, runs_dir / label.replace("/", "_"), data, None)
+                s = train_gpt.train(args, recipe, runs_dir / _dir_name(label), data, None)
             except train_gpt.CLIError as e:
                 return fail(f"{label}: {e}")
             sp, at = spike(s["history"])
@@ -231,18 +269,86 @@ def main(argv=None) -> int:
                 "recipe": recipe, "extra": extra, "final_val_loss": s["final_val_loss"],
                 "final_train_loss": s["final_train_loss"], "tokens_per_s": s["tokens_per_s"],
                 "train_time_s": s["train_time_s"], "phase_step": s["phase_step"], "spike": sp, "spike_step": at,
+                "n_params": s["n_params"], "device": res["device"], "command": res["command"],
                 "config": s["config"], "history": s["history"]}
             res["n_params"] = s["n_params"]
+            if a.runs is not None:
+                header = {k: v for k, v in res.items() if k != "runs"}
+                (runs_dir / _dir_name(label) / RESULT).write_text(
+                    json.dumps({"setup": header, "run": res["runs"][label]}, indent=1) + "\n")
             log(f"  {label:<12s} val {s['final_val_loss']:.4f}  spike {sp:.2f} (step {at})  "
                 f"{s['tokens_per_s'] or 0:,.0f} tokens/s")
     res["total_time_s"] = time.perf_counter() - t_start
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"quality_{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
+    log(f"trained {len(entries)} recipe(s) in {res['total_time_s']:.0f}s")
+    if a.runs is not None:  # the table of every recipe in the runs directory (earlier processes too)
+        merged = load_runs(a.runs, None, expect=res)
+        merged["tag"] = tag
+        res = merged
+    return write_report(res, a.out)
+
+
+#: each recipe's result in a ``--runs`` directory: ``<runs>/<label>/result.json``
+RESULT = "result.json"
+#: setup fields that must agree for results to share a table
+SETUP_KEYS = ("size", "steps", "batch_size", "seq_len", "tokens", "seed", "eval_every", "eval_batches",
+              "data_sha256", "flags")
+
+
+def _dir_name(label: str) -> str:
+    return label.replace("/", "_")
+
+
+def load_runs(runs: Path, labels: list[str] | None, expect: dict | None = None) -> dict:
+    """The results saved in ``runs`` (``<label>/result.json``) as one ``res`` (the table's input).
+
+    ``labels``: those labels in that order (each must be there); ``None``: all of them, the
+    recipes of :data:`ALL` first. ``expect``: a setup every result must share (else every result
+    must share the first one's). Raises ``ValueError`` naming the file that does not fit."""
+    found = {}
+    for path in sorted(Path(runs).glob(f"*/{RESULT}")):
+        try:
+            found[path] = json.loads(path.read_text())
+            found[path]["setup"], found[path]["run"]  # noqa: B018 - the two parts of a result
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a bench_quality result ({e})") from None
+    setup = None if expect is None else {k: expect.get(k) for k in SETUP_KEYS}
+    res, by_label = None, {}
+    for path, rec in found.items():
+        mine = {k: rec["setup"].get(k) for k in SETUP_KEYS}
+        if setup is None:
+            setup = mine
+        if mine != setup:
+            diff = ", ".join(f"{k}={mine[k]!r} (not {setup[k]!r})" for k in SETUP_KEYS if mine[k] != setup[k])
+            raise ValueError(f"{path} is from another setup ({diff}); use another --runs directory or delete it")
+        label = path.parent.name
+        by_label[label] = rec["run"]
+        if res is None:
+            res = dict(rec["setup"])
+    if labels is None:
+        if expect is not None and not found:
+            return dict(expect)
+        labels = [lab for lab in ALL if _dir_name(lab) in by_label] + sorted(
+            lab for lab in by_label if lab not in {_dir_name(x) for x in ALL})
+    missing = [lab for lab in labels if _dir_name(lab) not in by_label]
+    if res is None or missing:
+        raise ValueError(f"no result for {missing or 'any recipe'} in {runs} (train them with --runs {runs})")
+    res = dict(expect or res, runs={lab: by_label[_dir_name(lab)] for lab in labels})
+    devices = sorted({r.get("device", res["device"]) for r in res["runs"].values()})
+    res["device"] = " / ".join(devices)
+    res["n_params"] = next(iter(res["runs"].values())).get("n_params", res.get("n_params"))
+    return res
+
+
+def write_report(res: dict, out: Path) -> int:
+    """``quality_<tag>.json`` / ``.md`` / ``.png`` in ``out``; prints the table."""
+    tag = res["tag"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"quality_{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
     md = to_markdown(res)
-    (a.out / f"quality_{tag}.md").write_text(md)
-    plot(res, a.out / f"quality_{tag}.png")
+    (out / f"quality_{tag}.md").write_text(md)
+    plot(res, out / f"quality_{tag}.png")
     print(md)
-    log(f"wrote {a.out / f'quality_{tag}'}.json/.md/.png ({res['total_time_s']:.0f}s)")
+    print(f"wrote {out / f'quality_{tag}'}.json/.md/.png", file=sys.stderr, flush=True)
     return 0
 
 

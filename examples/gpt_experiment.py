@@ -34,10 +34,10 @@ from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_la
 #: recipe -> Sparse24Dense settings and optimizer extras.
 RECIPES: dict[str, dict[str, Any]] = {
     "dense": dict(method="dense", mvue=False),
-    "srste": dict(method="srste", mvue=True, transposable=True, masked_decay=True, finetune=True),
-    "sste": dict(method="soft", mvue=True),
+    "srste": dict(method="srste", mvue=True, transposable=True, masked_decay=True, finetune=True, lr_scale=True),
+    "sste": dict(method="soft", mvue=True, lr_scale=True),
     "step": dict(method="ste", mvue=False, step=True),
-    "ste": dict(method="ste", mvue=False),
+    "ste": dict(method="ste", mvue=False, lr_scale=True),
     # AST: Sparse24LowRankDense layers (mask recomputed every call, like ste), dense teacher.
     "ast": dict(method="ste", mvue=False, linear="lowrank", ast=True),
 }
@@ -64,6 +64,7 @@ CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
+    "sparse_lr_scale",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -87,6 +88,9 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         weight_decay=args.weight_decay, b1=args.b1, b2=args.b2, grad_clip=args.grad_clip,
         decay_alpha=args.decay_alpha, mask_every=args.mask_every,
         finetune_fraction=args.finetune_fraction,
+        # the 2:4 kernels' learning-rate multiplier (jax_sparse24.optim.sparse_lr_scale); 1 where the
+        # recipe does not use it, so the checkpoint config of dense / step / ast runs is unchanged
+        sparse_lr_scale=args.sparse_lr_scale if RECIPES[recipe].get("lr_scale") else 1.0,
         ffn=args.ffn or SIZES[args.size].get("ffn", "gelu"),
         sparse_attn=defaults.get("sparse_attn", False) if args.sparse_attn is None else args.sparse_attn,
         untied_head=args.untied_head or not SIZES[args.size].get("tie_head", True),
@@ -119,6 +123,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--lr must be > 0, got {hp['lr']}")
     if not 0 <= hp["finetune_fraction"] <= 1:
         raise CLIError(f"--finetune-fraction must be in [0, 1], got {hp['finetune_fraction']}")
+    if not args.sparse_lr_scale > 0:
+        raise CLIError(f"--sparse-lr-scale must be > 0, got {args.sparse_lr_scale}")
     if hp["mask_every"] < 1:
         raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
     if hp["fp8"] and RECIPES[recipe].get("ast"):
@@ -277,6 +283,10 @@ def build_experiment(hp: dict) -> Experiment:
     else:
         chain.append(optax.adamw(sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8,
                                  weight_decay=hp["weight_decay"], mask=wd_mask))
+    if recipe.get("lr_scale") and hp["sparse_lr_scale"] != 1:
+        # the 2:4 kernels' learning rate x --sparse-lr-scale (default 2 = 1/density) while the model
+        # runs sparse (srste: until the dense fine-tune); see jax_sparse24.optim.sparse_lr_scale
+        chain.append(s24optim.sparse_lr_scale(hp["sparse_lr_scale"], where=where_sparse, active_until=switch_step))
     tx = optax.chain(*chain)
     return Experiment(hp=hp, cfg=cfg, model=GPT(cfg), tx=tx, recipe=recipe, sparse_paths=paths,
                       switch_step=switch_step, teacher_model=teacher_model)

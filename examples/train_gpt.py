@@ -29,6 +29,14 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
   first half) before AdamW. The train ``loss`` logged is the task cross-entropy; ``kd`` is logged
   beside it.
 
+``srste``, ``sste`` and ``ste`` train the 2:4 kernels at ``--sparse-lr-scale`` (2) times the
+learning rate while the model runs sparse (``jax_sparse24.optim.sparse_lr_scale``): a 2:4 layer
+has half the inputs per output, so at the dense learning rate its output moves half as far per
+AdamW step, the FFNs lag, attention takes over and the loss spikes (srste 2.30x the running loss
+at step 29 of the tiny model on real text, +3.3% final val loss vs dense; with the factor 2: no
+spike, +0.6%; ``benchmarks/results/quality_tiny_cpu_realtext.md``). ``--sparse-lr-scale 1`` turns
+it off.
+
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
 ``summary.json``, ``loss.png`` (train/val loss and flip rate), and orbax checkpoints in
@@ -165,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--b2", type=float, default=0.95,
                     help="AdamW beta2: decay of the squared gradient's moving average")
     ap.add_argument("--grad-clip", type=float, default=1.0, help="global-norm clip (0: off)")
+    ap.add_argument("--sparse-lr-scale", type=float, default=2.0,
+                    help="srste/sste/ste: learning-rate multiplier of the 2:4 kernels while the model runs sparse "
+                         "(jax_sparse24.optim.sparse_lr_scale; 2 = 1/density: a 2:4 layer's output moves half as far "
+                         "per Adam step; 1: off)")
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
     ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")

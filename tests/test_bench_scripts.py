@@ -177,11 +177,13 @@ def test_bench_quality_tiny(tmp_path):
     (tmp_path / "train.txt").write_bytes(corpus[:30000])
     (tmp_path / "val.txt").write_bytes(corpus[-4000:])
     flags = "--n-layer 1 --n-embd 32 --n-head 2 --batch-size 4 --seq-len 32 --warmup 2 --mask-every 2"
-    argv = ["--size", "tiny", "--tokens", str(6 * 4 * 32), "--flags", flags, "--evals", "2", "--eval-batches", "1",
-            "--recipes", "dense,srste,sste,ste,step,dense-tail,srste-a0:srste --decay-alpha 0",
-            "--data", str(tmp_path / "train.txt"), "--val-data", str(tmp_path / "val.txt"),
-            "--runs", str(tmp_path / "runs"), "--out", str(tmp_path), "--tag", "t"]
-    assert bench_quality.main(argv) == 0
+    common = ["--size", "tiny", "--tokens", str(6 * 4 * 32), "--flags", flags, "--evals", "2", "--eval-batches", "1",
+              "--data", str(tmp_path / "train.txt"), "--val-data", str(tmp_path / "val.txt"),
+              "--runs", str(tmp_path / "runs"), "--out", str(tmp_path), "--tag", "t"]
+    # two processes into one --runs directory: the second one's table has every recipe of both
+    assert bench_quality.main([*common, "--recipes", "srste-a0:srste --decay-alpha 0,step,dense-tail"]) == 0
+    assert list(json.loads((tmp_path / "quality_t.json").read_text())["runs"]) == ["step", "dense-tail", "srste-a0"]
+    assert bench_quality.main([*common, "--recipes", "dense,srste,sste,ste"]) == 0
     res = json.loads((tmp_path / "quality_t.json").read_text())
     assert res["steps"] == 6 and res["tokens"] == 6 * 4 * 32 and res["val_bytes"] == 4000
     assert list(res["runs"]) == ["dense", "srste", "sste", "ste", "step", "dense-tail", "srste-a0"]
@@ -194,8 +196,22 @@ def test_bench_quality_tiny(tmp_path):
     assert all(len([h for h in r["history"] if "loss" in h]) == 6 for r in runs.values())
     md = (tmp_path / "quality_t.md").read_text()
     assert "| dense-tail | `srste --finetune-fraction 0.5` |" in md and "val.txt" in md
+    assert "Commands (2 processes" in md and "--recipes dense,srste,sste,ste" in md
     assert (tmp_path / "quality_t.png").stat().st_size > 0
     assert (tmp_path / "runs" / "srste-a0" / "metrics.jsonl").is_file()
+    # --report-only: the table again from the saved results (a subset, in the order given), no training
+    (tmp_path / "quality_t.json").unlink()
+    assert bench_quality.main(["--report-only", "--runs", str(tmp_path / "runs"), "--recipes", "srste,dense",
+                               "--out", str(tmp_path), "--tag", "r"]) == 0
+    rep = json.loads((tmp_path / "quality_r.json").read_text())
+    assert list(rep["runs"]) == ["srste", "dense"] and rep["runs"]["srste"] == runs["srste"]
+    assert "| srste | `srste` |" in (tmp_path / "quality_r.md").read_text()
+    assert bench_quality.main(["--report-only", "--runs", str(tmp_path / "runs"), "--recipes", "fast",
+                               "--out", str(tmp_path)]) == 2  # no such result
+    assert bench_quality.main(["--report-only", "--out", str(tmp_path)]) == 2  # no --runs
+    # a process of another setup (here: the seed) is refused before it trains anything
+    assert bench_quality.main([*common, "--recipes", "dense", "--seed", "1"]) == 2
+    assert not (tmp_path / "runs" / "dense" / "result.json").read_text().count('"seed": 1,')
     assert bench_quality.spike([{"step": i, "loss": 2.0} for i in range(12)] + [{"step": 12, "loss": 3.5}]) == (1.75, 12)
     assert bench_quality.main(["--recipes", "dense,fast", "--out", str(tmp_path)]) == 2
     assert bench_quality.main(["--recipes", "dense,dense", "--out", str(tmp_path)]) == 2

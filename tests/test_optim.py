@@ -18,6 +18,7 @@ from jax_sparse24.optim import (
     is_sparse_phase,
     magnitude_masks,
     masked_decay,
+    sparse_lr_scale,
     sparsity_schedule,
     step_phase,
 )
@@ -579,6 +580,34 @@ def test_masked_decay_stops_at_dense_finetune():
         u, state = tx.update({"kernel": jnp.zeros((4, 1))}, state, params)
         decayed.append(bool(np.asarray(u["kernel"]).any()))
     assert decayed == [True] * 9 + [False] * 3
+
+
+def test_sparse_lr_scale_scales_selected_updates_until_switch():
+    """The 2:4 weights' updates x factor (default selection: 2-D kernels with in % 4 == 0), every
+    other leaf unchanged; after active_until everything passes unchanged; a schedule factor; jit."""
+    params = {"fc": {"kernel": jnp.ones((8, 4))}, "head": {"kernel": jnp.ones((3, 4))}, "b": jnp.ones(4), "n": None}
+    ups = jax.tree.map(lambda x: 0.5 * x, params)
+    tx = sparse_lr_scale(2.0, active_until=2)
+    state = tx.init(params)
+    step = jax.jit(tx.update)
+    seen = []
+    for _ in range(3):
+        out, state = step(ups, state)
+        assert out["n"] is None and float(out["head"]["kernel"][0, 0]) == 0.5 and float(out["b"][0]) == 0.5
+        seen.append(float(out["fc"]["kernel"][0, 0]))
+    assert seen == [1.0, 1.0, 0.5]
+    only_head = sparse_lr_scale(lambda count: 3.0 + count, where=lambda path, leaf: path.startswith("head"))
+    out, st = only_head.update(ups, only_head.init(params))
+    assert float(out["head"]["kernel"][0, 0]) == 1.5 and float(out["fc"]["kernel"][0, 0]) == 0.5
+    assert float(only_head.update(ups, st)[0]["head"]["kernel"][0, 0]) == 2.0  # factor(1) = 4
+    # after an Adam-type optimizer: the selected leaves move `factor` times as far
+    chain = optax.chain(optax.adam(1e-2), sparse_lr_scale(2.0))
+    u, _ = chain.update(ups, chain.init(params))
+    np.testing.assert_allclose(np.asarray(u["fc"]["kernel"]), 2 * np.asarray(u["head"]["kernel"][:1, :1]).item())
+    for bad in (dict(factor=0.0), dict(factor=-1.0), dict(active_until=-1), dict(active_until=2.5),
+                dict(active_until=True)):
+        with pytest.raises(ValueError, match="sparse_lr_scale"):
+            sparse_lr_scale(**bad)
 
 
 def test_all_exported():

@@ -619,10 +619,43 @@ def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
 
 def test_checkpoint_config_without_grad_accum(tmp_path):
     """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
-    now = {"recipe": "dense", "grad_accum": 1}
+    now = {"recipe": "dense", "grad_accum": 1, "sparse_lr_scale": 1.0}
     train_gpt.check_config({"recipe": "dense"}, now, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="grad_accum=1 in the checkpoint but 2 now"):
         train_gpt.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
+
+
+def test_sparse_lr_scale_flag():
+    """--sparse-lr-scale (default 2): the 2:4 kernels of srste/sste/ste move that many times as far
+    per step as the dense kernels (srste: until the dense fine-tune); 1 (and dense/step, which do not
+    use it, whatever the flag) leaves every update as AdamW's; the value is in the checkpoint config."""
+    import jax.numpy as jnp
+
+    def first_update(recipe, *flags):
+        args = train_gpt.build_parser().parse_args(["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+                                                    "--warmup", "0", *flags])
+        hp = train_gpt.resolve_flags(args, recipe)
+        exp = train_gpt.build_experiment(hp)
+        params = jax.tree.map(jnp.zeros_like, train_gpt.init_state(exp, 0)["params"])
+        grads = jax.tree.map(jnp.ones_like, params)
+        u, _ = exp.tx.update(grads, exp.tx.init(params), params)
+        ratio = float(jnp.abs(u["h_0"]["mlp"]["fc"]["kernel"]).max() / jnp.abs(u["h_0"]["attn"]["qkv"]["kernel"]).max())
+        return ratio, hp["sparse_lr_scale"]
+
+    for recipe in ("srste", "sste", "ste"):
+        ratio, scale = first_update(recipe)
+        assert scale == 2.0 and abs(ratio - 2) < 1e-5, recipe
+    assert abs(first_update("srste", "--sparse-lr-scale", "3")[0] - 3) < 1e-5
+    assert abs(first_update("srste", "--finetune-fraction", "1")[0] - 1) < 1e-5  # dense from step 0: not scaled
+    for recipe, flags in (("srste", ("--sparse-lr-scale", "1")), ("dense", ()), ("step", ("--sparse-lr-scale", "3"))):
+        ratio, scale = first_update(recipe, *flags)
+        assert scale == 1.0 and abs(ratio - 1) < 1e-5, recipe
+    assert run("--size", "tiny", "--sparse-lr-scale", "0", "--steps", "1") == 2
+    # checkpoints written before the flag ran without it: they resume only with --sparse-lr-scale 1
+    now = {"recipe": "srste", "grad_accum": 1, "sparse_lr_scale": 1.0}
+    train_gpt.check_config({"recipe": "srste"}, now, Path("."))
+    with pytest.raises(train_gpt.CLIError, match="sparse_lr_scale=1.0 in the checkpoint but 2.0 now"):
+        train_gpt.check_config({"recipe": "srste"}, dict(now, sparse_lr_scale=2.0), Path("."))
 
 
 def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
