@@ -300,7 +300,7 @@ def test_error_mismatched_dtypes():
         ops.cutlass_spmm(values.astype(jnp.float32), meta, b.astype(jnp.float32), m=256, k=256)
     with pytest.raises(ValueError, match="uint8"):
         ops.cutlass_spmm(values, meta.astype(jnp.int8), b, m=256, k=256)
-    with pytest.raises(ValueError, match="bfloat16 and float16"):
+    with pytest.raises(ValueError, match="bfloat16, float16 and float8_e4m3fn"):
         ops.cutlass_compress(jnp.ones((256, 256), jnp.float32))
 
 
