@@ -13,9 +13,10 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
   weights every ``--mask-every`` optimizer steps, MVUE weight gradient, SR-STE masked decay on the
   pruned weights, and a dense fine-tune for the last ``--finetune-fraction`` (1/6) of the steps.
 * ``sste`` — S-STE: soft-thresholded weights ``β·S(w)`` with β frozen at init, MVUE weight grad.
-* ``step`` — STEP: ``adamw_step`` trains dense while it preconditions, freezes the second moment
-  when it has converged (AutoSwitch clipped to 10%–50% of the steps) and the model then trains
-  with hard 2:4 straight-through weights.
+* ``step`` — STEP: ``adamw_step`` trains dense while it preconditions, freezes the 2:4 kernels'
+  second moment when it has converged (AutoSwitch clipped to 10%–50% of the steps) and the model
+  then trains with hard 2:4 straight-through weights; embeddings, norms, biases and the layers that
+  stay dense keep AdamW's live second moment (freezing theirs too diverged on GPT-2, issue 23).
 * ``ste`` — hard 2:4 magnitude mask of the weights recomputed every step, straight-through
   (torchao-style runtime weight sparsity).
 * ``ast`` — AST (Adaptive Sparse Trainer): a 2:4 student distilled from a dense teacher,

@@ -5,8 +5,9 @@
   optimizer: a 2:4 layer has half the inputs per output, so an Adam step moves its output half as
   far as a dense layer's; without it the sparse layers lag early in training and the model's loss
   spikes.
-* :func:`adamw_step` — STEP (Lu et al. 2023): AdamW whose second moment is frozen once it has
-  converged (AutoSwitch), after which the model trains sparse; :func:`is_sparse_phase` reads the
+* :func:`adamw_step` — STEP (Lu et al. 2023): AdamW whose second moment of the sparse weights is
+  frozen once it has converged (AutoSwitch), after which the model trains sparse (the other
+  parameters stay plain AdamW); :func:`is_sparse_phase` reads the
   phase out of any (chained / injected / wrapped) optimizer state.
 * :func:`sparsity_schedule` / :func:`dense_finetune_schedule` — "sparse, then dense fine-tune"
   step schedules for the model's ``sparse=`` flag.
@@ -380,11 +381,12 @@ class AdamWStepState(NamedTuple):
     Attributes:
       count: int32 scalar, number of updates applied.
       mu: first moment (EMA of gradients).
-      nu: second moment (EMA of squared gradients); frozen from the switch on (no extra copy).
+      nu: second moment (EMA of squared gradients); from the switch on frozen for the sparse
+        weights (``freeze="sparse"``; every leaf with ``freeze="all"``), no extra copy.
       phase: int32 scalar, 0 = precondition phase (model dense), 1 = mask-learning phase (model
         sparse, ``nu`` frozen).
       switch_step: int32 scalar, the ``count`` of the update that switched (0 before the switch);
-        ``nu`` is bias-corrected with this count in phase 1.
+        the frozen ``nu`` is bias-corrected with this count in phase 1.
       z_buffer: float32 ``(window,)`` ring buffer of the last ``window = ⌊1/(1−b2)⌋`` values of
         the variance-change statistic Z_t.
       z_count: int32 scalar, number of Z values recorded (the ring position is
@@ -433,6 +435,7 @@ def adamw_step(
     switch_eps: float = 1e-9,
     where: Optional[WhereFn] = None,
     z_window: Optional[int] = None,
+    freeze: str = "sparse",
 ) -> optax.GradientTransformationExtraArgs:
     r"""STEP: AdamW with a precondition phase and an automatically chosen switch to sparse training.
 
@@ -451,9 +454,25 @@ def adamw_step(
     ``t`` switches to phase 1 when ``t > t_max``, or when that average ``< switch_eps`` and
     ``t > t_min``.
 
-    *Phase 1 (mask learning, model sparse)*: ``v`` is frozen at its value after the switching
-    update and ``w ← w − lr·(m̂_t / (√v̂* + eps) + weight_decay·w)`` with
-    ``v̂* = v_switch / (1 − b2^switch_step)``; ``m`` keeps its EMA and bias correction.
+    *Phase 1 (mask learning, model sparse)*: the sparse weights' ``v`` (the leaves selected by
+    ``where``) is frozen at its value after the switching update and
+    ``w ← w − lr·(m̂_t / (√v̂* + eps) + weight_decay·w)`` with
+    ``v̂* = v_switch / (1 − b2^switch_step)``; ``m`` keeps its EMA and bias correction. Every
+    other leaf (embeddings, norms, biases, layers that stay dense) goes on with plain AdamW,
+    its ``v`` still tracking its gradients (``freeze="sparse"``, the default).
+
+    Why not freeze every ``v``: the precondition exists because the straight-through gradient of a
+    *masked* weight corrupts its variance estimate (the paper's motivation); a weight that is never
+    masked has no such noise, and a frozen ``v`` removes Adam's normalisation for it exactly when
+    its gradient scale changes. On a GPT-2 124M byte-level run (H100, real text, lr 6e-4,
+    b2 = 0.95) STEP switched at step 246, on the loss plateau where the attention gradients are
+    still small; when the model then started to use context the attention ``qkv`` and LayerNorm
+    gradients grew by orders of magnitude over their frozen ``v`` and the run diverged 33 steps
+    after the switch (loss 2.37 → 12.9, never recovered: final val loss 2.57 vs 1.13 dense). On
+    CPU (tiny, same plateau) the frozen-all variant lets the dense attention's squared gradient
+    reach ~5000× its frozen ``v`` and its per-element step ``|m̂|/√v̂`` reach 20-25 (Adam keeps it
+    ≤ ~1), while the 2:4 kernels' stays ≤ ~3. ``freeze="all"`` keeps the frozen-everything
+    variant for comparison.
 
     The optimizer only *exposes* the phase: the train step reads :func:`is_sparse_phase` and runs
     the model sparse (hard 2:4 straight-through of the weights, done by the layers) from the next
@@ -481,6 +500,10 @@ def adamw_step(
       where: ``where(path, leaf) -> bool`` selecting the sparse weights whose variance is
         tracked; default :func:`default_where`. If it selects nothing, all leaves are tracked.
       z_window: override the statistic window (default ``⌊1/(1−b2)⌋``).
+      freeze: ``"sparse"`` (default): in phase 1 freeze ``v`` only for the leaves selected by
+        ``where`` (all leaves if it selects none, as for the statistic); the others keep AdamW's
+        live ``v`` and bias correction. ``"all"``: freeze every leaf's ``v`` (diverged on GPT-2,
+        see above).
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` with state :class:`AdamWStepState`.
@@ -519,6 +542,15 @@ def adamw_step(
     if static_option and option not in (1, 2):
         raise ValueError(f"adamw_step: option must be 1 (mean) or 2 (geometric mean), got {option!r}")
     wd_is_zero = _is_python_number(weight_decay) and weight_decay == 0
+    if freeze not in ("sparse", "all"):
+        raise ValueError(f"adamw_step: freeze must be 'sparse' or 'all', got {freeze!r}")
+
+    def frozen_leaves(tree) -> list:
+        """Per flat leaf of ``tree``: whether its ``v`` is frozen in phase 1."""
+        selected = _select(tree, where)
+        if freeze == "all" or not any(selected):
+            return [True] * len(selected)
+        return selected
 
     def init_fn(params):
         window = _z_window(b2, z_window)
@@ -568,32 +600,47 @@ def adamw_step(
         count_inc = _safe_increment(state.count)
         mu = jax.tree.map(lambda g, m: (1 - b1) * (g**1) + b1 * m, updates, state.mu)
 
+        # AdamW's second moment, the v of phase 0 and (freeze="sparse") of the unfrozen leaves in phase 1
+        nu_ema = jax.tree.map(
+            lambda g, v: ((1 - b2) * (g**2) + b2 * v).astype(v.dtype), updates, state.nu
+        )
+
         def dense(_):
-            nu_new = jax.tree.map(
-                lambda g, v: ((1 - b2) * (g**2) + b2 * v).astype(v.dtype), updates, state.nu
-            )
-            z = statistic(state.nu, nu_new).astype(jnp.float32)
+            z = statistic(state.nu, nu_ema).astype(jnp.float32)
             buf = state.z_buffer.at[state.z_count % window].set(z)
             z_count = _safe_increment(state.z_count)
             n = jnp.minimum(z_count, window).astype(jnp.float32)
             avg = jnp.sum(buf) / n  # unfilled entries are 0
             switch = (count_inc > t_max) | ((avg < switch_eps) & (count_inc > t_min))
-            return nu_new, buf, z_count, avg, switch
+            return buf, z_count, avg, switch
 
         def frozen(_):
-            return state.nu, state.z_buffer, state.z_count, state.z_avg, jnp.asarray(True)
+            return state.z_buffer, state.z_count, state.z_avg, jnp.asarray(True)
 
-        nu, z_buffer, z_count, z_avg, sparse = lax.cond(state.phase == 0, dense, frozen, None)
+        z_buffer, z_count, z_avg, sparse = lax.cond(state.phase == 0, dense, frozen, None)
+        freeze_mask = jax.tree.unflatten(jax.tree.structure(state.nu), frozen_leaves(state.nu))
+        # the frozen leaves keep v_switch from the update after the switch on; the others go on as AdamW
+        nu = jax.tree.map(
+            lambda new, old, f: jnp.where(state.phase == 0, new, old) if f else new,
+            nu_ema, state.nu, freeze_mask,
+        )
         phase = sparse.astype(jnp.int32)
         switch_step = jnp.where(
             (state.phase == 0) & sparse, count_inc, state.switch_step
         ).astype(jnp.int32)
-        nu_count = jnp.where(phase == 1, switch_step, count_inc)
+        frozen_count = jnp.where(phase == 1, switch_step, count_inc)
 
         bc1 = 1 - b1**count_inc
-        bc2 = 1 - b2**nu_count
+        bc2_frozen = 1 - b2**frozen_count
+        # live leaves: v / (1 - b2**count_inc), written as v / bc2_frozen times a factor that is
+        # exactly 1 in phase 0, so that phase 0 stays bit-exact with optax.adamw under jit
+        live = jnp.where(phase == 1, bc2_frozen / (1 - b2**count_inc), 1.0)
         mu_hat = jax.tree.map(lambda m: m / bc1.astype(m.dtype), mu)
-        nu_hat = jax.tree.map(lambda v: v / bc2.astype(v.dtype), nu)
+        nu_hat = jax.tree.map(
+            lambda v, f: v / bc2_frozen.astype(v.dtype) if f
+            else (v / bc2_frozen.astype(v.dtype)) * live.astype(v.dtype),
+            nu, freeze_mask,
+        )
         new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
         if not wd_is_zero:
             new_updates = jax.tree.map(lambda u, p: u + weight_decay * p, new_updates, params)

@@ -377,7 +377,8 @@ def test_adamw_step_nu_frozen_after_switch_and_update_formula():
     rng = np.random.default_rng(9)
     params = {"dense": {"kernel": _rand(rng, (8, 4)), "bias": _rand(rng, (4,))}}
     lr, b1, b2, eps, wd = 1e-2, 0.9, 0.99, 1e-8, 1e-2
-    tx = adamw_step(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd, clipping=(0, 3), switch_eps=0.0)
+    # freeze="all": every leaf's v frozen (the default freezes only the sparse kernels, below)
+    tx = adamw_step(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd, clipping=(0, 3), switch_eps=0.0, freeze="all")
     update = jax.jit(tx.update)
     state = tx.init(params)
     for _ in range(4):  # switches at update 4 (t > t_max = 3)
@@ -399,6 +400,54 @@ def test_adamw_step_nu_frozen_after_switch_and_update_formula():
             np.testing.assert_allclose(np.asarray(u), e, rtol=2e-5, atol=1e-9)
         params = optax.apply_updates(params, updates)
     assert int(state.count) == 8 and int(state.switch_step) == 4
+
+
+def test_adamw_step_freezes_only_sparse_leaves_by_default():
+    """Phase 1 freezes v of the leaves ``where`` selects (the 2:4 kernels) only; the others stay AdamW.
+
+    Issue 23: with every v frozen, GPT-2 diverged 33 steps after the switch — the dense attention
+    and LayerNorm gradients grew far beyond their frozen v, so their steps lr·m̂/√v̂ grew with them.
+    Here the bias gradient grows 100x after the switch: its step must stay Adam-sized (≤ ~lr), the
+    kernel's (frozen) v must not move, and both updates must follow the formulas."""
+    rng = np.random.default_rng(10)
+    params = {"dense": {"kernel": _rand(rng, (8, 4)), "bias": _rand(rng, (4,))}}
+    lr, b1, b2, eps, wd = 1e-2, 0.9, 0.99, 1e-8, 1e-2
+    tx = adamw_step(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd, clipping=(0, 3), switch_eps=0.0)
+    update = jax.jit(tx.update)
+    state = tx.init(params)
+    for _ in range(4):  # switches at update 4
+        _, state = update(jax.tree.map(lambda x: _rand(rng, x.shape), params), state, params)
+    assert int(state.phase) == 1 and int(state.switch_step) == 4
+    k_frozen = np.asarray(state.nu["dense"]["kernel"])
+    mu = jax.tree.map(lambda x: np.asarray(x, np.float64), state.mu)
+    v_bias = np.asarray(state.nu["dense"]["bias"], np.float64)
+    for t in range(5, 25):
+        grads = {"dense": {"kernel": _rand(rng, (8, 4)), "bias": 100.0 * _rand(rng, (4,))}}
+        updates, state = update(grads, state, params)
+        np.testing.assert_array_equal(np.asarray(state.nu["dense"]["kernel"]), k_frozen)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * np.asarray(g, np.float64), mu, grads)
+        v_bias = b2 * v_bias + (1 - b2) * np.asarray(grads["dense"]["bias"], np.float64) ** 2
+        np.testing.assert_allclose(np.asarray(state.nu["dense"]["bias"]), v_bias, rtol=1e-5)
+        m_hat = jax.tree.map(lambda m: m / (1 - b1**t), mu)
+        p = jax.tree.map(np.asarray, params)
+        expected_k = -lr * (m_hat["dense"]["kernel"] / (np.sqrt(k_frozen / (1 - b2**4)) + eps)
+                            + wd * p["dense"]["kernel"])
+        expected_b = -lr * (m_hat["dense"]["bias"] / (np.sqrt(v_bias / (1 - b2**t)) + eps) + wd * p["dense"]["bias"])
+        np.testing.assert_allclose(np.asarray(updates["dense"]["kernel"]), expected_k, rtol=2e-5, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(updates["dense"]["bias"]), expected_b, rtol=2e-5, atol=1e-9)
+        assert np.max(np.abs(np.asarray(updates["dense"]["bias"]))) < 3 * lr
+        params = optax.apply_updates(params, updates)
+    # the same run with every v frozen: the bias steps grow with its gradient (what diverged)
+    tx_all = adamw_step(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd, clipping=(0, 3), switch_eps=0.0, freeze="all")
+    params = {"dense": {"kernel": jnp.zeros((8, 4)), "bias": jnp.zeros((4,))}}
+    state = tx_all.init(params)
+    for t in range(12):
+        scale = 1.0 if t < 4 else 100.0
+        updates, state = tx_all.update({"dense": {"kernel": jnp.ones((8, 4)), "bias": jnp.full((4,), scale)}},
+                                       state, params)
+    assert float(jnp.max(jnp.abs(updates["dense"]["bias"]))) > 30 * lr
+    with pytest.raises(ValueError, match="freeze"):
+        adamw_step(1e-3, clipping=(1, 5), freeze="kernels")
 
 
 def test_adamw_step_option2_value_and_zero_guard():
