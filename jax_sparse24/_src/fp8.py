@@ -88,7 +88,7 @@ def quantize(t, s):
 
     >>> import jax.numpy as jnp
     >>> quantize(jnp.array([1.0, 3.3, -1000.0, jnp.nan]), jnp.float32(0.5)).astype(jnp.float32)
-    Array([  2.,   6., -448.,  nan], dtype=float32)
+    Array([   2. ,    6.5, -448. ,    nan], dtype=float32)
     """
     dtype = jnp.result_type(t)
     if not jnp.issubdtype(dtype, jnp.floating) or dtype == FP8_DTYPE:
