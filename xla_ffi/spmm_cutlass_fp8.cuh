@@ -135,36 +135,7 @@ ffi::Error RunGemmFp8(const GemmFp8Call& call) {
   args.scheduler.max_swizzle_size = c.swizzle;
   args.scheduler.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(c.raster);
 
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
-  if (st != cutlass::Status::kSuccess) {
-    return InvalidArgument(std::string("CUTLASS fp8 sparse GEMM config '") + c.config_name +
-                           "' cannot implement m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
-                           " k=" + std::to_string(c.k) + " (can_implement: " + StatusStr(st) + ")");
-  }
-  const size_t workspace_bytes = Gemm::get_workspace_size(args);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 16);
-    if (!ws.has_value() || *ws == nullptr) {
-      return Internal("could not allocate " + std::to_string(workspace_bytes) +
-                      " bytes of CUTLASS workspace from the XLA scratch allocator");
-    }
-    workspace = *ws;
-  }
-  st = gemm.initialize(args, workspace, c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (fp8 config '") + c.config_name +
-                    "') failed: " + StatusStr(st));
-  }
-  st = gemm.run(c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    cudaError_t err = cudaGetLastError();
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (fp8 config '") + c.config_name +
-                    "') failed: " + StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
-  }
-  SP24_CHECK_LAUNCH("the CUTLASS fp8 sparse GEMM kernel");
-  return ffi::Error::Success();
+  return LaunchGemm<Gemm>(args, c, "fp8 ");
 }
 
 }  // namespace spmm

@@ -188,6 +188,45 @@ using RunFn = ffi::Error (*)(const GemmCall&);
 
 inline std::string StatusStr(cutlass::Status s) { return cutlassGetStatusString(s); }
 
+// Checks, allocates the workspace for and runs one CUTLASS GEMM (any GemmUniversalAdapter) on the
+// call's stream; errors name the configuration (`kind`: "" or e.g. "fp8 ").
+template <class Gemm>
+ffi::Error LaunchGemm(const typename Gemm::Arguments& args, const GemmCall& c, const char* kind) {
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) {
+    return InvalidArgument(std::string("CUTLASS ") + kind + "sparse GEMM config '" + c.config_name +
+                           "' cannot implement m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                           " k=" + std::to_string(c.k) + " (can_implement: " + StatusStr(st) + ")");
+  }
+  // Zero for the persistent-scheduler configurations; the stream-K one reduces partial tiles (and
+  // keeps its locks) in this workspace, which CUTLASS's initialize() clears on the stream.
+  const size_t workspace_bytes = Gemm::get_workspace_size(args);
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    // XLA's FFI scratch allocator rejects alignments above 16 bytes.
+    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 16);
+    if (!ws.has_value() || *ws == nullptr) {
+      return Internal("could not allocate " + std::to_string(workspace_bytes) +
+                      " bytes of CUTLASS workspace from the XLA scratch allocator");
+    }
+    workspace = *ws;
+  }
+  st = gemm.initialize(args, workspace, c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (") + kind + "config '" + c.config_name +
+                    "') failed: " + StatusStr(st));
+  }
+  st = gemm.run(c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    cudaError_t err = cudaGetLastError();
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (") + kind + "config '" + c.config_name +
+                    "') failed: " + StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
+  }
+  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
+  return ffi::Error::Success();
+}
+
 template <class Cfg>
 ffi::Error RunGemm(const GemmCall& c) {
   using Gemm = typename Cfg::Gemm;
@@ -228,39 +267,7 @@ ffi::Error RunGemm(const GemmCall& c) {
                     static_cast<int>(cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN) == 2,
                 "GemmCall::raster encodes CUTLASS's RasterOrderOptions by value");
 
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
-  if (st != cutlass::Status::kSuccess) {
-    return InvalidArgument(std::string("CUTLASS sparse GEMM config '") + c.config_name + "' cannot implement m=" +
-                           std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
-                           " (can_implement: " + StatusStr(st) + ")");
-  }
-  // Zero for the persistent-scheduler configurations; the stream-K one reduces partial tiles (and
-  // keeps its locks) in this workspace, which CUTLASS's initialize() clears on the stream.
-  const size_t workspace_bytes = Gemm::get_workspace_size(args);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    // XLA's FFI scratch allocator rejects alignments above 16 bytes.
-    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 16);
-    if (!ws.has_value() || *ws == nullptr) {
-      return Internal("could not allocate " + std::to_string(workspace_bytes) +
-                      " bytes of CUTLASS workspace from the XLA scratch allocator");
-    }
-    workspace = *ws;
-  }
-  st = gemm.initialize(args, workspace, c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (config '") + c.config_name +
-                    "') failed: " + StatusStr(st));
-  }
-  st = gemm.run(c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    cudaError_t err = cudaGetLastError();
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (config '") + c.config_name + "') failed: " +
-                    StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
-  }
-  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
-  return ffi::Error::Success();
+  return LaunchGemm<Gemm>(args, c, "");
 }
 
 }  // namespace spmm
