@@ -502,8 +502,6 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<OP, DIRECT, TRANS>()) Comp
 
 
 
-bool Is2D(ffi::AnyBuffer::Dimensions d, int64_t r, int64_t c) { return d.size() == 2 && d[0] == r && d[1] == c; }
-
 bool Aligned(const void* ptr, uintptr_t n) { return (reinterpret_cast<uintptr_t>(ptr) % n) == 0; }
 
 // Checks one compressed output pair (values, meta) for the operand A (m x k) of dtype `dt`.

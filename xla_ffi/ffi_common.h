@@ -96,6 +96,13 @@ inline std::string Shape2(int64_t rows, int64_t cols) {
   return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
 }
 
+// True when `dims` is exactly (rows, cols).
+inline bool Is2D(ffi::AnyBuffer::Dimensions dims, int64_t rows, int64_t cols) {
+  return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
+}
+
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // Multiprocessor count of a device, queried once per device and cached (persistent grids size
 // themselves from it). One cache for the whole extension (inline: one instance across files).
 inline ffi::Error SmCount(int device, int* out) {

@@ -250,14 +250,13 @@ ffi::Error Fp8MaskCompressImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBu
   CompressedShapes s;
   std::string error;
   if (!CutlassCompressedShapes(M, K, 2, &s, &error)) return InvalidArgument(op + ": " + error);
-  const auto vd = values->dimensions(), md = meta->dimensions();
-  if (vd.size() != 2 || vd[0] != s.values_rows || vd[1] != s.values_cols) {
+  if (!Is2D(values->dimensions(), s.values_rows, s.values_cols)) {
     return InvalidArgument(op + ": values must have shape " + Shape2(s.values_rows, s.values_cols) + ", got " +
-                           DimsString(vd));
+                           DimsString(values->dimensions()));
   }
-  if (md.size() != 2 || md[0] != s.meta_rows || md[1] != s.meta_cols) {
+  if (!Is2D(meta->dimensions(), s.meta_rows, s.meta_cols)) {
     return InvalidArgument(op + ": meta must have shape " + Shape2(s.meta_rows, s.meta_cols) + ", got " +
-                           DimsString(md));
+                           DimsString(meta->dimensions()));
   }
   // The kernel's closed-form layout: values exactly (M, K/2), metadata (round_up(M, 64), round_up(K, 128) / 8).
   const int64_t m_al = (M + kTileM - 1) / kTileM * kTileM, k_al = (K + kTileK - 1) / kTileK * kTileK;

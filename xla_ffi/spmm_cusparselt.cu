@@ -312,8 +312,6 @@ int DtypeCode(ffi::DataType t) {
 }
 
 
-bool Is2D(ffi::AnyBuffer::Dimensions d, int64_t r, int64_t c) { return d.size() == 2 && d[0] == r && d[1] == c; }
-
 ffi::Error Scratch(ffi::ScratchAllocator& scratch, size_t bytes, void** out, const char* what) {
   *out = nullptr;
   if (bytes == 0) return ffi::Error::Success();

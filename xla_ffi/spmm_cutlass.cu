@@ -39,6 +39,7 @@
 
 #include "ffi_common.h"
 #include "spmm_cutlass.h"
+#include "spmm_validation.h"
 
 // The configurations are compiled in their own TUs (spmm_cfg_*.cu): declare them here.
 SP24_NK_CONFIGS(SP24_EXTERN_NK)
@@ -186,17 +187,10 @@ CompressedShapes ShapesFor(int64_t m, int64_t k) {
 }
 
 
-bool Is2D(ffi::AnyBuffer::Dimensions dims, int64_t rows, int64_t cols) {
-  return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
-}
-
-
 std::string AlignmentString() {
   return "m % " + std::to_string(kAlignM) + " == 0, n % " + std::to_string(kAlignN) + " == 0, k % " +
          std::to_string(kAlignK) + " == 0";
 }
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // ------------------------------------------------------------------------------------------------
 template <class T>
@@ -338,19 +332,7 @@ ffi::Error SpmmAny(bool kn, cudaStream_t stream, ffi::ScratchAllocator& scratch,
     return InvalidArgument(op + ": d must have shape (n, m) = " + Shape2(n, m) + ", got " +
                            DimsString(d.dimensions()));
   }
-  CompressedShapes s;
-  std::string error;
-  if (!CutlassCompressedShapes(m, k, dtype, &s, &error)) return InvalidArgument(op + ": " + error);
-  if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
-    return InvalidArgument(op + ": values must have the compressed shape " + Shape2(s.values_rows, s.values_cols) +
-                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
-                           DimsString(values.dimensions()));
-  }
-  if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
-    return InvalidArgument(op + ": meta must have the compressed shape " + Shape2(s.meta_rows, s.meta_cols) +
-                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
-                           DimsString(meta.dimensions()));
-  }
+  SP24_RETURN_IF_ERROR(CheckCompressedOperand(op, m, k, dtype, values.dimensions(), meta.dimensions()));
   if (num_configs == 0) {
     return InvalidArgument(op + ": no configuration of this formulation is compiled in this (minimal) build");
   }

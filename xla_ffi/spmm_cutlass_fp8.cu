@@ -20,26 +20,27 @@
 
 #include "ffi_common.h"
 #include "spmm_cutlass.h"
+#include "spmm_validation.h"
 
 SP24_FP8_CONFIGS(SP24_EXTERN_FP8)
 
 namespace jax_sparse24 {
 namespace {
 
-using spmm::GemmFp8Call;
+using spmm::GemmCall;
 using spmm::kFp8AlignK;
 using spmm::kFp8AlignM;
 using spmm::kFp8AlignN;
 using spmm::kInt32Max;
-using spmm::RunFp8Fn;
+using spmm::RunFn;
 
 struct Fp8ConfigEntry {
   const char* name;
-  RunFp8Fn run;
+  RunFn run;
 };
 
 #define SP24_FP8_ENTRY(SCHED, TM, TN, TK, CM, CN) \
-  Fp8ConfigEntry{#SCHED "_" #TM "x" #TN "x" #TK "_c" #CM "x" #CN, &spmm::RunGemmFp8<SP24_FP8_CFG_T(SCHED, TM, TN, TK, CM, CN)>},
+  Fp8ConfigEntry{#SCHED "_" #TM "x" #TN "x" #TK "_c" #CM "x" #CN, &spmm::RunGemm<SP24_FP8_CFG_T(SCHED, TM, TN, TK, CM, CN)>},
 
 // The sentinel keeps the array non-empty in the minimal build (no fp8 configuration compiled).
 const Fp8ConfigEntry kFp8Configs[] = {SP24_FP8_CONFIGS(SP24_FP8_ENTRY) Fp8ConfigEntry{nullptr, nullptr}};
@@ -51,12 +52,6 @@ int Fp8ConfigId(const char* name) {
   }
   return -1;
 }
-
-bool Is2D(ffi::AnyBuffer::Dimensions dims, int64_t rows, int64_t cols) {
-  return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
-}
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 const char* Fp8Name(ffi::DataType t) {
   if (t == ffi::DataType::F8E4M3FN) return "float8_e4m3fn";
@@ -100,19 +95,7 @@ ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32
     return InvalidArgument(op + ": d must have shape (n, m) = " + Shape2(n, m) + ", got " +
                            DimsString(d->dimensions()));
   }
-  CompressedShapes s;
-  std::string error;
-  if (!CutlassCompressedShapes(m, k, 2, &s, &error)) return InvalidArgument(op + ": " + error);
-  if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
-    return InvalidArgument(op + ": values must have the compressed shape " + Shape2(s.values_rows, s.values_cols) +
-                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
-                           DimsString(values.dimensions()));
-  }
-  if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
-    return InvalidArgument(op + ": meta must have the compressed shape " + Shape2(s.meta_rows, s.meta_cols) +
-                           " for m=" + std::to_string(m) + " k=" + std::to_string(k) + ", got " +
-                           DimsString(meta.dimensions()));
-  }
+  SP24_RETURN_IF_ERROR(CheckCompressedOperand(op, m, k, 2, values.dimensions(), meta.dimensions()));
   if (kNumFp8Configs == 0) {
     return InvalidArgument(op + ": no fp8 configuration is compiled in this (minimal) build; build with "
                                 "JAX_SPARSE24_CUTLASS_CONFIGS=all");
@@ -127,19 +110,19 @@ ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32
       !Aligned16(d->untyped_data()) || (reinterpret_cast<uintptr_t>(alpha.untyped_data()) & 3u)) {
     return InvalidArgument(op + ": buffers must be 16-byte aligned (alpha 4-byte)");
   }
-  GemmFp8Call call;
-  call.base.stream = stream;
-  call.base.scratch = &scratch;
-  call.base.device = device;
-  SP24_RETURN_IF_ERROR(SmCount(device, &call.base.sm_count));
-  call.base.values = values.untyped_data();
-  call.base.meta = meta.untyped_data();
-  call.base.b = b.untyped_data();
-  call.base.d = d->untyped_data();
-  call.base.m = static_cast<int>(m);
-  call.base.n = static_cast<int>(n);
-  call.base.k = static_cast<int>(k);
-  call.base.config_name = kFp8Configs[cfg].name;
+  GemmCall call;
+  call.stream = stream;
+  call.scratch = &scratch;
+  call.device = device;
+  SP24_RETURN_IF_ERROR(SmCount(device, &call.sm_count));
+  call.values = values.untyped_data();
+  call.meta = meta.untyped_data();
+  call.b = b.untyped_data();
+  call.d = d->untyped_data();
+  call.m = static_cast<int>(m);
+  call.n = static_cast<int>(n);
+  call.k = static_cast<int>(k);
+  call.config_name = kFp8Configs[cfg].name;
   call.alpha = static_cast<const float*>(alpha.untyped_data());
   return kFp8Configs[cfg].run(call);
 }

@@ -56,10 +56,19 @@ constexpr int64_t kFp8AlignN = 16;
 constexpr int64_t kFp8AlignK = 32;
 
 template <class TileShape, class ClusterShape, class Schedule>
+struct SparseGemmFp8Config;
+
+// The configuration whose compressed layout every fp8 configuration (and the compressors) share.
+using ReferenceFp8Config = SparseGemmFp8Config<Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong_fastaccum>;
+
+// Run by RunGemm (spmm_cutlass_gemm.cuh) like the 16-bit configurations, with GemmCall::alpha set.
+template <class TileShape, class ClusterShape, class Schedule>
 struct SparseGemmFp8Config {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
   using ElementD = cutlass::bfloat16_t;
+  using LayoutReference = ReferenceFp8Config;
+  static constexpr const char* kKind = "fp8 ";
   using LayoutA = cutlass::layout::RowMajor;     // M x K, K-major (compressed)
   using LayoutB = cutlass::layout::ColumnMajor;  // K x N column-major == N x K row-major
   using LayoutD = cutlass::layout::ColumnMajor;  // M x N column-major == N x M row-major
@@ -87,57 +96,6 @@ struct SparseGemmFp8Config {
   using SparseConfig = typename CollectiveMainloop::SparseConfig;
 };
 
-// The configuration whose compressed layout every fp8 configuration (and the compressors) share.
-using ReferenceFp8Config = SparseGemmFp8Config<Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong_fastaccum>;
-
-// One fp8 GEMM launch: GemmCall's fields plus the device pointer of alpha (float32).
-struct GemmFp8Call {
-  GemmCall base;
-  const float* alpha;
-};
-
-using RunFp8Fn = ffi::Error (*)(const GemmFp8Call&);
-
-template <class Cfg>
-ffi::Error RunGemmFp8(const GemmFp8Call& call) {
-  using Gemm = typename Cfg::Gemm;
-  using GemmKernel = typename Cfg::GemmKernel;
-  static_assert(std::is_same_v<typename Cfg::SparseConfig, typename ReferenceFp8Config::SparseConfig>,
-                "every fp8 configuration must share the compressor's layout (tile K >= 128)");
-  using StrideB = typename GemmKernel::StrideB;
-  using StrideC = typename GemmKernel::StrideC;
-  using StrideD = typename GemmKernel::StrideD;
-  using SparseConfig = typename Cfg::SparseConfig;
-  const GemmCall& c = call.base;
-
-  const ProblemShape problem{c.m, c.n, c.k, 1};
-  const auto layout_a = SparseConfig::fill_layoutA(problem);
-  const auto layout_e = SparseConfig::fill_layoutE(problem);
-  const StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(c.n, c.k, 1));
-  const StrideC stride_c = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(c.m, c.n, 1));
-  const StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(c.m, c.n, 1));
-
-  cutlass::KernelHardwareInfo hw_info;
-  hw_info.device_id = c.device;
-  hw_info.sm_count = c.sm_count;
-
-  typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      problem,
-      {static_cast<const typename Cfg::ElementA*>(c.values), layout_a,
-       static_cast<const typename Cfg::ElementB*>(c.b), stride_b,
-       static_cast<const typename GemmKernel::CollectiveMainloop::ElementE*>(c.meta), layout_e},
-      {{}, nullptr, stride_c, static_cast<typename Cfg::ElementD*>(c.d), stride_d},
-      hw_info};
-  args.epilogue.thread.alpha = 1.0f;  // ignored: alpha_ptr is set
-  args.epilogue.thread.alpha_ptr = call.alpha;
-  args.epilogue.thread.beta = 0.0f;
-  args.scheduler.max_swizzle_size = c.swizzle;
-  args.scheduler.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(c.raster);
-
-  return LaunchGemm<Gemm>(args, c, "fp8 ");
-}
-
 }  // namespace spmm
 }  // namespace jax_sparse24
 
@@ -148,7 +106,7 @@ ffi::Error RunGemmFp8(const GemmFp8Call& call) {
 #define SP24_FP8_INST(PREFIX, SCHED, TM, TN, TK, CM, CN)                                                  \
   namespace jax_sparse24 {                                                                               \
   namespace spmm {                                                                                       \
-  PREFIX template ffi::Error RunGemmFp8<SP24_FP8_CFG_T(SCHED, TM, TN, TK, CM, CN)>(const GemmFp8Call&); \
+  PREFIX template ffi::Error RunGemm<SP24_FP8_CFG_T(SCHED, TM, TN, TK, CM, CN)>(const GemmCall&);     \
   }                                                                                                      \
   }
 #define SP24_INSTANTIATE_FP8(SCHED, TM, TN, TK, CM, CN) SP24_FP8_INST(, SCHED, TM, TN, TK, CM, CN)

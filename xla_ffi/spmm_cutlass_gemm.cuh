@@ -129,8 +129,23 @@ using ProblemShape = Shape<int, int, int, int>;  // (M, N, K, L)
 
 // LayoutB: ColumnMajor = "nk" (B stored N x K row-major), RowMajor = "kn" (B stored K x N row-major).
 template <class T, class TileShape, class ClusterShape, class Schedule, class LayoutB_ = cutlass::layout::ColumnMajor>
+struct SparseGemmConfig;
+
+// The compressed layout depends only on the element type, A's majorness (K) and min(tile K, 128);
+// every configuration has tile K = 128, so one compressor per dtype serves them all
+// (static_assert'ed per configuration in RunGemm).
+template <class T>
+using ReferenceConfig = SparseGemmConfig<T, Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong>;
+
+// What RunGemm reads of a configuration: ElementA/B/D, Gemm, GemmKernel, SparseConfig,
+// LayoutReference (the configuration whose compressed layout it must share) and kKind (in errors).
+template <class T, class TileShape, class ClusterShape, class Schedule, class LayoutB_>
 struct SparseGemmConfig {
-  using Element = T;
+  using ElementA = T;
+  using ElementB = T;
+  using ElementD = T;
+  using LayoutReference = ReferenceConfig<T>;
+  static constexpr const char* kKind = "";
   using LayoutA = cutlass::layout::RowMajor;     // M x K, K-major (compressed by CUTLASS's layout)
   using LayoutB = LayoutB_;
   using LayoutD = cutlass::layout::ColumnMajor;  // M x N column-major == N x M row-major
@@ -158,12 +173,6 @@ struct SparseGemmConfig {
   using SparseConfig = typename CollectiveMainloop::SparseConfig;
 };
 
-// The compressed layout depends only on the element type, A's majorness (K) and min(tile K, 128);
-// every configuration has tile K = 128, so one compressor per dtype serves them all
-// (static_assert'ed per configuration in RunGemm).
-template <class T>
-using ReferenceConfig = SparseGemmConfig<T, Shape<_128, _128, _128>, Shape<_1, _2, _1>, pingpong>;
-
 // ------------------------------------------------------------------------------------------------
 // GEMM launch.
 struct GemmCall {
@@ -182,58 +191,21 @@ struct GemmCall {
   // by the handler.
   int raster = 0;
   int swizzle = 1;
+  // Device pointer of the epilogue's alpha (float32; the fp8 GEMM's product of scales), or nullptr
+  // for alpha = 1.
+  const float* alpha = nullptr;
 };
 
 using RunFn = ffi::Error (*)(const GemmCall&);
 
 inline std::string StatusStr(cutlass::Status s) { return cutlassGetStatusString(s); }
 
-// Checks, allocates the workspace for and runs one CUTLASS GEMM (any GemmUniversalAdapter) on the
-// call's stream; errors name the configuration (`kind`: "" or e.g. "fp8 ").
-template <class Gemm>
-ffi::Error LaunchGemm(const typename Gemm::Arguments& args, const GemmCall& c, const char* kind) {
-  Gemm gemm;
-  cutlass::Status st = gemm.can_implement(args);
-  if (st != cutlass::Status::kSuccess) {
-    return InvalidArgument(std::string("CUTLASS ") + kind + "sparse GEMM config '" + c.config_name +
-                           "' cannot implement m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
-                           " k=" + std::to_string(c.k) + " (can_implement: " + StatusStr(st) + ")");
-  }
-  // Zero for the persistent-scheduler configurations; the stream-K one reduces partial tiles (and
-  // keeps its locks) in this workspace, which CUTLASS's initialize() clears on the stream.
-  const size_t workspace_bytes = Gemm::get_workspace_size(args);
-  void* workspace = nullptr;
-  if (workspace_bytes > 0) {
-    // XLA's FFI scratch allocator rejects alignments above 16 bytes.
-    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 16);
-    if (!ws.has_value() || *ws == nullptr) {
-      return Internal("could not allocate " + std::to_string(workspace_bytes) +
-                      " bytes of CUTLASS workspace from the XLA scratch allocator");
-    }
-    workspace = *ws;
-  }
-  st = gemm.initialize(args, workspace, c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (") + kind + "config '" + c.config_name +
-                    "') failed: " + StatusStr(st));
-  }
-  st = gemm.run(c.stream);
-  if (st != cutlass::Status::kSuccess) {
-    cudaError_t err = cudaGetLastError();
-    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (") + kind + "config '" + c.config_name +
-                    "') failed: " + StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
-  }
-  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
-  return ffi::Error::Success();
-}
-
 template <class Cfg>
 ffi::Error RunGemm(const GemmCall& c) {
   using Gemm = typename Cfg::Gemm;
   using GemmKernel = typename Cfg::GemmKernel;
-  using T = typename Cfg::Element;
-  static_assert(std::is_same_v<typename Cfg::SparseConfig, typename ReferenceConfig<T>::SparseConfig>,
-                "every configuration must share the compressor's layout (tile K = 128)");
+  static_assert(std::is_same_v<typename Cfg::SparseConfig, typename Cfg::LayoutReference::SparseConfig>,
+                "every configuration must share its compressor's layout (tile K >= 128)");
   using StrideB = typename GemmKernel::StrideB;
   using StrideC = typename GemmKernel::StrideC;
   using StrideD = typename GemmKernel::StrideD;
@@ -254,11 +226,13 @@ ffi::Error RunGemm(const GemmCall& c) {
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       problem,
-      {static_cast<const T*>(c.values), layout_a, static_cast<const T*>(c.b), stride_b,
+      {static_cast<const typename Cfg::ElementA*>(c.values), layout_a,
+       static_cast<const typename Cfg::ElementB*>(c.b), stride_b,
        static_cast<const typename GemmKernel::CollectiveMainloop::ElementE*>(c.meta), layout_e},
-      {{}, nullptr, stride_c, static_cast<T*>(c.d), stride_d},
+      {{}, nullptr, stride_c, static_cast<typename Cfg::ElementD*>(c.d), stride_d},
       hw_info};
   args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.alpha_ptr = c.alpha;  // read on the device when set (alpha is then ignored)
   args.epilogue.thread.beta = 0.0f;
   args.scheduler.max_swizzle_size = c.swizzle;
   args.scheduler.raster_order = static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(c.raster);
@@ -267,7 +241,39 @@ ffi::Error RunGemm(const GemmCall& c) {
                     static_cast<int>(cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN) == 2,
                 "GemmCall::raster encodes CUTLASS's RasterOrderOptions by value");
 
-  return LaunchGemm<Gemm>(args, c, "");
+  Gemm gemm;
+  cutlass::Status st = gemm.can_implement(args);
+  if (st != cutlass::Status::kSuccess) {
+    return InvalidArgument(std::string("CUTLASS ") + Cfg::kKind + "sparse GEMM config '" + c.config_name +
+                           "' cannot implement m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                           " k=" + std::to_string(c.k) + " (can_implement: " + StatusStr(st) + ")");
+  }
+  // Zero for the persistent-scheduler configurations; the stream-K one reduces partial tiles (and
+  // keeps its locks) in this workspace, which CUTLASS's initialize() clears on the stream.
+  const size_t workspace_bytes = Gemm::get_workspace_size(args);
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    // XLA's FFI scratch allocator rejects alignments above 16 bytes.
+    std::optional<void*> ws = c.scratch->Allocate(workspace_bytes, 16);
+    if (!ws.has_value() || *ws == nullptr) {
+      return Internal("could not allocate " + std::to_string(workspace_bytes) +
+                      " bytes of CUTLASS workspace from the XLA scratch allocator");
+    }
+    workspace = *ws;
+  }
+  st = gemm.initialize(args, workspace, c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::initialize (") + Cfg::kKind + "config '" + c.config_name +
+                    "') failed: " + StatusStr(st));
+  }
+  st = gemm.run(c.stream);
+  if (st != cutlass::Status::kSuccess) {
+    cudaError_t err = cudaGetLastError();
+    return Internal(std::string("CUTLASS GemmUniversalAdapter::run (") + Cfg::kKind + "config '" + c.config_name +
+                    "') failed: " + StatusStr(st) + " (last CUDA error: " + cudaGetErrorName(err) + ")");
+  }
+  SP24_CHECK_LAUNCH("the CUTLASS sparse GEMM kernel");
+  return ffi::Error::Success();
 }
 
 }  // namespace spmm
