@@ -1,5 +1,5 @@
-"""Probe of the fp8 2:4 kernels on a Hopper GPU, through their FFI targets directly (no Python
-wrappers needed): correctness of the fused quantize+compress against CUTLASS's compressor applied
+"""Probe of the fp8 2:4 kernels on a Hopper GPU, through their thin wrappers (cuda_fp8_ops,
+cuda_spmm_ops.cutlass_compress) and the reference quantization (_src/fp8.py): correctness of the fused quantize+compress against CUTLASS's compressor applied
 to the quantized operand (bit for bit), of the fp8 sparse GEMM against an f32 reference, and
 timings (GEMM only, in one jitted program per variant, interleaved rounds) against bf16 dense and
 XLA's fp8 dense dot at training shapes.
@@ -24,9 +24,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
+from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import ffi  # noqa: E402
+from jax_sparse24._src.fp8 import quantize  # noqa: E402
 
-E4M3 = jnp.float8_e4m3fn
 FAIL = []
 
 
@@ -36,48 +39,17 @@ def check(ok: bool, what: str):
         FAIL.append(what)
 
 
-def quantize(x, scale):
-    inv = jnp.float32(1.0) / scale
-    return jnp.clip(x.astype(jnp.float32) * inv, -448.0, 448.0).astype(E4M3)
-
-
-def shapes(m, k, code):
-    ext = ffi.require_extension()
-    v, me = ext.cutlass_compressed_shapes(m, k, code)
-    return tuple(v), tuple(me)
-
-
 def fused(x, mask, scale, transposed):
-    r, c = x.shape
-    m, k = (c, r) if transposed else (r, c)
-    vs, ms = shapes(m, k, 2)
-    return ffi.ffi_call("jax_sparse24_fp8_masked_compress",
-                        (jax.ShapeDtypeStruct(vs, E4M3), jax.ShapeDtypeStruct(ms, jnp.uint8)),
-                        x, mask, scale, transposed=bool(transposed))
-
-
-def cutlass_compress(a):
-    m, k = a.shape
-    vs, ms = shapes(m, k, 2)
-    return ffi.ffi_call("jax_sparse24_cutlass_compress",
-                        (jax.ShapeDtypeStruct(vs, a.dtype), jax.ShapeDtypeStruct(ms, jnp.uint8)), a)
+    return cf.fp8_masked_compress(x, mask, scale, transposed=transposed)
 
 
 def spmm_fp8(values, meta, b, alpha, m, k, config=-1):
-    n = b.shape[0]
-    return ffi.ffi_call("jax_sparse24_cutlass_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16),
-                        values, meta, b, alpha, m=np.int64(m), n=np.int64(n), k=np.int64(k),
-                        config=np.int64(config))
+    return cf.cutlass_spmm_fp8(values, meta, b, alpha, m=m, k=k, config=config)
 
 
 def mask24_along(w, axis):
-    """Top-2 |w| of each 4 along ``axis`` (numpy)."""
-    a = np.moveaxis(np.abs(w), axis, -1)
-    g = a.reshape(*a.shape[:-1], -1, 4)
-    order = np.argsort(-g, axis=-1, kind="stable")
-    keep = np.zeros_like(g, dtype=bool)
-    np.put_along_axis(keep, order[..., :2], True, axis=-1)
-    return np.moveaxis(keep.reshape(a.shape), -1, axis)
+    """Top-2 |w| of each 4 along ``axis`` (the library's mask24), as numpy bool."""
+    return np.asarray(s24.mask24(jnp.asarray(w), axis=axis))
 
 
 def correctness(rng, quick):
@@ -95,17 +67,16 @@ def correctness(rng, quick):
                 got = jax.jit(fused, static_argnums=3)(x, mk, scale, transposed)
                 q = quantize(jnp.where(mk, x, 0), scale)
                 a = q.T if transposed else q
-                want = jax.jit(cutlass_compress)(a)
+                want = jax.jit(cs.cutlass_compress)(a)
                 vs_ok = np.array_equal(np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8))
                 me_ok = np.array_equal(np.asarray(got[1]), np.asarray(want[1]))
                 detail = ""
-                if not vs_ok:  # which side differs from a CPU quantization (ml_dtypes, round to nearest even)?
+                if not vs_ok:  # which side differs from the reference quantization run on the CPU?
                     gv, wv = np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8)
-                    xm = np.where(np.asarray(mk), np.asarray(x, np.float32), 0)
-                    inv = np.float32(1) / np.float32(np.asarray(scale))
-                    qc = np.clip(xm * inv, -448, 448).astype(E4M3)
-                    qc = qc.T if transposed else qc
-                    cpu = np.asarray(jax.jit(cutlass_compress)(jnp.asarray(qc))[0]).view(np.uint8)
+                    cpu_dev = jax.devices("cpu")[0]  # the same reference op, lowered for the CPU
+                    qc = jax.jit(quantize)(jax.device_put(jnp.where(mk, x, 0), cpu_dev), jax.device_put(scale, cpu_dev))
+                    qc = np.asarray(qc).T if transposed else np.asarray(qc)
+                    cpu = np.asarray(jax.jit(cs.cutlass_compress)(jnp.asarray(qc))[0]).view(np.uint8)
                     bad = np.argwhere(gv != wv)
                     detail = (f"; {len(bad)} value bytes differ, kernel==cpu {int((gv == cpu).all())} "
                               f"xla==cpu {int((wv == cpu).all())}; first {bad[:3].tolist()} kernel "
@@ -113,7 +84,7 @@ def correctness(rng, quick):
                 check(vs_ok and me_ok, f"fused fp8 compress == cutlass_compress(quantize): x {r}x{c} {jnp.dtype(dt).name} "
                       f"transposed={transposed} (values {vs_ok}, meta {me_ok}){detail}")
     # GEMM against the f32 reference (every compiled configuration).
-    names = ffi.require_extension().cutlass_configs_fp8()
+    names = cf.cutlass_configs_fp8()
     for (n, k, m) in ([(256, 256, 128), (512, 768, 3072)] if quick else
                       [(256, 256, 128), (512, 768, 3072), (1024, 4096, 1024), (2048, 1024, 4096), (304, 512, 136)]):
         if m % 8 or n % 16 or k % 32:
@@ -156,7 +127,7 @@ def speed(rng, quick, results):
            (16384, 768, 3072)]
     if quick:
         shp = shp[:2]
-    names = ffi.require_extension().cutlass_configs_fp8()
+    names = cf.cutlass_configs_fp8()
     for (t, i, o) in shp:
         x = jnp.asarray(rng.standard_normal((t, i)), jnp.bfloat16)
         w = rng.standard_normal((i, o)).astype(np.float32)
@@ -203,7 +174,7 @@ def main():
     if not ffi.cuda_kernels_available():
         print("no CUDA kernels:", ffi.extension_error())
         return 2
-    print("fp8 configurations:", ffi.require_extension().cutlass_configs_fp8())
+    print("fp8 configurations:", cf.cutlass_configs_fp8())
     rng = np.random.default_rng(0)
     results = []
     correctness(rng, args.quick)
