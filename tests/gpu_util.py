@@ -92,3 +92,30 @@ def poisoned(fn):
             return run(poison, *args)
 
     return call
+
+
+def bit_patterns(a) -> np.ndarray:
+    """The unsigned-integer bit patterns of an array (uint8 for fp8, uint16 for bf16/f16, ...)."""
+    a = jnp.asarray(a)
+    return np.asarray(jax.lax.bitcast_convert_type(a, jnp.dtype(f"uint{8 * a.dtype.itemsize}")))
+
+
+def assert_same_compressed(got, ref, what: str):
+    """Compressed operands ``(values, meta)``: same shapes, only legal metadata nibbles, and
+    bit-identical values and metadata."""
+    (gv, gm), (rv, rm) = got, ref
+    assert gv.shape == rv.shape and gm.shape == rm.shape, f"{what}: shapes {gv.shape, gm.shape} vs {rv.shape, rm.shape}"
+    gm, rm = np.asarray(gm), np.asarray(rm)
+    nib = np.concatenate([gm & 0xF, gm >> 4]).ravel()
+    bad_nib = sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES)
+    assert not bad_nib, f"{what}: illegal metadata nibbles {bad_nib} (0xF = unwritten poison)"
+    gb, rb = bit_patterns(gv), bit_patterns(rv)
+    if not np.array_equal(gb, rb):
+        r, c = np.nonzero(gb != rb)
+        w = 2 + 2 * gb.dtype.itemsize
+        raise AssertionError(f"{what}: {r.size} value elements differ, first at {(r[0], c[0])}: "
+                             f"{gb[r[0], c[0]]:#0{w}x} vs {rb[r[0], c[0]]:#0{w}x}; rows {np.unique(r)[:8]}")
+    if not np.array_equal(gm, rm):
+        r, c = np.nonzero(gm != rm)
+        raise AssertionError(f"{what}: {r.size} metadata bytes differ, first at {(r[0], c[0])}: "
+                             f"{gm[r[0], c[0]]:#04x} vs {rm[r[0], c[0]]:#04x}; rows {np.unique(r)[:8]}")

@@ -33,7 +33,7 @@ from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import reference  # noqa: E402
-from gpu_util import LEGAL_NIBBLES, mask24_np, poisoned, skip_uncompiled  # noqa: E402
+from gpu_util import LEGAL_NIBBLES, assert_same_compressed, mask24_np, poisoned, skip_uncompiled  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 
 DTYPES = [jnp.bfloat16, jnp.float16]
@@ -54,30 +54,6 @@ def _x(rng, shape, dtype, special=True):
         x = np.where((u >= 0.06) & (u < 0.09), np.float32(0.75), x)
         x = np.where((u >= 0.09) & (u < 0.11), np.float32(-0.75), x)
     return jnp.asarray(x, dtype)
-
-
-def _bits(a) -> np.ndarray:
-    """uint16 bit patterns of a bf16/f16 array."""
-    return np.asarray(jax.lax.bitcast_convert_type(jnp.asarray(a), jnp.uint16))
-
-
-def assert_same_compressed(got, ref, what: str):
-    """Bit-identical values and metadata, and only legal metadata nibbles."""
-    (gv, gm), (rv, rm) = got, ref
-    assert gv.shape == rv.shape and gm.shape == rm.shape, f"{what}: shapes {gv.shape, gm.shape} vs {rv.shape, rm.shape}"
-    gm, rm = np.asarray(gm), np.asarray(rm)
-    nib = np.concatenate([gm & 0xF, gm >> 4]).ravel()
-    bad_nib = sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES)
-    assert not bad_nib, f"{what}: illegal metadata nibbles {bad_nib} (0xF = unwritten poison)"
-    gb, rb = _bits(gv), _bits(rv)
-    if not np.array_equal(gb, rb):
-        r, c = np.nonzero(gb != rb)
-        raise AssertionError(f"{what}: {r.size} value elements differ, first at {(r[0], c[0])}: "
-                             f"{gb[r[0], c[0]]:#06x} vs {rb[r[0], c[0]]:#06x}; rows {np.unique(r)[:8]}")
-    if not np.array_equal(gm, rm):
-        r, c = np.nonzero(gm != rm)
-        raise AssertionError(f"{what}: {r.size} metadata bytes differ, first at {(r[0], c[0])}: "
-                             f"{gm[r[0], c[0]]:#04x} vs {rm[r[0], c[0]]:#04x}; rows {np.unique(r)[:8]}")
 
 
 def decompress_np(values, meta, m: int, k: int) -> np.ndarray:
