@@ -45,6 +45,17 @@ def _flatten_tokens(x):
     return x.reshape(-1, x.shape[-1])
 
 
+def _check_linear_args(op: str, x, w, bias) -> None:
+    """Float ``x`` (..., in) and ``w`` (in, out); ``bias`` None or (out,). ValueError naming ``op``."""
+    v.check_float(x, "x", op)
+    v.check_float(w, "w", op)
+    v.check_rank(w, 2, op, "w")
+    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
+        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
+    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
+        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
 def _linear(x, w, mask, bias, key, prepared, cfg: _Config):
     y, _ = _linear_fwd(x, w, mask, bias, key, prepared, cfg)
@@ -149,15 +160,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     True
     """
     op = "sparse24_linear"
-    v.check_float(x, "x", op)
-    v.check_float(w, "w", op)
-    v.check_rank(w, 2, op, "w")
-    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
-        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
+    _check_linear_args(op, x, w, bias)
     v.check_divisible(w, 0, 4, op, what="w axis (in)")
     v.check_same_shape(w, mask, op, ("w", "mask"))
-    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
-        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fp8, (bool, np.bool_)):
@@ -194,13 +199,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None):
     (an all-ones mask, XLA's fp8 dot on every platform), the exact 16-bit weight gradient ``xᵀ·∇y``.
     """
     op = "fp8_dense_linear"
-    v.check_float(x, "x", op)
-    v.check_float(w, "w", op)
-    v.check_rank(w, 2, op, "w")
-    if np.ndim(x) < 1 or np.shape(x)[-1] != np.shape(w)[0]:
-        raise ValueError(f"{op}: x's last axis must equal w's in dimension, got x {np.shape(x)} and w {np.shape(w)}")
-    if bias is not None and np.shape(bias) != (np.shape(w)[1],):
-        raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
+    _check_linear_args(op, x, w, bias)
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
