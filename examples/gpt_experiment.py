@@ -281,7 +281,7 @@ def build_experiment(hp: dict) -> Experiment:
             clipping=(steps // 10, steps // 2), where=where_sparse,
             # v frozen for the 2:4 kernels only: freezing every v (embeddings, norms, dense
             # attention) diverged on GPT-2 when their gradients outgrew it (issue 23)
-            freeze="sparse",
+            freeze="sparse", mask=wd_mask,  # no decay of biases, norms (as the adamw recipes)
         ))
     else:
         chain.append(optax.adamw(sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8,

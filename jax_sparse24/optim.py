@@ -436,6 +436,7 @@ def adamw_step(
     where: Optional[WhereFn] = None,
     z_window: Optional[int] = None,
     freeze: str = "sparse",
+    mask: Optional[Any] = None,
 ) -> optax.GradientTransformationExtraArgs:
     r"""STEP: AdamW with a precondition phase and an automatically chosen switch to sparse training.
 
@@ -504,6 +505,10 @@ def adamw_step(
         ``where`` (all leaves if it selects none, as for the statistic); the others keep AdamW's
         live ``v`` and bias correction. ``"all"``: freeze every leaf's ``v`` (diverged on GPT-2,
         see above).
+      mask: which leaves get the weight decay, as ``optax.adamw``'s ``mask``: a pytree of bools
+        with the structure of the params, or a callable ``mask(params)`` returning one (e.g.
+        ``lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)`` to leave biases and norms undecayed).
+        ``None`` (default): every leaf.
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` with state :class:`AdamWStepState`.
@@ -544,6 +549,18 @@ def adamw_step(
     wd_is_zero = _is_python_number(weight_decay) and weight_decay == 0
     if freeze not in ("sparse", "all"):
         raise ValueError(f"adamw_step: freeze must be 'sparse' or 'all', got {freeze!r}")
+
+    def _decay_mask(mask, params):
+        """Per leaf of ``params``: whether it is decayed (a Python bool tree)."""
+        if mask is None:
+            return jax.tree.map(lambda _: True, params)
+        m = mask(params) if callable(mask) else mask
+        try:
+            return jax.tree.map(lambda _, d: bool(d), params, m)
+        except (ValueError, TypeError) as e:
+            raise ValueError(
+                "adamw_step: mask must be a pytree of Python bools with the structure of the params "
+                f"(or a callable returning one): {e}") from None
 
     def frozen_leaves(tree) -> list:
         """Per flat leaf of ``tree``: whether its ``v`` is frozen in phase 1."""
@@ -643,7 +660,9 @@ def adamw_step(
         )
         new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
         if not wd_is_zero:
-            new_updates = jax.tree.map(lambda u, p: u + weight_decay * p, new_updates, params)
+            decayed = _decay_mask(mask, params)
+            new_updates = jax.tree.map(lambda u, p, d: u + weight_decay * p if d else u,
+                                       new_updates, params, decayed)
         if callable(learning_rate):
             lr = learning_rate(state.count)
             new_updates = jax.tree.map(

@@ -230,14 +230,20 @@ def _adam_params(rng):
     return {"dense": {"kernel": _rand(rng, (8, 4)), "bias": _rand(rng, (4,))}}
 
 
+def _matrices_only(params):
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
 @pytest.mark.parametrize("schedule", [False, True])
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
-def test_adamw_step_phase0_equals_optax_adamw(schedule, weight_decay):
+@pytest.mark.parametrize("mask", [None, "callable", "tree"])
+def test_adamw_step_phase0_equals_optax_adamw(schedule, weight_decay, mask):
     rng = np.random.default_rng(6)
     params = _adam_params(rng)
     lr = optax.linear_schedule(1e-2, 1e-3, 10) if schedule else 3e-3
-    ref = optax.adamw(lr, b1=0.8, b2=0.95, eps=1e-7, weight_decay=weight_decay)
-    tx = adamw_step(lr, b1=0.8, b2=0.95, eps=1e-7, weight_decay=weight_decay, clipping=(100, 200))
+    mask = {None: None, "callable": _matrices_only, "tree": _matrices_only(params)}[mask]
+    ref = optax.adamw(lr, b1=0.8, b2=0.95, eps=1e-7, weight_decay=weight_decay, mask=mask)
+    tx = adamw_step(lr, b1=0.8, b2=0.95, eps=1e-7, weight_decay=weight_decay, clipping=(100, 200), mask=mask)
     ref_update, tx_update = jax.jit(ref.update), jax.jit(tx.update)
     s_ref, s_tx = ref.init(params), tx.init(params)
     p_ref = p_tx = params
@@ -560,6 +566,24 @@ def test_adamw_step_argument_errors():
     # weight_decay=0 does not need params
     tx = adamw_step(1e-3, weight_decay=0.0, clipping=(1, 5))
     tx.update(params, tx.init(params))
+    # a decay mask of another structure
+    tx = adamw_step(1e-3, weight_decay=0.1, clipping=(1, 5), mask={"bias": False})
+    with pytest.raises(ValueError, match="mask must be a pytree"):
+        tx.update(params, tx.init(params), params)
+
+
+def test_adamw_step_decay_mask_leaves_unmasked_leaves_undecayed():
+    """With mask, a bias with zero gradient is not decayed (its update is 0) in both phases; the
+    kernel still is."""
+    params = {"kernel": jnp.full((8, 4), 2.0), "bias": jnp.full((4,), 2.0)}
+    grads = jax.tree.map(jnp.zeros_like, params)
+    tx = adamw_step(0.1, weight_decay=0.5, clipping=(1, 2), mask=_matrices_only)
+    state = tx.init(params)
+    for _ in range(4):  # through the switch (t_max = 2)
+        u, state = jax.jit(tx.update)(grads, state, params)
+        np.testing.assert_array_equal(np.asarray(u["bias"]), 0.0)
+        np.testing.assert_allclose(np.asarray(u["kernel"]), -0.1 * 0.5 * 2.0, rtol=1e-6)
+    assert int(state.phase) == 1
 
 
 def test_adamw_step_bfloat16_and_inject_init_under_jit():
