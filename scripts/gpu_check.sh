@@ -12,6 +12,9 @@
 #            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
 #   fp8: the fp8 GPU tests (tests/test_gpu_fp8.py) and benchmarks/bench_fp8_gemm.py
 #   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
+#   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_SIZE,
+#            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_RUNS = the --runs directory, returned as
+#            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -168,6 +171,17 @@ if asked launch; then
   t0=$(date +%s)
   timeout ${LAUNCH_TIMEOUT:-240} $PY benchmarks/bench_launch.py --out "$OUT" ${LAUNCH_ARGS:-} > "$OUT/logs/bench_launch.log" 2>&1
   rc=$?; note "bench_launch rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_launch.log"; status=1; }
+fi
+
+if asked quality; then
+  t0=$(date +%s); runs=${QUALITY_RUNS:-runs/bq_${QUALITY_SIZE:-gpt2}}
+  timeout ${QUALITY_TIMEOUT:-560} $PY benchmarks/bench_quality.py --size ${QUALITY_SIZE:-gpt2} --tokens ${QUALITY_TOKENS:-100e6} \
+    --data runs/data/realtext_train.txt --val-data runs/data/realtext_val.txt --runs "$runs" \
+    --recipes "${QUALITY_RECIPES:-dense,srste}" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
+    > "$OUT/logs/bench_quality.log" 2>&1
+  rc=$?; note "bench_quality[${QUALITY_RECIPES:-dense,srste}] rc=$rc in $(( $(date +%s) - t0 )) s"
+  [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_quality.log"; status=1; }
+  tar -C "$(dirname "$runs")" -czf "$OUT/quality_runs.tgz" "$(basename "$runs")" 2>/dev/null
 fi
 
 if want multigpu; then
