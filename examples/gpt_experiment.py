@@ -53,6 +53,8 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
     # LLaMA shapes: 8 x 2048 = 16384 tokens per step; every linear layer 2:4 (attention too).
     "llama-tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
                        ckpt_every=100, log_every=5, eval_batches=4, sparse_attn=True),
+    "llama-300m": dict(steps=5000, batch_size=8, seq_len=2048, lr=6e-4, warmup=200, eval_every=250,
+                       ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
     "llama-1b": dict(steps=5000, batch_size=8, seq_len=2048, lr=3e-4, warmup=200, eval_every=250,
                      ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
     "llama-7b": dict(steps=5000, batch_size=8, seq_len=2048, lr=1.5e-4, warmup=200, eval_every=250,

@@ -96,7 +96,8 @@ class GPTConfig:
 
 #: Size presets: the transformer body of GPT-2 small / medium (vocabulary is 256 bytes here, so
 #: the parameter counts are those of GPT-2 minus most of the 50257-token embedding), and the
-#: layer shapes of LLaMA-1B (TinyLlama's: d 2048, FFN 5632, 16 layers) and LLaMA-7B (d 4096,
+#: layer shapes of a 300M LLaMA-style model (d 1024, SwiGLU FFN 2816 = 8/3·d rounded up to 256,
+#: 24 layers), LLaMA-1B (TinyLlama's: d 2048, FFN 5632, 16 layers) and LLaMA-7B (d 4096,
 #: FFN 11008, 32 heads; 8 of its 32 layers by default so that parameters, AdamW state and the
 #: activations of 16384 tokens fit one 80 GB GPU — ``--n-layer`` sets the depth).
 _LLAMA = dict(arch="llama", ffn="swiglu", tie_head=False, use_bias=False)
@@ -105,6 +106,7 @@ SIZES = {
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024),
     "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, block_size=1024),
     "llama-tiny": dict(n_layer=2, n_head=4, n_embd=128, block_size=128, ffn_hidden_size=352, **_LLAMA),
+    "llama-300m": dict(n_layer=24, n_head=16, n_embd=1024, block_size=2048, ffn_hidden_size=2816, **_LLAMA),
     "llama-1b": dict(n_layer=16, n_head=16, n_embd=2048, block_size=2048, ffn_hidden_size=5632, **_LLAMA),
     "llama-7b": dict(n_layer=8, n_head=32, n_embd=4096, block_size=2048, ffn_hidden_size=11008, **_LLAMA),
 }
