@@ -90,6 +90,22 @@ def spike(history: list[dict], window: int = SPIKE_WINDOW) -> tuple[float, int |
     return best, at
 
 
+#: the fraction of the last steps whose train losses :func:`tail_train_loss` averages
+TAIL_FRACTION = 0.05
+
+
+def tail_train_loss(history: list[dict], fraction: float = TAIL_FRACTION) -> float | None:
+    """Mean train loss of the last ``fraction`` of the logged steps (at least one): every recipe
+    sees the same batches, so the ratio of two recipes' values is a paired comparison over many
+    more tokens than the validation windows (but it is a *train* loss: on a corpus seen several
+    times it also measures memorisation)."""
+    losses = [r["loss"] for r in history if "loss" in r]
+    if not losses:
+        return None
+    n = max(1, int(round(len(losses) * fraction)))
+    return float(np.mean(losses[-n:]))
+
+
 def _val_series(history):
     return [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
 
@@ -151,17 +167,30 @@ def to_markdown(res: dict) -> str:
              f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
              f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
              f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
-             "| recipe | flags | final val loss | vs dense | final train loss | tokens/s | spike (step) |",
-             "|---|---|---|---|---|---|---|"]
+             f"| recipe | flags | final val loss | vs dense | train loss, last {100 * TAIL_FRACTION:g}% of steps | vs dense "
+             "| tokens/s | spike (step) |",
+             "|---|---|---|---|---|---|---|---|"]
     dense = res["runs"].get("dense")
+    dense_tail = None if dense is None else tail_train_loss(dense["history"])
+
+    def ratio(a, b):
+        return "-" if a is None or b is None else f"{100 * (a / b - 1):+.2f}%"
+
     for label, r in res["runs"].items():
-        vs = "-" if not dense or label == "dense" else f"{100 * (r['final_val_loss'] / dense['final_val_loss'] - 1):+.2f}%"
+        vs = "-" if not dense or label == "dense" else ratio(r["final_val_loss"], dense["final_val_loss"])
+        tail = tail_train_loss(r["history"])
+        vs_tail = "-" if not dense or label == "dense" else ratio(tail, dense_tail)
         flags = " ".join([r["recipe"], *r["extra"]])
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         sp = f"{r['spike']:.2f}" + ("" if r["spike_step"] is None else f" ({r['spike_step']})")
-        lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {r['final_train_loss']:.4f} | "
+        tail_s = "-" if tail is None else f"{tail:.4f}"
+        lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {tail_s} | {vs_tail} | "
                      f"{tps} | {sp} |")
-    lines += ["", f"`spike` = the largest ratio of a step's train loss to the mean of the {SPIKE_WINDOW} steps before "
+    lines += ["", f"`train loss, last {100 * TAIL_FRACTION:g}%`: the mean train loss of the last "
+              f"{100 * TAIL_FRACTION:g}% of the steps — the same batches for every recipe, so a paired comparison "
+              "over far more tokens than the validation windows (but a train loss: it also counts memorisation "
+              "when the budget covers the corpus more than once).",
+              "", f"`spike` = the largest ratio of a step's train loss to the mean of the {SPIKE_WINDOW} steps before "
               "it (above 1.5: a loss spike). tokens/s excludes compilation and evaluation. Plot: "
               f"`quality_{res['tag']}.png`.", ""]
     return "\n".join(lines)
