@@ -259,12 +259,15 @@ struct alignas(16) TileSmem {
   uint8_t dmeta[DIRECT ? 8 * kMetaSmemStride : 16];  // direct metadata
 };
 
-// The work of thread t of CTA `block` (of `grid`): every tile block, block + grid, ... `sync()` is
-// the CTA barrier (__syncthreads on the device, a std::barrier in the host emulation).
-// OP's groups run along rows (TRANS) or along columns (DIRECT); kMask may produce both.
+// One 128 x 128 tile of x (`tile`: row-major index over p's tile grid) by thread t of a CTA: the
+// body shared by the one-tensor kernel (CompressTileKernel, TileLoop) and the many-tensor one
+// (CompressManyKernel, ManyTileLoop), so both write the same bits. `sync()` is the CTA barrier
+// (__syncthreads on the device, a std::barrier in the host emulation); key and beta are OP's scalars
+// (kMvue, kSoft), loaded once per CTA. OP's groups run along rows (TRANS) or along columns (DIRECT);
+// kMask may produce both.
 template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
-SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
-                      Sync&& sync) {
+SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWords& key, float beta,
+                          TileSmem<DIRECT, TRANS>& sm, Sync&& sync) {
   static_assert(DIRECT || TRANS, "at least one output");
   static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold choose one group axis");
   using E = Elem16<T>;
@@ -275,6 +278,214 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
   const int cc = t & 15, gp = t >> 4;
   const int64_t R = p.rows, C = p.cols;
 
+  // (32-bit division where the tile count allows: always, for any array that fits in memory)
+  const int64_t tr = p.tiles <= int64_t{0xFFFFFFFF}
+                         ? int64_t{static_cast<uint32_t>(tile) / static_cast<uint32_t>(p.col_tiles)}
+                         : tile / p.col_tiles;
+  const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
+  const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
+  const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
+
+  // ---- load the 8 x 8 patch (and its mask) ----
+  uint32_t w[8][4];
+  uint32_t mk[8][2];
+  {
+    const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (in) v = Load16(x_row);
+      x_row += C;
+      w[i][0] = v.x;
+      w[i][1] = v.y;
+      w[i][2] = v.z;
+      w[i][3] = v.w;
+    }
+    if constexpr (OP == Op::kMask) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint2 m = make_uint2(0u, 0u);
+        if (in) m = Load8(p.mask + (rb + i) * C + cb);  // (the mask's compressors are not MVUE's)
+        mk[i][0] = m.x;
+        mk[i][1] = m.y;
+      }
+    }
+  }
+
+  // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
+  uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
+  if constexpr (OP == Op::kMask) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const bool keep = (mk[i][j >> 2] >> (8 * (j & 3))) & 0xFFu;
+        if (!keep) Set(w, i, j, 0u);
+      }
+    }
+  } else {
+    // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
+    uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
+    if constexpr (OP == Op::kMvue) {
+      if constexpr (TRANS) {
+        // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
+        // C % 8 == 0) are one Philox quad.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t gbase = (rb / 4 + h) * C + cb;
+#pragma unroll
+          for (int qq = 0; qq < 2; ++qq) {
+            const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
+            rb32[4 * qq][h] = r.x;
+            rb32[4 * qq + 1][h] = r.y;
+            rb32[4 * qq + 2][h] = r.z;
+            rb32[4 * qq + 3][h] = r.w;
+          }
+        }
+      } else {
+        // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
+        // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int64_t gi = (rb + i) * (C / 4) + cb / 4;
+          const U32x4 r = PhiloxQuad(key, gi);
+          const bool upper = (gi & 2) != 0;
+          rb32[i][0] = upper ? r.z : r.x;
+          rb32[i][1] = upper ? r.w : r.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int line = 0; line < 8; ++line) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+          v[q] = E::ToFloat(Get(w, i, j));
+        }
+        uint32_t out[4];
+        if constexpr (OP == Op::kPrune) {
+          bool keep[4];
+          Mask24Keep(v, keep);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            out[q] = keep[q] ? Get(w, i, j) : 0u;
+          }
+        } else if constexpr (OP == Op::kSoft) {
+          float y[4];
+          bool keep[4];
+          SoftThreshold24(v, y, keep);
+          // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
+#pragma unroll
+          for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
+        } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
+          mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
+        }
+        if constexpr (OP != Op::kMvue) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            Set(w, i, j, out[q]);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- compress: transposed A (groups along rows) -> shared memory ----
+  if constexpr (TRANS) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t pr[2], nib[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (OP == Op::kMvue) {
+          nib[h] = mv_nib[j][h];
+          pr[h] = mv_pair[j][h];
+        } else {
+          nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
+                                 Get(w, 4 * h + 3, j), &pr[h]);
+        }
+      }
+      // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
+      // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
+      // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
+      const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
+      *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
+      s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+    }
+  }
+  // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
+  if constexpr (DIRECT) {
+    T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t pr[2], nib[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (OP == Op::kMvue) {
+          nib[h] = mv_nib[i][h];
+          pr[h] = mv_pair[i][h];
+        } else {
+          nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
+                                 Get(w, i, 4 * h + 3), &pr[h]);
+        }
+      }
+      if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
+      dv_row += C / 2;
+      s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+    }
+  }
+  sync();
+
+  // ---- write the staged tiles with 16-byte stores ----
+  if constexpr (TRANS) {
+    // piece t + 256 q of 128 rows x 8 pieces of 16 bytes: row a = t / 8 + 32 q, piece s = t % 8
+    const int64_t ga0 = c0 + (t >> 3), gk = r0 + 16 * (t & 7);
+    T* tv = static_cast<T*>(p.t_values) + ga0 * (R / 2) + gk / 2;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int a = (t >> 3) + 32 * q, s = t & 7;
+      if (ga0 + 32 * q < C && gk < R) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
+        *reinterpret_cast<uint4*>(tv) = v;
+      }
+      tv += 32 * (R / 2);
+    }
+    if (t < 128 && p.lt) {
+      StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
+    } else if (t < 128) {
+      const int blk = t >> 4, chunk = t & 15;
+      const int64_t m0 = c0 + 16 * blk;
+      if (m0 < p.t_meta_rows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * kMetaSmemStride + chunk * 16);
+        *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
+      }
+    }
+  }
+  if constexpr (DIRECT) {
+    const int u = TRANS ? t - 128 : t;
+    if (u >= 0 && u < 128 && p.lt) {
+      StoreLtMetaChunk(s_dmeta, p.d_meta, u, r0, c0, R, C);
+    } else if (u >= 0 && u < 128) {
+      const int blk = u >> 4, chunk = u & 15;
+      const int64_t m0 = r0 + 16 * blk;
+      if (m0 < p.d_meta_rows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * kMetaSmemStride + chunk * 16);
+        *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
+      }
+    }
+  }
+  sync();  // the staging buffers are reused by the next tile
+}
+
+// The work of thread t of CTA `block` (of `grid`) on one tensor: every tile block, block + grid, ...
+template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
+SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
+                      Sync&& sync) {
   KeyWords key;
   if constexpr (OP == Op::kMvue) {
     key = MakeKey(LoadScalar(p.key), p.nkw > 1 ? LoadScalar(p.key + 1) : 0u, p.nkw > 2 ? LoadScalar(p.key + 2) : 0u,
@@ -282,210 +493,8 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
   }
   float beta = 1.0f;
   if constexpr (OP == Op::kSoft) beta = LoadScalar(p.beta);
-
   for (int64_t tile = block; tile < p.tiles; tile += grid) {
-    // (32-bit division where the tile count allows: always, for any array that fits in memory)
-    const int64_t tr = p.tiles <= int64_t{0xFFFFFFFF}
-                           ? int64_t{static_cast<uint32_t>(tile) / static_cast<uint32_t>(p.col_tiles)}
-                           : tile / p.col_tiles;
-    const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
-    const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
-    const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
-
-    // ---- load the 8 x 8 patch (and its mask) ----
-    uint32_t w[8][4];
-    uint32_t mk[8][2];
-    {
-      const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (in) v = Load16(x_row);
-        x_row += C;
-        w[i][0] = v.x;
-        w[i][1] = v.y;
-        w[i][2] = v.z;
-        w[i][3] = v.w;
-      }
-      if constexpr (OP == Op::kMask) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          uint2 m = make_uint2(0u, 0u);
-          if (in) m = Load8(p.mask + (rb + i) * C + cb);  // (the mask's compressors are not MVUE's)
-          mk[i][0] = m.x;
-          mk[i][1] = m.y;
-        }
-      }
-    }
-
-    // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
-    uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
-    if constexpr (OP == Op::kMask) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const bool keep = (mk[i][j >> 2] >> (8 * (j & 3))) & 0xFFu;
-          if (!keep) Set(w, i, j, 0u);
-        }
-      }
-    } else {
-      // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
-      uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
-      if constexpr (OP == Op::kMvue) {
-        if constexpr (TRANS) {
-          // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
-          // C % 8 == 0) are one Philox quad.
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t gbase = (rb / 4 + h) * C + cb;
-#pragma unroll
-            for (int qq = 0; qq < 2; ++qq) {
-              const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
-              rb32[4 * qq][h] = r.x;
-              rb32[4 * qq + 1][h] = r.y;
-              rb32[4 * qq + 2][h] = r.z;
-              rb32[4 * qq + 3][h] = r.w;
-            }
-          }
-        } else {
-          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
-          // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int64_t gi = (rb + i) * (C / 4) + cb / 4;
-            const U32x4 r = PhiloxQuad(key, gi);
-            const bool upper = (gi & 2) != 0;
-            rb32[i][0] = upper ? r.z : r.x;
-            rb32[i][1] = upper ? r.w : r.y;
-          }
-        }
-      }
-#pragma unroll
-      for (int line = 0; line < 8; ++line) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float v[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-            v[q] = E::ToFloat(Get(w, i, j));
-          }
-          uint32_t out[4];
-          if constexpr (OP == Op::kPrune) {
-            bool keep[4];
-            Mask24Keep(v, keep);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-              out[q] = keep[q] ? Get(w, i, j) : 0u;
-            }
-          } else if constexpr (OP == Op::kSoft) {
-            float y[4];
-            bool keep[4];
-            SoftThreshold24(v, y, keep);
-            // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
-#pragma unroll
-            for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
-          } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-            mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
-          }
-          if constexpr (OP != Op::kMvue) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-              Set(w, i, j, out[q]);
-            }
-          }
-        }
-      }
-    }
-
-    // ---- compress: transposed A (groups along rows) -> shared memory ----
-    if constexpr (TRANS) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        uint32_t pr[2], nib[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (OP == Op::kMvue) {
-            nib[h] = mv_nib[j][h];
-            pr[h] = mv_pair[j][h];
-          } else {
-            nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
-                                   Get(w, 4 * h + 3, j), &pr[h]);
-          }
-        }
-        // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
-        // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
-        // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
-        const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
-        *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
-        s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
-      }
-    }
-    // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
-    if constexpr (DIRECT) {
-      T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint32_t pr[2], nib[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (OP == Op::kMvue) {
-            nib[h] = mv_nib[i][h];
-            pr[h] = mv_pair[i][h];
-          } else {
-            nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
-                                   Get(w, i, 4 * h + 3), &pr[h]);
-          }
-        }
-        if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
-        dv_row += C / 2;
-        s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
-      }
-    }
-    sync();
-
-    // ---- write the staged tiles with 16-byte stores ----
-    if constexpr (TRANS) {
-      // piece t + 256 q of 128 rows x 8 pieces of 16 bytes: row a = t / 8 + 32 q, piece s = t % 8
-      const int64_t ga0 = c0 + (t >> 3), gk = r0 + 16 * (t & 7);
-      T* tv = static_cast<T*>(p.t_values) + ga0 * (R / 2) + gk / 2;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int a = (t >> 3) + 32 * q, s = t & 7;
-        if (ga0 + 32 * q < C && gk < R) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
-          *reinterpret_cast<uint4*>(tv) = v;
-        }
-        tv += 32 * (R / 2);
-      }
-      if (t < 128 && p.lt) {
-        StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
-      } else if (t < 128) {
-        const int blk = t >> 4, chunk = t & 15;
-        const int64_t m0 = c0 + 16 * blk;
-        if (m0 < p.t_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * kMetaSmemStride + chunk * 16);
-          *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
-        }
-      }
-    }
-    if constexpr (DIRECT) {
-      const int u = TRANS ? t - 128 : t;
-      if (u >= 0 && u < 128 && p.lt) {
-        StoreLtMetaChunk(s_dmeta, p.d_meta, u, r0, c0, R, C);
-      } else if (u >= 0 && u < 128) {
-        const int blk = u >> 4, chunk = u & 15;
-        const int64_t m0 = r0 + 16 * blk;
-        if (m0 < p.d_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * kMetaSmemStride + chunk * 16);
-          *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
-        }
-      }
-    }
-    sync();  // the staging buffers are reused by the next tile
+    CompressTile<T, OP, DIRECT, TRANS>(p, t, tile, key, beta, sm, sync);
   }
 }
 
