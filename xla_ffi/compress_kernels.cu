@@ -6,6 +6,8 @@
 //   Sparse24MaskCompressBoth   (b) x * mask + compress of BOTH x^T and x in one pass (transposable mask)
 //   Sparse24Mvue24Compress     (c) MVUE 2:4 (same Philox draws as Sparse24Mvue24) + compress
 //   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
+//   Sparse24MaskCompressMany   (b) for up to 64 (x, mask) pairs of one dtype in one launch (one
+//                              direction or both): the prepared weights of a whole model per step
 //
 // Direction ("transposed" attribute): the compressed operand A is
 //   transposed = false: A = x   (M = R, K = C; groups of 4 along x's columns, axis 1),
@@ -38,6 +40,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "compress_layout.h"
@@ -250,6 +253,12 @@ struct TileParams {
   bool lt;  // metadata in cuSPARSELt's layout (compress_layout.h LtMetaNibble), values + meta one buffer
   int64_t col_tiles, tiles;
 };
+
+// p's tile grid: kTile x kTile tiles of x, row-major.
+SP24_HD void SetTiles(TileParams& p) {
+  p.col_tiles = (p.cols + kTile - 1) / kTile;
+  p.tiles = ((p.rows + kTile - 1) / kTile) * p.col_tiles;
+}
 
 // Shared-memory staging of one CTA.
 template <bool DIRECT, bool TRANS>
@@ -506,6 +515,79 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<OP, DIRECT, TRANS>()) Comp
 }
 
 // ------------------------------------------------------------------------------------------------
+// Many tensors in one launch (Sparse24MaskCompressMany*): the masked compressor of up to kMaxMany
+// (x, mask) pairs of one dtype and one output kind. Their tiles are numbered one tensor after the
+// other -- tensor i owns the tiles tile_start[i] .. tile_start[i + 1] - 1 -- and every tile runs
+// CompressTile with the TileParams the one-tensor handler builds for that tensor, so each output
+// is bit for bit the one-tensor kernel's. The table is the kernel's parameter (under the classic
+// 4 KB: 56 bytes per tensor), so a launch needs no device memory of its own (command buffers).
+constexpr int kMaxMany = 64;
+
+struct ManyTensor {
+  const void* x;
+  const uint8_t* mask;
+  void* d_values;  // direct A = x * mask (CUTLASS values, or cuSPARSELt's buffer); unused without DIRECT
+  uint8_t* d_meta;
+  void* t_values;  // transposed A = (x * mask)^T; unused without TRANS
+  uint8_t* t_meta;
+  int32_t rows, cols;
+};
+
+struct ManyParams {
+  int32_t tile_start[kMaxMany + 1];  // tile_start[n]: all tiles
+  int32_t n;
+  bool lt;
+  ManyTensor t[kMaxMany];
+};
+static_assert(sizeof(ManyParams) <= 4096, "the tile table must fit the classic 4 KB of kernel parameters");
+
+SP24_HD int64_t RoundUp64(int64_t v) { return (v + 63) / 64 * 64; }
+
+// The TileParams of table entry e: the one-tensor handler's (Validate), metadata rows from the
+// shapes -- M padded to 64 in CUTLASS's layout (CutlassCompressedShapes; the handler checks it), M
+// itself in cuSPARSELt's.
+SP24_HD TileParams ManyEntryParams(const ManyTensor& e, bool lt) {
+  TileParams p{};
+  p.x = e.x;
+  p.rows = e.rows;
+  p.cols = e.cols;
+  p.mask = e.mask;
+  p.d_values = e.d_values;
+  p.d_meta = e.d_meta;
+  p.d_meta_rows = lt ? int64_t{e.rows} : RoundUp64(e.rows);
+  p.t_values = e.t_values;
+  p.t_meta = e.t_meta;
+  p.t_meta_rows = lt ? int64_t{e.cols} : RoundUp64(e.cols);
+  p.lt = lt;
+  SetTiles(p);
+  return p;
+}
+
+// The work of thread t of CTA `block` (of `grid`) on a table: every tile block, block + grid, ... of
+// all tensors. A CTA's tiles increase, so its tensor index only moves forward (uniform over the
+// CTA: the lookup reads the parameter bank, no memory).
+template <typename T, bool DIRECT, bool TRANS, class Sync>
+SP24_HD void ManyTileLoop(const ManyParams& mp, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
+                          Sync&& sync) {
+  const KeyWords key{};  // the masked compressor draws nothing
+  const int64_t total = mp.tile_start[mp.n];
+  int i = 0;
+  for (int64_t g = block; g < total; g += grid) {
+    while (g >= mp.tile_start[i + 1]) ++i;
+    const TileParams p = ManyEntryParams(mp.t[i], mp.lt);
+    CompressTile<T, Op::kMask, DIRECT, TRANS>(p, t, g - mp.tile_start[i], key, 1.0f, sm, sync);
+  }
+}
+
+template <typename T, bool DIRECT, bool TRANS>
+__global__ void __launch_bounds__(kThreads, MinBlocks<Op::kMask, DIRECT, TRANS>())
+    CompressManyKernel(const __grid_constant__ ManyParams p) {
+  __shared__ TileSmem<DIRECT, TRANS> sm;
+  ManyTileLoop<T, DIRECT, TRANS>(p, static_cast<int>(threadIdx.x), blockIdx.x, gridDim.x, sm,
+                                 []() { __syncthreads(); });
+}
+
+// ------------------------------------------------------------------------------------------------
 // Host side.
 
 
@@ -562,13 +644,16 @@ ffi::Error CheckLtOutput(const std::string& op, const char* which, int64_t m, in
   return ffi::Error::Success();
 }
 
-template <typename T, Op OP, bool DIRECT, bool TRANS>
-ffi::Error Launch(cudaStream_t stream, int sm_count, TileParams p) {
-  p.col_tiles = (p.cols + kTile - 1) / kTile;
-  p.tiles = ((p.rows + kTile - 1) / kTile) * p.col_tiles;
-  if (p.tiles == 0) return ffi::Error::Success();
+// CTAs of a launch over `tiles` tiles: one per tile, at most 16 per SM (then grid-stride).
+unsigned GridSize(int sm_count, int64_t tiles) {
   const int64_t max_blocks = int64_t(sm_count) * 16;
-  const unsigned blocks = static_cast<unsigned>(p.tiles < max_blocks ? p.tiles : max_blocks);
+  return static_cast<unsigned>(tiles < max_blocks ? tiles : max_blocks);
+}
+
+template <typename T, Op OP, bool DIRECT, bool TRANS>
+ffi::Error Launch(cudaStream_t stream, int sm_count, const TileParams& p) {
+  if (p.tiles == 0) return ffi::Error::Success();
+  const unsigned blocks = GridSize(sm_count, p.tiles);
   CompressTileKernel<T, OP, DIRECT, TRANS><<<blocks, kThreads, 0, stream>>>(p);
   SP24_CHECK_LAUNCH("CompressTileKernel");
   return ffi::Error::Success();
@@ -586,14 +671,14 @@ struct Extra {
   const ffi::AnyBuffer* key = nullptr;
 };
 
-// Validates x / the extra inputs / the outputs and launches. Outputs: direct pair and/or transposed
-// pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values` (cuSPARSELt layout,
-// `*_meta` unused).
+// Validates x / the extra inputs / the outputs and fills *out (tile grid included). Outputs: direct
+// pair and/or transposed pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values`
+// (cuSPARSELt layout, `*_meta` unused). Errors start with `op` (the op's name, and for the
+// many-tensor handler the tensor's index).
 template <Op OP>
-ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
-               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta,
-               bool lt = false) {
-  const std::string op = op_name;
+ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra& ex, ffi::AnyBuffer* d_values,
+                    ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta, bool lt,
+                    TileParams* out) {
   const ffi::DataType dt = x.element_type();
   if (dt != ffi::DataType::BF16 && dt != ffi::DataType::F16) {
     return InvalidArgument(op + ": x must be bfloat16 or float16, got " + DataTypeName(dt));
@@ -661,6 +746,20 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     p.t_meta = lt ? static_cast<uint8_t*>(t_values->untyped_data()) + R * C : static_cast<uint8_t*>(t_meta->untyped_data());
     p.t_meta_rows = lt ? C : t_meta->dimensions()[0];
   }
+  SetTiles(p);
+  *out = p;
+  return ffi::Error::Success();
+}
+
+// Validates (Validate) and launches the one-tensor kernel.
+template <Op OP>
+ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
+               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta,
+               bool lt = false) {
+  const std::string op = op_name;
+  TileParams p{};
+  SP24_RETURN_IF_ERROR(Validate<OP>(op, x, ex, d_values, d_meta, t_values, t_meta, lt, &p));
+  const ffi::DataType dt = x.element_type();
   int sm_count = 0;
   SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
   if (d_values != nullptr && t_values != nullptr) {
@@ -756,6 +855,116 @@ ffi::Error SoftThreshold24CompressLtImpl(cudaStream_t stream, int32_t device, ff
   return RunOneLt<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *out, transposed);
 }
 
+// ---- many tensors in one launch ----
+
+template <typename T, bool DIRECT, bool TRANS>
+ffi::Error LaunchMany(cudaStream_t stream, int sm_count, const ManyParams& mp) {
+  const int64_t tiles = mp.tile_start[mp.n];
+  if (tiles == 0) return ffi::Error::Success();
+  CompressManyKernel<T, DIRECT, TRANS><<<GridSize(sm_count, tiles), kThreads, 0, stream>>>(mp);
+  SP24_CHECK_LAUNCH("CompressManyKernel");
+  return ffi::Error::Success();
+}
+
+template <bool DIRECT, bool TRANS>
+ffi::Error LaunchManyTyped(cudaStream_t stream, int sm_count, ffi::DataType dt, const ManyParams& mp) {
+  if (dt == ffi::DataType::BF16) return LaunchMany<__nv_bfloat16, DIRECT, TRANS>(stream, sm_count, mp);
+  return LaunchMany<__half, DIRECT, TRANS>(stream, sm_count, mp);
+}
+
+// Operands x_0, mask_0, x_1, mask_1, ...; the results of tensor i in the order of the one-tensor
+// handler of the same kind: both directions: transposed values, meta, direct values, meta
+// (MaskCompressBothImpl), one direction: values, meta (MaskCompressImpl); in cuSPARSELt's layout one
+// buffer per direction (transposed first). Every tensor is validated as the one-tensor handler
+// validates it (Validate), and all must share one dtype.
+ffi::Error RunMany(cudaStream_t stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets, bool direct,
+                   bool transposed, bool lt) {
+  const std::string op = lt ? "masked_compress_many (cuSPARSELt layout)" : "masked_compress_many";
+  if (!direct && !transposed) return InvalidArgument(op + ": needs the direct or the transposed output (or both)");
+  if (args.size() % 2 != 0) {
+    return InvalidArgument(op + ": operands must be (x, mask) pairs, got " + std::to_string(args.size()) +
+                           " operands");
+  }
+  const size_t n = args.size() / 2;
+  if (n < 1 || n > size_t{kMaxMany}) {
+    return InvalidArgument(op + ": takes 1 to " + std::to_string(kMaxMany) + " tensors per call, got " +
+                           std::to_string(n));
+  }
+  const size_t per_dir = lt ? 1 : 2;
+  const size_t per = per_dir * (size_t{direct} + size_t{transposed});
+  if (rets.size() != n * per) {
+    return InvalidArgument(op + ": " + std::to_string(n) + " tensors need " + std::to_string(n * per) +
+                           " results, got " + std::to_string(rets.size()));
+  }
+  ManyParams mp{};
+  mp.n = static_cast<int32_t>(n);
+  mp.lt = lt;
+  ffi::DataType dt = ffi::DataType::BF16;
+  int64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string opi = op + ": tensor " + std::to_string(i);
+    ffi::ErrorOr<ffi::AnyBuffer> x = args.get<ffi::AnyBuffer>(2 * i);
+    ffi::ErrorOr<ffi::AnyBuffer> m = args.get<ffi::AnyBuffer>(2 * i + 1);
+    if (x.has_error()) return x.error();
+    if (m.has_error()) return m.error();
+    if (i == 0) {
+      dt = x->element_type();
+    } else if (x->element_type() != dt) {
+      return InvalidArgument(opi + ": all x must have one dtype, tensor 0's is " + DataTypeName(dt) + ", this one's " +
+                             DataTypeName(x->element_type()));
+    }
+    // slots: transposed values, meta, direct values, meta (cuSPARSELt's layout: no meta buffers)
+    std::optional<ffi::Result<ffi::AnyBuffer>> res[4];
+    ffi::AnyBuffer* out[4] = {nullptr, nullptr, nullptr, nullptr};
+    size_t next = i * per;
+    for (int slot = 0; slot < 4; ++slot) {
+      if (!(slot < 2 ? transposed : direct) || (lt && slot % 2 == 1)) continue;
+      ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> r = rets.get<ffi::AnyBuffer>(next++);
+      if (r.has_error()) return r.error();
+      res[slot].emplace(*r);
+      out[slot] = &**res[slot];
+    }
+    Extra ex;
+    ex.mask = &*m;
+    TileParams p{};
+    SP24_RETURN_IF_ERROR(Validate<Op::kMask>(opi, *x, ex, out[2], out[3], out[0], out[1], lt, &p));
+    ManyTensor& e = mp.t[i];
+    e.x = p.x;
+    e.mask = p.mask;
+    e.d_values = p.d_values;
+    e.d_meta = p.d_meta;
+    e.t_values = p.t_values;
+    e.t_meta = p.t_meta;
+    e.rows = static_cast<int32_t>(p.rows);  // < 2^31: CutlassCompressedShapes / CheckLtOutput
+    e.cols = static_cast<int32_t>(p.cols);
+    // The kernel rebuilds p from the entry: the same parameters, or this table is wrong.
+    const TileParams q = ManyEntryParams(e, lt);
+    if (q.rows != p.rows || q.cols != p.cols || q.tiles != p.tiles || q.col_tiles != p.col_tiles ||
+        (direct && q.d_meta_rows != p.d_meta_rows) || (transposed && q.t_meta_rows != p.t_meta_rows)) {
+      return Internal(opi + ": tile table entry does not reproduce the tensor's parameters");
+    }
+    mp.tile_start[i] = static_cast<int32_t>(total);
+    total += p.tiles;
+    if (total > int64_t{0x7FFFFFFF}) return InvalidArgument(op + ": more than 2^31 - 1 tiles in one call");
+  }
+  mp.tile_start[n] = static_cast<int32_t>(total);
+  int sm_count = 0;
+  SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
+  if (direct && transposed) return LaunchManyTyped<true, true>(stream, sm_count, dt, mp);
+  if (transposed) return LaunchManyTyped<false, true>(stream, sm_count, dt, mp);
+  return LaunchManyTyped<true, false>(stream, sm_count, dt, mp);
+}
+
+ffi::Error MaskCompressManyImpl(cudaStream_t stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                int64_t direct, int64_t transposed) {
+  return RunMany(stream, device, args, rets, direct != 0, transposed != 0, false);
+}
+
+ffi::Error MaskCompressManyLtImpl(cudaStream_t stream, int32_t device, ffi::RemainingArgs args,
+                                  ffi::RemainingRets rets, int64_t direct, int64_t transposed) {
+  return RunMany(stream, device, args, rets, direct != 0, transposed != 0, true);
+}
+
 }  // namespace
 }  // namespace compress
 }  // namespace jax_sparse24
@@ -844,3 +1053,25 @@ SP24_LT_HANDLER(Sparse24SoftThreshold24CompressLt, SoftThreshold24CompressLtImpl
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 #undef SP24_LT_HANDLER
+
+// Many (x, mask) pairs of one dtype in one launch: operands x_0, mask_0, x_1, mask_1, ... (1 to 64
+// pairs); per tensor the results of Sparse24MaskCompressBoth (direct = transposed = 1) or of
+// Sparse24MaskCompress (one of them), in that order. The Lt variant: the buffers of the Lt handlers.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressMany, jax_sparse24::compress::MaskCompressManyImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("direct")
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressManyLt, jax_sparse24::compress::MaskCompressManyLtImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("direct")
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
