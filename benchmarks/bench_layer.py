@@ -16,6 +16,12 @@ Sections (FFN shapes of GPT-2-like models, T = 8192 tokens, d in --dims, default
    ``nn.Dense`` vs ``Sparse24Dense(method=recipe, backend=backend)`` for recipes srste / ste / soft,
    backends dense / cutlass / cusparselt (MVUE weight gradient on), plus a separately compiled
    ``nn.Dense`` control (noise floor). speedup = nn.Dense time / variant time.
+4. ``prepare``: the weight work of a whole GPT-2 small per optimizer step (12 layers × attention qkv
+   768×2304 and projection 768×768, FFN 768×3072 and 3072×768: 48 weights, transposable masks),
+   one launch per layer vs all layers batched (``masked_compress_many``): the compressors alone
+   (both operands, CUTLASS's and cuSPARSELt's layouts; W̃ᵀ only) and ``nn.prepare`` of the model
+   (``backend="cutlass"`` layers, f32 params, bf16 compute; ``batch=False`` vs ``batch=True``), in µs
+   per preparation. Not part of the default sections.
 
 Method (device tool METHOD.md): every timed call runs its op once on each of R input sets (together
 over the 50 MB L2), calls are enqueued back to back then synchronised, variants interleaved within
@@ -24,6 +30,7 @@ each trial, medians over trials after a warm-up; inputs random normal, never zer
     python benchmarks/bench_layer.py                 # everything (several minutes on an H100)
     python benchmarks/bench_layer.py --quick         # d = 1280 only, fewer variants and trials
     python benchmarks/bench_layer.py --sections compress gemm
+    python benchmarks/bench_layer.py --sections prepare --name prepare_gpt2   # batched vs per-layer prepare
 
 Writes DIR/layer.json and DIR/layer.md (--out DIR, default benchmarks/results) and prints the tables.
 """
@@ -358,6 +365,113 @@ def bench_layer(dims, trials, backends, recipes):
 
 
 # ------------------------------------------------------------------------------------------------
+# 4. the weight work of a whole model per step, per layer vs batched
+
+
+#: (name, I, O) of one GPT-2 small block's weights: attention qkv and output projection, FFN up and down.
+GPT2_BLOCK = (("attn.qkv", 768, 2304), ("attn.proj", 768, 768), ("mlp.fc", 768, 3072), ("mlp.proj", 3072, 768))
+
+
+def _gpt2_weights(layers: int):
+    """The (w, transposable mask) pairs of ``layers`` GPT-2 blocks, bf16."""
+    key = jax.random.PRNGKey(20)
+    ws, ms = [], []
+    for _ in range(layers):
+        for _, i, o in GPT2_BLOCK:
+            k, key = jax.random.split(key)
+            w = _rand(k, (i, o), 1 / math.sqrt(i))
+            ws.append(w)
+            ms.append(cm.transposable_mask24_cuda(w) if _ffi.cuda_kernels_available() else s24.transposable_mask24(w))
+    return tuple(ws), tuple(ms)
+
+
+def _gpt2_model(layers: int, backend: str):
+    """GPT-2's weight shapes (the attention itself left out: the prepare pass only reads the weights)."""
+    from flax import linen as nn
+
+    (_, _, qkv), (_, _, d), (_, _, f), _ = GPT2_BLOCK
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            def dense(n, name):
+                return s24.nn.Sparse24Dense(n, dtype=DTYPE, backend=backend, name=name)
+
+            x = x + dense(d, "proj")(dense(qkv, "qkv")(x)[..., :d])
+            return x + dense(d, "down")(nn.gelu(dense(f, "fc")(x)))
+
+    class GPT2(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for j in range(layers):
+                x = Block(name=f"h_{j}")(x)
+            return x
+
+    return GPT2()
+
+
+def _same_bits(a, b) -> bool:
+    def bits(t):
+        return [np.asarray(x).view(np.uint8) for x in jax.tree.leaves(t)]
+
+    return jax.tree.structure(a) == jax.tree.structure(b) and all(
+        np.array_equal(p, q) for p, q in zip(bits(a), bits(b)))
+
+
+def bench_prepare(trials, layers=12, smoke=False):
+    """``smoke``: a CPU run of the nn.prepare rows only (backend "auto": dense, W̃ per layer)."""
+    ws, ms = _gpt2_weights(layers)
+    jax.block_until_ready((ws, ms))
+    n = len(ws)
+    v = {}
+    if not smoke:
+        for layout in ("cutlass", "cusparselt"):
+            tag = "" if layout == "cutlass" else ", cuSPARSELt layout"
+            v[f"compress both{tag}: per layer ({n} launches)"] = (jax.jit(lambda ws, ms, lay=layout: tuple(
+                cc.masked_compress_both(w, m, layout=lay) for w, m in zip(ws, ms))), (ws, ms))
+            v[f"compress both{tag}: batched"] = (jax.jit(lambda ws, ms, lay=layout: cc.masked_compress_many(
+                ws, ms, direction="both", layout=lay)), (ws, ms))
+        v[f"compress W~^T: per layer ({n} launches)"] = (jax.jit(lambda ws, ms: tuple(
+            cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))), (ws, ms))
+        v["compress W~^T: batched"] = (jax.jit(lambda ws, ms: cc.masked_compress_many(
+            ws, ms, direction="transposed")), (ws, ms))
+        for name in [k for k in v if k.endswith("batched")]:
+            base = next(k for k in v if k.startswith(name[: -len("batched")]) and k != name)
+            assert _same_bits(v[name][0](ws, ms), v[base][0](ws, ms)), name
+    # nn.prepare of the model: f32 params (these weights), bf16 compute, their masks
+    model = _gpt2_model(layers, "auto" if smoke else "cutlass")
+    x = jnp.zeros((8, TOKENS // 8, GPT2_BLOCK[0][1]), DTYPE)
+    variables = model.init(jax.random.PRNGKey(0), x[:1, :16])
+    params, sparsity = variables["params"], variables["sparsity"]
+    it = iter(zip(ws, ms))
+    for j in range(layers):
+        for name in ("qkv", "proj", "fc", "down"):
+            w, m = next(it)
+            params[f"h_{j}"][name]["kernel"] = w.astype(jnp.float32)
+            sparsity[f"h_{j}"][name]["transposable_mask"] = m
+    variables = {"params": params, "sparsity": sparsity}
+    prep = {}
+    for batch in (False, True):
+        label = f"nn.prepare GPT-2 ({layers} layers): " + ("batched" if batch else f"per layer ({n} weights)")
+        v[label] = (jax.jit(lambda v, x, b=batch: s24.nn.prepare(model, v, x, batch=b)), (variables, x))
+        prep[batch] = v[label][0](variables, x)
+    same = _same_bits(prep[False], prep[True])
+    med, _ = measure(v, 1, trials)
+    us = {k: val * 1e6 for k, val in med.items()}
+    speedup = {}
+    for k in us:
+        if k.endswith("batched"):
+            base = next((b for b in us if b.startswith(k[: -len("batched")]) and b != k), None)
+            if base is not None:
+                speedup[k] = us[base] / us[k]
+    rec = dict(section="prepare", layers=layers, weights=n, shapes=[list(w.shape) for w in ws[:4]],
+               tokens=TOKENS, us=us, speedup=speedup, batched_equals_per_layer=same)
+    yield rec
+    print("prepare: " + ", ".join(f"{k} {val:.1f} us" + (f" ({speedup[k]:.2f}x)" if k in speedup else "")
+                                  for k, val in us.items()) + f"; batched == per layer: {same}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
 
 
 def markdown(meta, records):
@@ -402,6 +516,14 @@ def markdown(meta, records):
         lines.append("Forward agreement with the same recipe on backend='dense' (relative error of the output): " +
                      "; ".join(f"d={r['d']}: " + ", ".join(f"{k} {v:.1e}" for k, v in
                                                            r["fwd_rel_err_vs_dense_backend"].items()) for r in lay))
+    for r in (r for r in records if r["section"] == "prepare"):
+        lines += ["", f"## Weight preparation of a GPT-2 small per step: {r['weights']} weights "
+                  f"({r['layers']} layers × {', '.join('×'.join(map(str, s)) for s in r['shapes'])}), "
+                  "per layer vs batched", "",
+                  f"Median µs per preparation; speedup = per layer / batched. Batched == per layer bit for bit: "
+                  f"{r['batched_equals_per_layer']}.", "", "| variant | µs | speedup |", "|---|---:|---:|"]
+        for k, val in r["us"].items():
+            lines.append(f"| {k} | {val:.1f} | " + (f"**{r['speedup'][k]:.2f}×**" if k in r["speedup"] else "") + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -411,7 +533,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="d = 1280 only, srste only, 3 trials")
     p.add_argument("--dims", type=int, nargs="+", default=None)
     p.add_argument("--sections", nargs="+", default=["compress", "gemm", "layer"],
-                   choices=["compress", "gemm", "layer"])
+                   choices=["compress", "gemm", "layer", "prepare"])
+    p.add_argument("--prepare-layers", type=int, default=12, help="GPT-2 blocks of the prepare section")
     p.add_argument("--backends", nargs="+", default=["dense", "cutlass", "cusparselt"])
     p.add_argument("--recipes", nargs="+", default=None)
     p.add_argument("--trials", type=int, default=0)
@@ -452,6 +575,9 @@ def main(argv=None):
             keep(rec)
     if "layer" in args.sections:
         for rec in bench_layer(dims, trials, backends, recipes):
+            keep(rec)
+    if "prepare" in args.sections:
+        for rec in bench_prepare(trials, args.prepare_layers, smoke=args.smoke_cpu):
             keep(rec)
     if "cusparselt" in backends:
         meta["cusparselt_plans"] = [list(p) for p in lt.cusparselt_plans()]

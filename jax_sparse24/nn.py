@@ -34,7 +34,10 @@ from flax.linen.dtypes import promote_dtype
 
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import ops as _ops
-from jax_sparse24._src.linear import prepare_weight
+from jax_sparse24._src import prepared_weight as _prepared_weight
+from jax_sparse24._src import sharding as _sharding
+from jax_sparse24._src.gemm import masked_weight
+from jax_sparse24._src.linear import plan_weight
 from jax_sparse24._src.tree_paths import path_tuple
 from jax_sparse24._src.validation import check_positive_int
 
@@ -184,9 +187,18 @@ class Sparse24Dense(nn.Module):
                 tokens = ctx["tokens"] or max(1, math.prod(jnp.shape(inputs)[:-1]))
                 w_used, mask, transposable = _layer.effective(self.method, kernel_c, state.get("mask"),
                                                               state.get("beta"), self.transposable)
-                prepared = prepare_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
-                                          backend=self.backend, transposable=transposable, reuse=ctx["reuse"])
-                self.put_variable(PREPARED, "weight", prepared)
+                plan = plan_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
+                                   backend=self.backend, transposable=transposable, reuse=ctx["reuse"])
+                batch = ctx["batch"]
+                if batch is not None and batch.collecting():
+                    # `prepare` does the weight work of every layer together once the pass is over
+                    # (one compressor launch for many layers); the pass computes with W̃ (its output
+                    # is dropped).
+                    self.put_variable(PREPARED, "weight", batch.add(plan))
+                    prepared = {"masked": masked_weight(plan.wc, plan.mk)}
+                else:
+                    prepared = _prepared_weight.prepare_many([plan])[0]
+                    self.put_variable(PREPARED, "weight", prepared)
             elif self.has_variable(PREPARED, "weight"):
                 prepared = self.get_variable(PREPARED, "weight")
 
@@ -207,19 +219,89 @@ class Sparse24Dense(nn.Module):
         )
 
 
-_PREPARE_CONTEXT = contextvars.ContextVar("jax_sparse24_prepare", default={"tokens": None, "reuse": 1})
+_PREPARE_CONTEXT = contextvars.ContextVar("jax_sparse24_prepare",
+                                           default={"tokens": None, "reuse": 1, "batch": None})
+
+class _Pending:
+    """A layer's place in the :data:`PREPARED` collection while :func:`prepare` collects the layers: a
+    pytree without leaves (it passes through Flax untouched), replaced by the prepared weight."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self):
+        return f"_Pending({self.index})"
+
+
+jax.tree_util.register_pytree_node(_Pending, lambda p: ((), p.index), lambda index, _: _Pending(index))
+
+
+def _trace_state():
+    from jax.extend import core as jex_core
+
+    return jex_core.get_opaque_trace_state(convention="flax")
+
+
+class _PrepareBatch:
+    """The weight plans of one :func:`prepare` pass, run together when it ends (:meth:`finish`).
+
+    Only layers traced at the pass's own level are collected (:meth:`collecting`): a layer inside a
+    lifted transform (``nn.scan``, ``nn.remat``, ``nn.vmap``, ...) holds that transform's tracers, so
+    it prepares its weight on the spot, as without batching.
+    """
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.trace = _trace_state()
+        self.plans = []
+
+    def collecting(self) -> bool:
+        return _trace_state() == self.trace
+
+    def add(self, plan) -> _Pending:
+        self.plans.append(plan)
+        return _Pending(len(self.plans) - 1)
+
+    def finish(self, collection):
+        """``collection`` with every placeholder replaced by its prepared weight."""
+        is_pending = lambda x: isinstance(x, _Pending)  # noqa: E731
+        used = sorted({x.index for x in jax.tree_util.tree_leaves(collection, is_leaf=is_pending) if is_pending(x)})
+        if not used:
+            return collection
+        plans = [self.plans[i] for i in used]  # (a layer called twice keeps its last call's, as without batching)
+        batched = self.mode is True or _sharding.unpartitioned_batch_ok([a for p in plans for a in (p.wc, p.mk)])
+        done = dict(zip(used, _prepared_weight.prepare_many(plans, batched=batched)))
+        return jax.tree_util.tree_map(lambda x: done[x.index] if is_pending(x) else x, collection, is_leaf=is_pending)
 
 
 @contextlib.contextmanager
-def _prepare_context(tokens, reuse):
-    token = _PREPARE_CONTEXT.set({"tokens": tokens, "reuse": reuse})
+def _prepare_context(tokens, reuse, batch=None):
+    token = _PREPARE_CONTEXT.set({"tokens": tokens, "reuse": reuse, "batch": batch})
     try:
         yield
     finally:
         _PREPARE_CONTEXT.reset(token)
 
 
-def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, method=None, **kwargs):
+def _check_batch(batch, op: str):
+    if not (batch is True or batch is False or (isinstance(batch, str) and batch == "auto")):
+        raise ValueError(f"{op}: batch must be 'auto', True or False, got {batch!r}")
+    return batch
+
+
+def _run_prepare(apply, tokens, reuse, batch):
+    """The :data:`PREPARED` collection of ``apply()`` (a ``model.apply(..., mutable=[PREPARED])``)."""
+    collector = None if batch is False else _PrepareBatch(batch)
+    with _prepare_context(None if tokens is None else int(tokens), int(reuse), collector):
+        _, state = apply()
+    prepared = state.get(PREPARED, {})
+    return prepared if collector is None else collector.finish(prepared)
+
+
+def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, batch="auto", method=None,
+            **kwargs):
     """Prepared weights of every sparse :class:`Sparse24Dense` in ``model``: the :data:`PREPARED` collection.
 
     For gradient accumulation: call it once per optimizer step (inside the jitted step, before the
@@ -246,17 +328,28 @@ def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, 
         data parallelism pass the per-device count).
       reuse: calls that share the preparation (micro-batches per step); ``backend="auto"`` layers
         then count the compression once per ``reuse`` GEMMs.
+      batch: run the weight work of all layers together — the masked compressions as one kernel
+        launch per (dtype, operand format, direction) and 64 weights
+        (:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress_many`) instead of one or two
+        small launches per layer — with the same result bit for bit. ``"auto"`` (default): batch on
+        a single device, or where every weight is known at trace time to be whole on each device
+        (inside ``shard_map``, or ``Explicit`` mesh axes with the weights replicated); elsewhere
+        (sharding decided by the partitioner) one call per layer, since the compressor has no
+        partitioning rule: the partitioner gathers its operands whole, and one call would gather
+        all the sharded weights at once. ``True``: batch anyway (e.g. data parallelism with
+        replicated weights under automatic sharding); ``False``: one call per layer. Layers inside
+        lifted transforms (``nn.scan``, ``nn.remat``, ...) always prepare on their own.
 
     Returns:
       the :data:`PREPARED` collection (a nested dict; empty when no layer is sparse).
     """
     check_positive_int(tokens, "tokens", "prepare", allow_none=True)
     check_positive_int(reuse, "reuse", "prepare")
+    _check_batch(batch, "prepare")
     if PREPARED in variables:
         variables = {k: v for k, v in variables.items() if k != PREPARED}
-    with _prepare_context(None if tokens is None else int(tokens), int(reuse)):
-        _, state = model.apply(variables, *args, mutable=[PREPARED], method=method, **kwargs)
-    return state.get(PREPARED, {})
+    return _run_prepare(lambda: model.apply(variables, *args, mutable=[PREPARED], method=method, **kwargs),
+                        tokens, reuse, batch)
 
 
 def _layer_states(sparsity):

@@ -274,7 +274,8 @@ class SparseTrainState(struct.PyTreeNode):
             kwargs["rngs"] = rngs
         return self.apply_fn(self.variables(params), *args, **kwargs)
 
-    def prepare(self, *args, tokens: Optional[int] = None, reuse: int = 1, sparse=_AUTO, **kwargs) -> "SparseTrainState":
+    def prepare(self, *args, tokens: Optional[int] = None, reuse: int = 1, sparse=_AUTO, batch="auto",
+                **kwargs) -> "SparseTrainState":
         """The state with this step's prepared weights, for gradient accumulation.
 
         Runs :func:`jax_sparse24.nn.prepare` (the masking and compression of every sparse layer's
@@ -289,17 +290,20 @@ class SparseTrainState(struct.PyTreeNode):
 
         Args:
           *args, **kwargs: as for :meth:`apply` on one micro-batch (only the shapes matter).
-          tokens, reuse: see :func:`jax_sparse24.nn.prepare` (``reuse``: micro-batches per step).
+          tokens, reuse, batch: see :func:`jax_sparse24.nn.prepare` (``reuse``: micro-batches per
+            step; ``batch``: all layers' compressions in few kernel launches).
           sparse: as for :meth:`apply`; layers called with ``sparse=False`` are not prepared.
         """
         check_positive_int(tokens, "tokens", "SparseTrainState.prepare", allow_none=True)
         check_positive_int(reuse, "reuse", "SparseTrainState.prepare")
+        _nn._check_batch(batch, "SparseTrainState.prepare")
         flag = self._sparse_flag(sparse)
         if flag is not None:
             kwargs["sparse"] = flag
-        with _nn._prepare_context(None if tokens is None else int(tokens), int(reuse)):
-            _, new = self.apply_fn(self.variables(prepared=False), *args, mutable=[_nn.PREPARED], **kwargs)
-        return self.replace(prepared=new.get(_nn.PREPARED, {}) or None)
+        prepared = _nn._run_prepare(
+            lambda: self.apply_fn(self.variables(prepared=False), *args, mutable=[_nn.PREPARED], **kwargs),
+            tokens, reuse, batch)
+        return self.replace(prepared=prepared or None)
 
     # ------------------------------------------------------------------------------------------
     # the update

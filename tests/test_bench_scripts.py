@@ -168,6 +168,22 @@ def test_bench_layer_shapes_option():
     assert bench_layer._layers([768]) == [(768, "up", 768, 3072), (768, "down", 3072, 768)]
 
 
+def test_bench_layer_prepare_section_smoke(tmp_path):
+    """bench_layer's prepare section (GPT-2's weights prepared per layer vs batched) in its CPU smoke
+    mode: the nn.prepare rows only, the same bits both ways, the table written."""
+    import bench_layer
+
+    tokens = bench_layer.TOKENS
+    try:
+        bench_layer.main(["--smoke-cpu", "--sections", "prepare", "--prepare-layers", "1", "--trials", "1",
+                          "--out", str(tmp_path), "--name", "p"])
+    finally:
+        bench_layer.TOKENS = tokens
+    md = (tmp_path / "p.md").read_text()
+    assert "per layer vs batched" in md and "Batched == per layer bit for bit: True" in md
+    assert "| nn.prepare GPT-2 (1 layers): batched |" in md
+
+
 def test_bench_quality_tiny(tmp_path):
     """bench_quality trains every recipe (dense-tail and a NAME:FLAGS entry too) from one seed on the
     same batches at a token budget, with a separate validation file, and writes the table and plot."""

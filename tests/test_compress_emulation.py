@@ -2,8 +2,9 @@
 
 Compiles tests/cpp/compress_emulation.cu with nvcc (host code only runs) and runs it: the kernels'
 real per-thread code is emulated with 256 host threads per CTA and compared byte for byte with an
-independent implementation of CUTLASS's compressor (see the .cu file). Skipped without nvcc or the
-XLA FFI headers. About 15 s to compile on 2 cores.
+independent implementation of CUTLASS's compressor (see the .cu file), the many-tensor kernel
+(one launch over a table of (x, mask) pairs) included. Skipped without nvcc or the XLA FFI headers.
+About 15 s to compile on 2 cores.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ element-wise CUDA kernels (MVUE: same Philox draws; soft threshold), so the fuse
 reproduce their group numbering and rounding. Outputs are written into donated buffers pre-filled
 with poison (NaN values, 0xFF metadata = an illegal nibble), so an unwritten byte fails.
 A numpy decompressor (the closed-form layout of compress_layout.h) checks round trips and MVUE
-statistics; one round trip also goes through the sparse GEMM with B = I.
+statistics; one round trip also goes through the sparse GEMM with B = I. The many-tensor compressor
+(``masked_compress_many``: many weights in one launch) must equal the one-tensor kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -460,3 +461,117 @@ def test_cusparselt_layout_errors():
     out = (jax.ShapeDtypeStruct((128 * 96,), jnp.uint8),)  # values only: too short
     with pytest.raises(Exception, match="cuSPARSELt layout"):
         jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_prune24_compress_lt", out)(x, transposed=np.int64(0)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Many (x, mask) pairs in one launch (masked_compress_many, Sparse24MaskCompressMany): every output
+# bit for bit the one-tensor kernel's, poisoned outputs (an unwritten byte fails).
+
+# (R, C) per direction: GPT-2's weight shapes, partial tiles (odd multiples of 16 / 8), the smallest
+# legal shapes, tall-thin and wide ones; both directions need R, C % 16, direct C % 16, transposed R % 16.
+MANY_SHAPES = {
+    "both": [(768, 3072), (3072, 768), (768, 2304), (144, 272), (16, 16), (400, 48), (512, 384), (768, 768)],
+    "direct": [(768, 3072), (136, 272), (40, 208), (8, 16), (3072, 768), (264, 144)],
+    "transposed": [(3072, 768), (272, 136), (208, 40), (16, 8), (768, 3072), (144, 264)],
+}
+# cuSPARSELt's layout: every written operand m % 64, k % 32
+MANY_LT_SHAPES = [(768, 3072), (3072, 768), (128, 128), (384, 192), (256, 384), (768, 2304)]
+
+
+def _many_inputs(rng, shapes, dtype):
+    ws = [_x(rng, s, dtype) for s in shapes]
+    # transposable masks (2:4 along both axes), a few kept elements dropped (CUTLASS's corner cases)
+    masks = [cm.transposable_mask24_cuda(w) & jnp.asarray(rng.random(w.shape) > 0.1) for w in ws]
+    return ws, masks
+
+
+def _assert_many_equals_one(got, want, direction, layout, what):
+    assert len(got) == len(want), what
+    for j, (g, w) in enumerate(zip(got, want)):
+        pairs = list(zip(g, w)) if direction == "both" else [(g, w)]
+        for (gg, ww), side in zip(pairs, ("transposed", "direct") if direction == "both" else (direction,)):
+            tag = f"{what} tensor {j} {side}"
+            if layout == "cusparselt":
+                _assert_same_bytes(gg, ww, tag)
+            else:
+                assert_same_compressed(gg, ww, tag)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("direction", ["both", "transposed", "direct"])
+def test_masked_compress_many_is_the_one_tensor_kernel_bit_for_bit(direction, dtype):
+    skip_uncompiled(dtype)
+    rng, seed = _rng()
+    ws, masks = _many_inputs(rng, MANY_SHAPES[direction], dtype)
+    many = poisoned(lambda ws, ms: cc.masked_compress_many(ws, ms, direction=direction))(ws, masks)
+    one = [poisoned(lambda w, m: cc._one(w, m, direction, "cutlass"))(w, m) for w, m in zip(ws, masks)]
+    _assert_many_equals_one(many, one, direction, "cutlass", f"seed={seed} {direction}")
+    # and the one-tensor kernel is CUTLASS's compressor (test_masked_compress_bit_exact): spot-check one
+    w, m = ws[1], masks[1]
+    wm = jnp.where(m, w, jnp.zeros((), dtype))
+    ref = _ref(wm.T) if direction != "direct" else _ref(wm)
+    assert_same_compressed(many[1][0] if direction == "both" else many[1], ref, f"seed={seed} vs CUTLASS")
+
+
+@pytest.mark.parametrize("direction", ["both", "transposed", "direct"])
+def test_masked_compress_many_cusparselt_layout_bit_for_bit(direction):
+    rng, seed = _rng()
+    ws, masks = _many_inputs(rng, MANY_LT_SHAPES, jnp.bfloat16)
+    many = poisoned(lambda ws, ms: cc.masked_compress_many(ws, ms, direction=direction, layout="cusparselt"))(
+        ws, masks)
+    one = [poisoned(lambda w, m: cc._one(w, m, direction, "cusparselt"))(w, m) for w, m in zip(ws, masks)]
+    _assert_many_equals_one(many, one, direction, "cusparselt", f"seed={seed} {direction} cusparselt")
+
+
+def test_masked_compress_many_splits_long_lists():
+    """More pairs than one launch takes (64): near-equal launches, same bits; a smaller
+    max_per_launch too (chunks of one run the one-tensor op)."""
+    rng, seed = _rng()
+    shapes = [(16 * (1 + j % 5), 32 * (1 + j % 3)) for j in range(70)]
+    ws, masks = _many_inputs(rng, shapes, jnp.bfloat16)
+    one = jax.jit(lambda ws, ms: [cc.masked_compress_both(w, m) for w, m in zip(ws, ms)])(ws, masks)
+    for per in (64, 9, 1):
+        f = jax.jit(lambda ws, ms, per=per: cc.masked_compress_many(ws, ms, max_per_launch=per))
+        hlo = f.lower(ws, masks).compile().as_text()
+        n_many = hlo.count('custom_call_target="jax_sparse24_masked_compress_many"')
+        assert n_many == {64: 2, 9: 8, 1: 0}[per], (per, n_many)
+        _assert_many_equals_one(f(ws, masks), one, "both", "cutlass", f"seed={seed} max_per_launch={per}")
+
+
+def test_masked_compress_many_handler_validates_on_its_own():
+    """Bypass the Python checks: the many-tensor handler refuses bad tables with messages naming the tensor."""
+    x = jnp.ones((128, 256), jnp.bfloat16)
+    m = jnp.ones((128, 256), jnp.bool_)
+    (vs, ms) = cs.cutlass_compressed_shapes(128, 256, jnp.bfloat16)
+    good = [jax.ShapeDtypeStruct(vs, jnp.bfloat16), jax.ShapeDtypeStruct(ms, jnp.uint8)]
+
+    def call(outs, *args, direct=1, transposed=0, target="jax_sparse24_masked_compress_many"):
+        return jax.block_until_ready(jax.ffi.ffi_call(target, outs)(
+            *args, direct=np.int64(direct), transposed=np.int64(transposed)))
+
+    call(good + good, x, m, x, m)
+    with pytest.raises(Exception, match="tensor 1: direct .* values must have shape"):
+        call(good + [jax.ShapeDtypeStruct((128, 120), jnp.bfloat16), good[1]], x, m, x, m)
+    with pytest.raises(Exception, match="tensor 1: all x must have one dtype"):
+        call(good + [jax.ShapeDtypeStruct(vs, jnp.float16), good[1]], x, m, x.astype(jnp.float16), m)
+    with pytest.raises(Exception, match=r"tensor 0: mask must have x's shape"):
+        call(good, x, m[:, :128])
+    with pytest.raises(Exception, match=r"\(x, mask\) pairs"):
+        call(good, x, m, x)
+    with pytest.raises(Exception, match="2 tensors need 4 results"):
+        call(good, x, m, x, m)
+    with pytest.raises(Exception, match="1 to 64 tensors"):
+        call(good * 65, *([x, m] * 65))
+    with pytest.raises(Exception, match="needs the direct or the transposed output"):
+        call(good, x, m, direct=0)
+    with pytest.raises(Exception, match=r"tensor 0: direct \(A = x\) output \(cuSPARSELt layout\) must be uint8"):
+        call([jax.ShapeDtypeStruct((128 * 256,), jnp.uint8)], x, m, target="jax_sparse24_masked_compress_many_lt")
+
+
+def test_masked_compress_many_errors_at_trace_time():
+    x = jnp.ones((128, 256), jnp.bfloat16)
+    m = jnp.ones((128, 256), bool)
+    with pytest.raises(ValueError, match="tensor 1: .*k % 16"):
+        cc.masked_compress_many([x, jnp.ones((120, 256), jnp.bfloat16)], [m, jnp.ones((120, 256), bool)])
+    with pytest.raises(ValueError, match="one dtype"):
+        cc.masked_compress_many([x, x.astype(jnp.float16)], [m, m])

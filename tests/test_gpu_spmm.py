@@ -581,6 +581,72 @@ def test_nn_prepare_on_gpu_matches_the_per_call_path():
                                   f"seed={seed} prepared from 2W")
 
 
+def test_nn_prepare_batched_equals_per_layer_on_gpu():
+    """A GPT-like model — blocks of attention qkv / projection and FFN up / down weights, CUTLASS and
+    cuSPARSELt layers, bfloat16 (and a float16 block where compiled) — prepared with every layer's
+    compressions in a few many-tensor launches (``batch=True``, and ``"auto"`` on one GPU) gives the
+    per-layer preparation bit for bit, and the model the same loss and gradients with either."""
+    import jax_sparse24 as s24
+    from flax import linen as nn
+
+    from gpu_util import bit_patterns, cutlass_compiled
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    d = 256
+    t = 256  # tokens of x below
+    lt_ok = lt.cusparselt_available() and all(lt.cusparselt_supports(mm, t, kk, jnp.bfloat16)
+                                              for mm, kk in ((d, 4 * d), (4 * d, d)))
+    lt_backend = "cusparselt" if lt_ok else "cutlass"
+
+    class Block(nn.Module):
+        dtype: object
+        backend: str
+
+        @nn.compact
+        def __call__(self, x):
+            def dense(n, name, backend=self.backend):
+                return s24.nn.Sparse24Dense(n, backend=backend, dtype=self.dtype, name=name)
+
+            x = x + dense(d, "proj")(dense(3 * d, "qkv")(x)[..., :d])
+            return x + dense(d, "down", lt_backend if self.dtype == jnp.bfloat16 else self.backend)(
+                jax.nn.gelu(dense(4 * d, "fc")(x)))
+
+    class GPT(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for j in range(4):
+                x = Block(jnp.bfloat16, "cutlass", name=f"h_{j}")(x)
+            if cutlass_compiled(jnp.float16):
+                x = Block(jnp.float16, "cutlass", name="h_f16")(x).astype(x.dtype)
+            return x
+
+    rng, seed = _rng()
+    x = jnp.asarray(rng.normal(size=(2, t // 2, d)), jnp.bfloat16)
+    m = GPT()
+    v = m.init(jax.random.key(seed % 2**31), x)
+    preps, hlos = {}, {}
+    for batch in (False, True, "auto"):
+        f = jax.jit(lambda v, x, b=batch: s24.nn.prepare(m, v, x, reuse=2, batch=b))
+        hlos[batch] = f.lower(v, x).compile().as_text()
+        preps[batch] = f(v, x)
+    assert 'custom_call_target="jax_sparse24_masked_compress_many' not in hlos[False]
+    for batch in (True, "auto"):  # one device: "auto" batches
+        assert 'custom_call_target="jax_sparse24_masked_compress_many"' in hlos[batch], (batch, seed)
+        assert hlos[batch].count("custom-call(") < hlos[False].count("custom-call("), (batch, seed)
+        assert jax.tree.structure(preps[batch]) == jax.tree.structure(preps[False])
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(preps[batch]), jax.tree.leaves(preps[False])):
+            np.testing.assert_array_equal(bit_patterns(a), bit_patterns(b), f"seed={seed} {batch} "
+                                          f"{jax.tree_util.keystr(path)}")
+    assert set(preps[True]["h_0"]["qkv"]["weight"]) == {"forward", "input_grad"}
+
+    def loss(p, prep):
+        return (m.apply({**v, "params": p, s24.nn.PREPARED: prep}, x).astype(jnp.float32) ** 2).sum()
+
+    g = jax.jit(jax.value_and_grad(loss))
+    for a, b in zip(jax.tree.leaves(g(v["params"], preps[False])), jax.tree.leaves(g(v["params"], preps[True]))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), f"seed={seed}")
+
+
 def test_error_kn_shapes():
     if not ops.cutlass_configs_kn():
         pytest.skip("no 'kn' configuration compiled")

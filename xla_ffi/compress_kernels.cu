@@ -6,6 +6,8 @@
 //   Sparse24MaskCompressBoth   (b) x * mask + compress of BOTH x^T and x in one pass (transposable mask)
 //   Sparse24Mvue24Compress     (c) MVUE 2:4 (same Philox draws as Sparse24Mvue24) + compress
 //   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
+//   Sparse24MaskCompressMany   (b) for up to 64 (x, mask) pairs of one dtype in one launch (one
+//                              direction or both): the prepared weights of a whole model per step
 //
 // Direction ("transposed" attribute): the compressed operand A is
 //   transposed = false: A = x   (M = R, K = C; groups of 4 along x's columns, axis 1),
@@ -38,6 +40,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "compress_layout.h"
@@ -251,6 +254,12 @@ struct TileParams {
   int64_t col_tiles, tiles;
 };
 
+// p's tile grid: kTile x kTile tiles of x, row-major.
+SP24_HD void SetTiles(TileParams& p) {
+  p.col_tiles = (p.cols + kTile - 1) / kTile;
+  p.tiles = ((p.rows + kTile - 1) / kTile) * p.col_tiles;
+}
+
 // Shared-memory staging of one CTA.
 template <bool DIRECT, bool TRANS>
 struct alignas(16) TileSmem {
@@ -259,12 +268,15 @@ struct alignas(16) TileSmem {
   uint8_t dmeta[DIRECT ? 8 * kMetaSmemStride : 16];  // direct metadata
 };
 
-// The work of thread t of CTA `block` (of `grid`): every tile block, block + grid, ... `sync()` is
-// the CTA barrier (__syncthreads on the device, a std::barrier in the host emulation).
-// OP's groups run along rows (TRANS) or along columns (DIRECT); kMask may produce both.
+// One 128 x 128 tile of x (`tile`: row-major index over p's tile grid) by thread t of a CTA: the
+// body shared by the one-tensor kernel (CompressTileKernel, TileLoop) and the many-tensor one
+// (CompressManyKernel, ManyTileLoop), so both write the same bits. `sync()` is the CTA barrier
+// (__syncthreads on the device, a std::barrier in the host emulation); key and beta are OP's scalars
+// (kMvue, kSoft), loaded once per CTA. OP's groups run along rows (TRANS) or along columns (DIRECT);
+// kMask may produce both.
 template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
-SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
-                      Sync&& sync) {
+SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWords& key, float beta,
+                          TileSmem<DIRECT, TRANS>& sm, Sync&& sync) {
   static_assert(DIRECT || TRANS, "at least one output");
   static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold choose one group axis");
   using E = Elem16<T>;
@@ -275,6 +287,214 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
   const int cc = t & 15, gp = t >> 4;
   const int64_t R = p.rows, C = p.cols;
 
+  // (32-bit division where the tile count allows: always, for any array that fits in memory)
+  const int64_t tr = p.tiles <= int64_t{0xFFFFFFFF}
+                         ? int64_t{static_cast<uint32_t>(tile) / static_cast<uint32_t>(p.col_tiles)}
+                         : tile / p.col_tiles;
+  const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
+  const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
+  const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
+
+  // ---- load the 8 x 8 patch (and its mask) ----
+  uint32_t w[8][4];
+  uint32_t mk[8][2];
+  {
+    const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (in) v = Load16(x_row);
+      x_row += C;
+      w[i][0] = v.x;
+      w[i][1] = v.y;
+      w[i][2] = v.z;
+      w[i][3] = v.w;
+    }
+    if constexpr (OP == Op::kMask) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint2 m = make_uint2(0u, 0u);
+        if (in) m = Load8(p.mask + (rb + i) * C + cb);  // (the mask's compressors are not MVUE's)
+        mk[i][0] = m.x;
+        mk[i][1] = m.y;
+      }
+    }
+  }
+
+  // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
+  uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
+  if constexpr (OP == Op::kMask) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const bool keep = (mk[i][j >> 2] >> (8 * (j & 3))) & 0xFFu;
+        if (!keep) Set(w, i, j, 0u);
+      }
+    }
+  } else {
+    // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
+    uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
+    if constexpr (OP == Op::kMvue) {
+      if constexpr (TRANS) {
+        // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
+        // C % 8 == 0) are one Philox quad.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t gbase = (rb / 4 + h) * C + cb;
+#pragma unroll
+          for (int qq = 0; qq < 2; ++qq) {
+            const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
+            rb32[4 * qq][h] = r.x;
+            rb32[4 * qq + 1][h] = r.y;
+            rb32[4 * qq + 2][h] = r.z;
+            rb32[4 * qq + 3][h] = r.w;
+          }
+        }
+      } else {
+        // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
+        // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int64_t gi = (rb + i) * (C / 4) + cb / 4;
+          const U32x4 r = PhiloxQuad(key, gi);
+          const bool upper = (gi & 2) != 0;
+          rb32[i][0] = upper ? r.z : r.x;
+          rb32[i][1] = upper ? r.w : r.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int line = 0; line < 8; ++line) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+          v[q] = E::ToFloat(Get(w, i, j));
+        }
+        uint32_t out[4];
+        if constexpr (OP == Op::kPrune) {
+          bool keep[4];
+          Mask24Keep(v, keep);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            out[q] = keep[q] ? Get(w, i, j) : 0u;
+          }
+        } else if constexpr (OP == Op::kSoft) {
+          float y[4];
+          bool keep[4];
+          SoftThreshold24(v, y, keep);
+          // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
+#pragma unroll
+          for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
+        } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
+          mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
+        }
+        if constexpr (OP != Op::kMvue) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
+            Set(w, i, j, out[q]);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- compress: transposed A (groups along rows) -> shared memory ----
+  if constexpr (TRANS) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t pr[2], nib[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (OP == Op::kMvue) {
+          nib[h] = mv_nib[j][h];
+          pr[h] = mv_pair[j][h];
+        } else {
+          nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
+                                 Get(w, 4 * h + 3, j), &pr[h]);
+        }
+      }
+      // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
+      // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
+      // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
+      const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
+      *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
+      s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+    }
+  }
+  // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
+  if constexpr (DIRECT) {
+    T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t pr[2], nib[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (OP == Op::kMvue) {
+          nib[h] = mv_nib[i][h];
+          pr[h] = mv_pair[i][h];
+        } else {
+          nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
+                                 Get(w, i, 4 * h + 3), &pr[h]);
+        }
+      }
+      if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
+      dv_row += C / 2;
+      s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+    }
+  }
+  sync();
+
+  // ---- write the staged tiles with 16-byte stores ----
+  if constexpr (TRANS) {
+    // piece t + 256 q of 128 rows x 8 pieces of 16 bytes: row a = t / 8 + 32 q, piece s = t % 8
+    const int64_t ga0 = c0 + (t >> 3), gk = r0 + 16 * (t & 7);
+    T* tv = static_cast<T*>(p.t_values) + ga0 * (R / 2) + gk / 2;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int a = (t >> 3) + 32 * q, s = t & 7;
+      if (ga0 + 32 * q < C && gk < R) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
+        *reinterpret_cast<uint4*>(tv) = v;
+      }
+      tv += 32 * (R / 2);
+    }
+    if (t < 128 && p.lt) {
+      StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
+    } else if (t < 128) {
+      const int blk = t >> 4, chunk = t & 15;
+      const int64_t m0 = c0 + 16 * blk;
+      if (m0 < p.t_meta_rows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * kMetaSmemStride + chunk * 16);
+        *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
+      }
+    }
+  }
+  if constexpr (DIRECT) {
+    const int u = TRANS ? t - 128 : t;
+    if (u >= 0 && u < 128 && p.lt) {
+      StoreLtMetaChunk(s_dmeta, p.d_meta, u, r0, c0, R, C);
+    } else if (u >= 0 && u < 128) {
+      const int blk = u >> 4, chunk = u & 15;
+      const int64_t m0 = r0 + 16 * blk;
+      if (m0 < p.d_meta_rows) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * kMetaSmemStride + chunk * 16);
+        *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
+      }
+    }
+  }
+  sync();  // the staging buffers are reused by the next tile
+}
+
+// The work of thread t of CTA `block` (of `grid`) on one tensor: every tile block, block + grid, ...
+template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
+SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
+                      Sync&& sync) {
   KeyWords key;
   if constexpr (OP == Op::kMvue) {
     key = MakeKey(LoadScalar(p.key), p.nkw > 1 ? LoadScalar(p.key + 1) : 0u, p.nkw > 2 ? LoadScalar(p.key + 2) : 0u,
@@ -282,210 +502,8 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
   }
   float beta = 1.0f;
   if constexpr (OP == Op::kSoft) beta = LoadScalar(p.beta);
-
   for (int64_t tile = block; tile < p.tiles; tile += grid) {
-    // (32-bit division where the tile count allows: always, for any array that fits in memory)
-    const int64_t tr = p.tiles <= int64_t{0xFFFFFFFF}
-                           ? int64_t{static_cast<uint32_t>(tile) / static_cast<uint32_t>(p.col_tiles)}
-                           : tile / p.col_tiles;
-    const int64_t r0 = tr * kTile, c0 = (tile - tr * p.col_tiles) * kTile;
-    const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
-    const bool in = rb < R && cb < C;  // rows % 8 == 0 and cols % 8 == 0: the patch is all in or all out
-
-    // ---- load the 8 x 8 patch (and its mask) ----
-    uint32_t w[8][4];
-    uint32_t mk[8][2];
-    {
-      const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (in) v = Load16(x_row);
-        x_row += C;
-        w[i][0] = v.x;
-        w[i][1] = v.y;
-        w[i][2] = v.z;
-        w[i][3] = v.w;
-      }
-      if constexpr (OP == Op::kMask) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          uint2 m = make_uint2(0u, 0u);
-          if (in) m = Load8(p.mask + (rb + i) * C + cb);  // (the mask's compressors are not MVUE's)
-          mk[i][0] = m.x;
-          mk[i][1] = m.y;
-        }
-      }
-    }
-
-    // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
-    uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
-    if constexpr (OP == Op::kMask) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const bool keep = (mk[i][j >> 2] >> (8 * (j & 3))) & 0xFFu;
-          if (!keep) Set(w, i, j, 0u);
-        }
-      }
-    } else {
-      // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
-      uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
-      if constexpr (OP == Op::kMvue) {
-        if constexpr (TRANS) {
-          // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
-          // C % 8 == 0) are one Philox quad.
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t gbase = (rb / 4 + h) * C + cb;
-#pragma unroll
-            for (int qq = 0; qq < 2; ++qq) {
-              const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
-              rb32[4 * qq][h] = r.x;
-              rb32[4 * qq + 1][h] = r.y;
-              rb32[4 * qq + 2][h] = r.z;
-              rb32[4 * qq + 3][h] = r.w;
-            }
-          }
-        } else {
-          // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
-          // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int64_t gi = (rb + i) * (C / 4) + cb / 4;
-            const U32x4 r = PhiloxQuad(key, gi);
-            const bool upper = (gi & 2) != 0;
-            rb32[i][0] = upper ? r.z : r.x;
-            rb32[i][1] = upper ? r.w : r.y;
-          }
-        }
-      }
-#pragma unroll
-      for (int line = 0; line < 8; ++line) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float v[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-            v[q] = E::ToFloat(Get(w, i, j));
-          }
-          uint32_t out[4];
-          if constexpr (OP == Op::kPrune) {
-            bool keep[4];
-            Mask24Keep(v, keep);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-              out[q] = keep[q] ? Get(w, i, j) : 0u;
-            }
-          } else if constexpr (OP == Op::kSoft) {
-            float y[4];
-            bool keep[4];
-            SoftThreshold24(v, y, keep);
-            // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
-#pragma unroll
-            for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
-          } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-            mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
-          }
-          if constexpr (OP != Op::kMvue) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-              Set(w, i, j, out[q]);
-            }
-          }
-        }
-      }
-    }
-
-    // ---- compress: transposed A (groups along rows) -> shared memory ----
-    if constexpr (TRANS) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        uint32_t pr[2], nib[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (OP == Op::kMvue) {
-            nib[h] = mv_nib[j][h];
-            pr[h] = mv_pair[j][h];
-          } else {
-            nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
-                                   Get(w, 4 * h + 3, j), &pr[h]);
-          }
-        }
-        // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
-        // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
-        // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
-        const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
-        *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
-        s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
-      }
-    }
-    // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
-    if constexpr (DIRECT) {
-      T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint32_t pr[2], nib[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if constexpr (OP == Op::kMvue) {
-            nib[h] = mv_nib[i][h];
-            pr[h] = mv_pair[i][h];
-          } else {
-            nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
-                                   Get(w, i, 4 * h + 3), &pr[h]);
-          }
-        }
-        if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
-        dv_row += C / 2;
-        s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
-      }
-    }
-    sync();
-
-    // ---- write the staged tiles with 16-byte stores ----
-    if constexpr (TRANS) {
-      // piece t + 256 q of 128 rows x 8 pieces of 16 bytes: row a = t / 8 + 32 q, piece s = t % 8
-      const int64_t ga0 = c0 + (t >> 3), gk = r0 + 16 * (t & 7);
-      T* tv = static_cast<T*>(p.t_values) + ga0 * (R / 2) + gk / 2;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int a = (t >> 3) + 32 * q, s = t & 7;
-        if (ga0 + 32 * q < C && gk < R) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_tval + a * 128 + ((s ^ ((a >> 3) & 7)) << 4));
-          *reinterpret_cast<uint4*>(tv) = v;
-        }
-        tv += 32 * (R / 2);
-      }
-      if (t < 128 && p.lt) {
-        StoreLtMetaChunk(s_tmeta, p.t_meta, t, c0, r0, C, R);
-      } else if (t < 128) {
-        const int blk = t >> 4, chunk = t & 15;
-        const int64_t m0 = c0 + 16 * blk;
-        if (m0 < p.t_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_tmeta + blk * kMetaSmemStride + chunk * 16);
-          *reinterpret_cast<uint4*>(p.t_meta + MetaBlockOffset(m0, r0, p.t_meta_rows) + chunk * 16) = v;
-        }
-      }
-    }
-    if constexpr (DIRECT) {
-      const int u = TRANS ? t - 128 : t;
-      if (u >= 0 && u < 128 && p.lt) {
-        StoreLtMetaChunk(s_dmeta, p.d_meta, u, r0, c0, R, C);
-      } else if (u >= 0 && u < 128) {
-        const int blk = u >> 4, chunk = u & 15;
-        const int64_t m0 = r0 + 16 * blk;
-        if (m0 < p.d_meta_rows) {
-          const uint4 v = *reinterpret_cast<const uint4*>(s_dmeta + blk * kMetaSmemStride + chunk * 16);
-          *reinterpret_cast<uint4*>(p.d_meta + MetaBlockOffset(m0, c0, p.d_meta_rows) + chunk * 16) = v;
-        }
-      }
-    }
-    sync();  // the staging buffers are reused by the next tile
+    CompressTile<T, OP, DIRECT, TRANS>(p, t, tile, key, beta, sm, sync);
   }
 }
 
@@ -493,6 +511,79 @@ template <typename T, Op OP, bool DIRECT, bool TRANS>
 __global__ void __launch_bounds__(kThreads, MinBlocks<OP, DIRECT, TRANS>()) CompressTileKernel(const TileParams p) {
   __shared__ TileSmem<DIRECT, TRANS> sm;
   TileLoop<T, OP, DIRECT, TRANS>(p, static_cast<int>(threadIdx.x), blockIdx.x, gridDim.x, sm,
+                                 []() { __syncthreads(); });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Many tensors in one launch (Sparse24MaskCompressMany*): the masked compressor of up to kMaxMany
+// (x, mask) pairs of one dtype and one output kind. Their tiles are numbered one tensor after the
+// other -- tensor i owns the tiles tile_start[i] .. tile_start[i + 1] - 1 -- and every tile runs
+// CompressTile with the TileParams the one-tensor handler builds for that tensor, so each output
+// is bit for bit the one-tensor kernel's. The table is the kernel's parameter (under the classic
+// 4 KB: 56 bytes per tensor), so a launch needs no device memory of its own (command buffers).
+constexpr int kMaxMany = 64;
+
+struct ManyTensor {
+  const void* x;
+  const uint8_t* mask;
+  void* d_values;  // direct A = x * mask (CUTLASS values, or cuSPARSELt's buffer); unused without DIRECT
+  uint8_t* d_meta;
+  void* t_values;  // transposed A = (x * mask)^T; unused without TRANS
+  uint8_t* t_meta;
+  int32_t rows, cols;
+};
+
+struct ManyParams {
+  int32_t tile_start[kMaxMany + 1];  // tile_start[n]: all tiles
+  int32_t n;
+  bool lt;
+  ManyTensor t[kMaxMany];
+};
+static_assert(sizeof(ManyParams) <= 4096, "the tile table must fit the classic 4 KB of kernel parameters");
+
+SP24_HD int64_t RoundUp64(int64_t v) { return (v + 63) / 64 * 64; }
+
+// The TileParams of table entry e: the one-tensor handler's (Validate), metadata rows from the
+// shapes -- M padded to 64 in CUTLASS's layout (CutlassCompressedShapes; the handler checks it), M
+// itself in cuSPARSELt's.
+SP24_HD TileParams ManyEntryParams(const ManyTensor& e, bool lt) {
+  TileParams p{};
+  p.x = e.x;
+  p.rows = e.rows;
+  p.cols = e.cols;
+  p.mask = e.mask;
+  p.d_values = e.d_values;
+  p.d_meta = e.d_meta;
+  p.d_meta_rows = lt ? int64_t{e.rows} : RoundUp64(e.rows);
+  p.t_values = e.t_values;
+  p.t_meta = e.t_meta;
+  p.t_meta_rows = lt ? int64_t{e.cols} : RoundUp64(e.cols);
+  p.lt = lt;
+  SetTiles(p);
+  return p;
+}
+
+// The work of thread t of CTA `block` (of `grid`) on a table: every tile block, block + grid, ... of
+// all tensors. A CTA's tiles increase, so its tensor index only moves forward (uniform over the
+// CTA: the lookup reads the parameter bank, no memory).
+template <typename T, bool DIRECT, bool TRANS, class Sync>
+SP24_HD void ManyTileLoop(const ManyParams& mp, int t, int64_t block, int64_t grid, TileSmem<DIRECT, TRANS>& sm,
+                          Sync&& sync) {
+  const KeyWords key{};  // the masked compressor draws nothing
+  const int64_t total = mp.tile_start[mp.n];
+  int i = 0;
+  for (int64_t g = block; g < total; g += grid) {
+    while (g >= mp.tile_start[i + 1]) ++i;
+    const TileParams p = ManyEntryParams(mp.t[i], mp.lt);
+    CompressTile<T, Op::kMask, DIRECT, TRANS>(p, t, g - mp.tile_start[i], key, 1.0f, sm, sync);
+  }
+}
+
+template <typename T, bool DIRECT, bool TRANS>
+__global__ void __launch_bounds__(kThreads, MinBlocks<Op::kMask, DIRECT, TRANS>())
+    CompressManyKernel(const __grid_constant__ ManyParams p) {
+  __shared__ TileSmem<DIRECT, TRANS> sm;
+  ManyTileLoop<T, DIRECT, TRANS>(p, static_cast<int>(threadIdx.x), blockIdx.x, gridDim.x, sm,
                                  []() { __syncthreads(); });
 }
 
@@ -553,13 +644,16 @@ ffi::Error CheckLtOutput(const std::string& op, const char* which, int64_t m, in
   return ffi::Error::Success();
 }
 
-template <typename T, Op OP, bool DIRECT, bool TRANS>
-ffi::Error Launch(cudaStream_t stream, int sm_count, TileParams p) {
-  p.col_tiles = (p.cols + kTile - 1) / kTile;
-  p.tiles = ((p.rows + kTile - 1) / kTile) * p.col_tiles;
-  if (p.tiles == 0) return ffi::Error::Success();
+// CTAs of a launch over `tiles` tiles: one per tile, at most 16 per SM (then grid-stride).
+unsigned GridSize(int sm_count, int64_t tiles) {
   const int64_t max_blocks = int64_t(sm_count) * 16;
-  const unsigned blocks = static_cast<unsigned>(p.tiles < max_blocks ? p.tiles : max_blocks);
+  return static_cast<unsigned>(tiles < max_blocks ? tiles : max_blocks);
+}
+
+template <typename T, Op OP, bool DIRECT, bool TRANS>
+ffi::Error Launch(cudaStream_t stream, int sm_count, const TileParams& p) {
+  if (p.tiles == 0) return ffi::Error::Success();
+  const unsigned blocks = GridSize(sm_count, p.tiles);
   CompressTileKernel<T, OP, DIRECT, TRANS><<<blocks, kThreads, 0, stream>>>(p);
   SP24_CHECK_LAUNCH("CompressTileKernel");
   return ffi::Error::Success();
@@ -577,14 +671,14 @@ struct Extra {
   const ffi::AnyBuffer* key = nullptr;
 };
 
-// Validates x / the extra inputs / the outputs and launches. Outputs: direct pair and/or transposed
-// pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values` (cuSPARSELt layout,
-// `*_meta` unused).
+// Validates x / the extra inputs / the outputs and fills *out (tile grid included). Outputs: direct
+// pair and/or transposed pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values`
+// (cuSPARSELt layout, `*_meta` unused). Errors start with `op` (the op's name, and for the
+// many-tensor handler the tensor's index).
 template <Op OP>
-ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
-               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta,
-               bool lt = false) {
-  const std::string op = op_name;
+ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra& ex, ffi::AnyBuffer* d_values,
+                    ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta, bool lt,
+                    TileParams* out) {
   const ffi::DataType dt = x.element_type();
   if (dt != ffi::DataType::BF16 && dt != ffi::DataType::F16) {
     return InvalidArgument(op + ": x must be bfloat16 or float16, got " + DataTypeName(dt));
@@ -652,6 +746,20 @@ ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const f
     p.t_meta = lt ? static_cast<uint8_t*>(t_values->untyped_data()) + R * C : static_cast<uint8_t*>(t_meta->untyped_data());
     p.t_meta_rows = lt ? C : t_meta->dimensions()[0];
   }
+  SetTiles(p);
+  *out = p;
+  return ffi::Error::Success();
+}
+
+// Validates (Validate) and launches the one-tensor kernel.
+template <Op OP>
+ffi::Error Run(const char* op_name, cudaStream_t stream, int32_t device, const ffi::AnyBuffer& x, const Extra& ex,
+               ffi::AnyBuffer* d_values, ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta,
+               bool lt = false) {
+  const std::string op = op_name;
+  TileParams p{};
+  SP24_RETURN_IF_ERROR(Validate<OP>(op, x, ex, d_values, d_meta, t_values, t_meta, lt, &p));
+  const ffi::DataType dt = x.element_type();
   int sm_count = 0;
   SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
   if (d_values != nullptr && t_values != nullptr) {
@@ -747,6 +855,116 @@ ffi::Error SoftThreshold24CompressLtImpl(cudaStream_t stream, int32_t device, ff
   return RunOneLt<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *out, transposed);
 }
 
+// ---- many tensors in one launch ----
+
+template <typename T, bool DIRECT, bool TRANS>
+ffi::Error LaunchMany(cudaStream_t stream, int sm_count, const ManyParams& mp) {
+  const int64_t tiles = mp.tile_start[mp.n];
+  if (tiles == 0) return ffi::Error::Success();
+  CompressManyKernel<T, DIRECT, TRANS><<<GridSize(sm_count, tiles), kThreads, 0, stream>>>(mp);
+  SP24_CHECK_LAUNCH("CompressManyKernel");
+  return ffi::Error::Success();
+}
+
+template <bool DIRECT, bool TRANS>
+ffi::Error LaunchManyTyped(cudaStream_t stream, int sm_count, ffi::DataType dt, const ManyParams& mp) {
+  if (dt == ffi::DataType::BF16) return LaunchMany<__nv_bfloat16, DIRECT, TRANS>(stream, sm_count, mp);
+  return LaunchMany<__half, DIRECT, TRANS>(stream, sm_count, mp);
+}
+
+// Operands x_0, mask_0, x_1, mask_1, ...; the results of tensor i in the order of the one-tensor
+// handler of the same kind: both directions: transposed values, meta, direct values, meta
+// (MaskCompressBothImpl), one direction: values, meta (MaskCompressImpl); in cuSPARSELt's layout one
+// buffer per direction (transposed first). Every tensor is validated as the one-tensor handler
+// validates it (Validate), and all must share one dtype.
+ffi::Error RunMany(cudaStream_t stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets, bool direct,
+                   bool transposed, bool lt) {
+  const std::string op = lt ? "masked_compress_many (cuSPARSELt layout)" : "masked_compress_many";
+  if (!direct && !transposed) return InvalidArgument(op + ": needs the direct or the transposed output (or both)");
+  if (args.size() % 2 != 0) {
+    return InvalidArgument(op + ": operands must be (x, mask) pairs, got " + std::to_string(args.size()) +
+                           " operands");
+  }
+  const size_t n = args.size() / 2;
+  if (n < 1 || n > size_t{kMaxMany}) {
+    return InvalidArgument(op + ": takes 1 to " + std::to_string(kMaxMany) + " tensors per call, got " +
+                           std::to_string(n));
+  }
+  const size_t per_dir = lt ? 1 : 2;
+  const size_t per = per_dir * (size_t{direct} + size_t{transposed});
+  if (rets.size() != n * per) {
+    return InvalidArgument(op + ": " + std::to_string(n) + " tensors need " + std::to_string(n * per) +
+                           " results, got " + std::to_string(rets.size()));
+  }
+  ManyParams mp{};
+  mp.n = static_cast<int32_t>(n);
+  mp.lt = lt;
+  ffi::DataType dt = ffi::DataType::BF16;
+  int64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string opi = op + ": tensor " + std::to_string(i);
+    ffi::ErrorOr<ffi::AnyBuffer> x = args.get<ffi::AnyBuffer>(2 * i);
+    ffi::ErrorOr<ffi::AnyBuffer> m = args.get<ffi::AnyBuffer>(2 * i + 1);
+    if (x.has_error()) return x.error();
+    if (m.has_error()) return m.error();
+    if (i == 0) {
+      dt = x->element_type();
+    } else if (x->element_type() != dt) {
+      return InvalidArgument(opi + ": all x must have one dtype, tensor 0's is " + DataTypeName(dt) + ", this one's " +
+                             DataTypeName(x->element_type()));
+    }
+    // slots: transposed values, meta, direct values, meta (cuSPARSELt's layout: no meta buffers)
+    std::optional<ffi::Result<ffi::AnyBuffer>> res[4];
+    ffi::AnyBuffer* out[4] = {nullptr, nullptr, nullptr, nullptr};
+    size_t next = i * per;
+    for (int slot = 0; slot < 4; ++slot) {
+      if (!(slot < 2 ? transposed : direct) || (lt && slot % 2 == 1)) continue;
+      ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> r = rets.get<ffi::AnyBuffer>(next++);
+      if (r.has_error()) return r.error();
+      res[slot].emplace(*r);
+      out[slot] = &**res[slot];
+    }
+    Extra ex;
+    ex.mask = &*m;
+    TileParams p{};
+    SP24_RETURN_IF_ERROR(Validate<Op::kMask>(opi, *x, ex, out[2], out[3], out[0], out[1], lt, &p));
+    ManyTensor& e = mp.t[i];
+    e.x = p.x;
+    e.mask = p.mask;
+    e.d_values = p.d_values;
+    e.d_meta = p.d_meta;
+    e.t_values = p.t_values;
+    e.t_meta = p.t_meta;
+    e.rows = static_cast<int32_t>(p.rows);  // < 2^31: CutlassCompressedShapes / CheckLtOutput
+    e.cols = static_cast<int32_t>(p.cols);
+    // The kernel rebuilds p from the entry: the same parameters, or this table is wrong.
+    const TileParams q = ManyEntryParams(e, lt);
+    if (q.rows != p.rows || q.cols != p.cols || q.tiles != p.tiles || q.col_tiles != p.col_tiles ||
+        (direct && q.d_meta_rows != p.d_meta_rows) || (transposed && q.t_meta_rows != p.t_meta_rows)) {
+      return Internal(opi + ": tile table entry does not reproduce the tensor's parameters");
+    }
+    mp.tile_start[i] = static_cast<int32_t>(total);
+    total += p.tiles;
+    if (total > int64_t{0x7FFFFFFF}) return InvalidArgument(op + ": more than 2^31 - 1 tiles in one call");
+  }
+  mp.tile_start[n] = static_cast<int32_t>(total);
+  int sm_count = 0;
+  SP24_RETURN_IF_ERROR(SmCount(device, &sm_count));
+  if (direct && transposed) return LaunchManyTyped<true, true>(stream, sm_count, dt, mp);
+  if (transposed) return LaunchManyTyped<false, true>(stream, sm_count, dt, mp);
+  return LaunchManyTyped<true, false>(stream, sm_count, dt, mp);
+}
+
+ffi::Error MaskCompressManyImpl(cudaStream_t stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                int64_t direct, int64_t transposed) {
+  return RunMany(stream, device, args, rets, direct != 0, transposed != 0, false);
+}
+
+ffi::Error MaskCompressManyLtImpl(cudaStream_t stream, int32_t device, ffi::RemainingArgs args,
+                                  ffi::RemainingRets rets, int64_t direct, int64_t transposed) {
+  return RunMany(stream, device, args, rets, direct != 0, transposed != 0, true);
+}
+
 }  // namespace
 }  // namespace compress
 }  // namespace jax_sparse24
@@ -835,3 +1053,25 @@ SP24_LT_HANDLER(Sparse24SoftThreshold24CompressLt, SoftThreshold24CompressLtImpl
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 #undef SP24_LT_HANDLER
+
+// Many (x, mask) pairs of one dtype in one launch: operands x_0, mask_0, x_1, mask_1, ... (1 to 64
+// pairs); per tensor the results of Sparse24MaskCompressBoth (direct = transposed = 1) or of
+// Sparse24MaskCompress (one of them), in that order. The Lt variant: the buffers of the Lt handlers.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressMany, jax_sparse24::compress::MaskCompressManyImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("direct")
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressManyLt, jax_sparse24::compress::MaskCompressManyLtImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("direct")
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});

@@ -44,6 +44,8 @@ XLA_FFI_Error* Sparse24MaskCompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressBothLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Mvue24CompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24SoftThreshold24CompressLt(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompressMany(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24MaskCompressManyLt(XLA_FFI_CallFrame* call_frame);
 }
 
 namespace {
@@ -83,6 +85,8 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_masked_compress_both_lt"] = Capsule(Sparse24MaskCompressBothLt);
     d["jax_sparse24_mvue24_compress_lt"] = Capsule(Sparse24Mvue24CompressLt);
     d["jax_sparse24_soft_threshold24_compress_lt"] = Capsule(Sparse24SoftThreshold24CompressLt);
+    d["jax_sparse24_masked_compress_many"] = Capsule(Sparse24MaskCompressMany);
+    d["jax_sparse24_masked_compress_many_lt"] = Capsule(Sparse24MaskCompressManyLt);
     return d;
   });
 

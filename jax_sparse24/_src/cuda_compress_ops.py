@@ -19,7 +19,10 @@ axis=0).T)`` (same Philox draws as the element-wise MVUE kernel).
 * :func:`masked_compress_both`      ``x * mask`` compressed as both ``A = (x*mask).T`` and
   ``A = x*mask`` in one pass (transposable mask: the forward and input-gradient operands of W);
 * :func:`mvue24_compress`           unbiased MVUE 2:4 sample;
-* :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array.
+* :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array;
+* :func:`masked_compress_many`      :func:`masked_compress` / :func:`masked_compress_both` of many
+  ``(x, mask)`` pairs of one dtype in one launch per :data:`MAX_TENSORS_PER_LAUNCH` pairs (the
+  prepared weights of a whole model per optimizer step: one small launch per layer is latency-bound).
 
 ``layout="cusparselt"`` writes cuSPARSELt's compressed operand instead (for
 :func:`~jax_sparse24._src.cuda_cusparselt_ops.cusparselt_spmm` with ``a_layout=A_MK``): one uint8
@@ -43,11 +46,14 @@ from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 
 __all__ = [
+    "DIRECTIONS",
     "LAYOUTS",
+    "MAX_TENSORS_PER_LAUNCH",
     "compress_supports",
     "lt_compressed_bytes",
     "masked_compress",
     "masked_compress_both",
+    "masked_compress_many",
     "mvue24_compress",
     "prune24_compress",
     "soft_threshold24_compress",
@@ -58,8 +64,15 @@ _T_MASK = "jax_sparse24_masked_compress"
 _T_MASK_BOTH = "jax_sparse24_masked_compress_both"
 _T_MVUE = "jax_sparse24_mvue24_compress"
 _T_SOFT = "jax_sparse24_soft_threshold24_compress"
+_T_MASK_MANY = "jax_sparse24_masked_compress_many"
 #: Output layouts: CUTLASS's (values, meta) pair, or cuSPARSELt's single buffer (handler name + "_lt").
 LAYOUTS = ("cutlass", "cusparselt")
+#: Outputs of :func:`masked_compress_many`: both operands (:func:`masked_compress_both`), or
+#: ``A = (x*mask).T`` / ``A = x*mask`` alone (:func:`masked_compress` with ``transposed=True`` / ``False``).
+DIRECTIONS = ("both", "transposed", "direct")
+#: Most ``(x, mask)`` pairs one launch of the many-tensor compressor takes (``kMaxMany`` in
+#: ``xla_ffi/compress_kernels.cu``: its tile table is a kernel parameter); longer lists are split.
+MAX_TENSORS_PER_LAUNCH = 64
 
 
 def _target(name: str, layout: str) -> str:
@@ -235,3 +248,88 @@ def soft_threshold24_compress(x, beta, *, transposed: bool = False, layout: str 
     beta = jnp.asarray(beta, jnp.float32).reshape(())
     return _result(_ffi.ffi_call(_target(_T_SOFT, layout), _out_types(x, transposed, layout), x, beta,
                                  transposed=np.int64(bool(transposed))), layout)
+
+
+def _direction_flags(direction: str) -> tuple[bool, ...]:
+    """The ``transposed`` values :func:`masked_compress_many` writes for ``direction``, in output order."""
+    return {"both": (True, False), "transposed": (True,), "direct": (False,)}[direction]
+
+
+def _one(x, mask, direction: str, layout: str):
+    """One pair through the one-tensor handlers (what a table of one would compute, same bits)."""
+    if direction == "both":
+        return masked_compress_both(x, mask, layout=layout)
+    return masked_compress(x, mask, transposed=direction == "transposed", layout=layout)
+
+
+def masked_compress_many(xs, masks, *, direction: str = "both", layout: str = "cutlass",
+                         max_per_launch: int = MAX_TENSORS_PER_LAUNCH) -> list:
+    """:func:`masked_compress_both` (or :func:`masked_compress`) of many ``(x, mask)`` pairs in few launches.
+
+    One custom call per ``max_per_launch`` pairs (the lists are split into that many near-equal
+    chunks) compresses every pair with the one-tensor kernel's tile code, so each result is bit for
+    bit the one-tensor op's; a chunk of one pair runs the one-tensor op itself. The pairs may have
+    different shapes but must share one dtype (group mixed lists by dtype; one launch covers one
+    output kind).
+
+    Args:
+      xs: (R_i, C_i) bfloat16/float16 arrays, one dtype; the shape rules of the one-tensor ops for
+        the chosen outputs (module docstring).
+      masks: their masks (bool, or nonzero = kept), 2:4 along each compressed axis.
+      direction: ``"both"`` (``A = (x*mask).T`` and ``A = x*mask``), ``"transposed"`` or ``"direct"``.
+      layout: ``"cutlass"`` or ``"cusparselt"``.
+      max_per_launch: pairs per launch, 1 to :data:`MAX_TENSORS_PER_LAUNCH`.
+
+    Returns:
+      a list with, per pair, what the one-tensor op returns: ``masked_compress_both(x, mask,
+      layout=layout)`` for ``"both"``, ``masked_compress(x, mask, transposed=direction ==
+      "transposed", layout=layout)`` otherwise.
+
+    Raises:
+      ValueError: lists of different lengths, mixed dtypes, an unknown direction / layout, or a pair
+        the one-tensor op rejects (the message names the pair's index).
+    """
+    op = "masked_compress_many"
+    layout = _check_layout(layout, op)
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{op}: direction must be one of {DIRECTIONS}, got {direction!r}")
+    if isinstance(max_per_launch, bool) or not isinstance(max_per_launch, (int, np.integer)) or not (
+            1 <= max_per_launch <= MAX_TENSORS_PER_LAUNCH):
+        raise ValueError(f"{op}: max_per_launch must be an int in [1, {MAX_TENSORS_PER_LAUNCH}], got {max_per_launch!r}")
+    xs, masks = list(xs), list(masks)
+    if len(xs) != len(masks):
+        raise ValueError(f"{op}: needs one mask per x, got {len(xs)} arrays and {len(masks)} masks")
+    checked = []
+    for i, (x, mask) in enumerate(zip(xs, masks)):
+        where = f"{op}: tensor {i}"
+        for transposed in _direction_flags(direction):
+            _check(x, transposed, where, layout)
+        x = jnp.asarray(x)
+        checked.append((x, _check_mask(mask, x, where)))
+    dtypes = [x.dtype for x, _ in checked]
+    for i, dt in enumerate(dtypes):
+        if dt != dtypes[0]:
+            raise ValueError(f"{op}: every x must have one dtype (one launch per dtype), tensor 0 is "
+                             f"{dtypes[0].name} and tensor {i} {dt.name}; group the pairs by dtype")
+    n = len(checked)
+    chunks = -(-n // int(max_per_launch)) if n else 0
+    out = []
+    for c in range(chunks):
+        part = checked[c * n // chunks:(c + 1) * n // chunks]
+        if len(part) == 1:
+            out.append(_one(*part[0], direction, layout))
+            continue
+        out_types, operands = [], []
+        for x, mask in part:
+            operands += [x, mask]
+            for transposed in _direction_flags(direction):
+                out_types += list(_out_types(x, transposed, layout))
+        flat = iter(_ffi.ffi_call(_target(_T_MASK_MANY, layout), out_types, *operands,
+                                  direct=np.int64(direction != "transposed"),
+                                  transposed=np.int64(direction != "direct")))
+        per_operand = 1 if layout == "cusparselt" else 2
+        for _ in part:
+            results = [_result([next(flat) for _ in range(per_operand)], layout) for _ in _direction_flags(direction)]
+            out.append(tuple(results) if direction == "both" else results[0])
+    return out
+

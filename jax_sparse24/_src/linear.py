@@ -256,6 +256,14 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
     >>> bool(jnp.allclose(s24.sparse24_linear(x, w, m, prepared=pw), x @ (w * m)))
     True
     """
+    return prepared_weight.prepare_many([plan_weight(w, mask, tokens=tokens, dtype=dtype, backend=backend,
+                                                     transposable=transposable, reuse=reuse)])[0]
+
+
+def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
+                reuse: int = 1) -> prepared_weight.WeightPlan:
+    """:func:`prepare_weight`'s argument checks and plan, without the work: the plans of many weights
+    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``)."""
     op = "prepare_weight"
     v.check_float(w, "w", op)
     v.check_rank(w, 2, op, "w")
@@ -271,8 +279,8 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
         raise ValueError(f"{op}: dtype must be a floating dtype, got {dtype.name}")
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
-    return prepared_weight.prepare(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
-                                   transposable=bool(transposable), reuse=int(reuse))
+    return prepared_weight.plan(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
+                                transposable=bool(transposable), reuse=int(reuse))
 
 
 def _is_transposable(mask, shape) -> bool:

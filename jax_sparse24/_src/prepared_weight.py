@@ -14,14 +14,16 @@ chosen (:func:`~jax_sparse24._src.autotune.weight_gemms_plan` with the compressi
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from jax_sparse24._src import autotune, ffi
 from jax_sparse24._src.gemm import bool_mask, masked_weight
 
-__all__ = ["PREPARED_KEYS", "prepare", "prepared_backend", "check_prepared", "forward_prepared",
-           "input_grad_prepared"]
+__all__ = ["PREPARED_KEYS", "WeightPlan", "plan", "prepare", "prepare_many", "prepared_backend", "check_prepared",
+           "forward_prepared", "input_grad_prepared"]
 
 #: Keys of a prepared weight (a dict): ``"forward"`` / ``"input_grad"`` hold the compressed operand
 #: (W̃ᵀ, W̃) when that GEMM runs sparse — ``{"values", "meta"}`` for CUTLASS, ``{"cusparselt"}`` (one
@@ -35,25 +37,6 @@ def _mk_of(name: str, i: int, o: int) -> tuple[int, int]:
     return (o, i) if name == "forward" else (i, o)
 
 
-def _prepare_cutlass(wc, mk, names, dtype):
-    """CUTLASS operands ``{"values", "meta"}`` of the GEMMs ``names`` (one pass over W for both)."""
-    from jax_sparse24._src import cuda_compress_ops as cc
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
-    i, o = wc.shape
-
-    def cuda(wc, mk):
-        if len(names) == 2:
-            return cc.masked_compress_both(wc, mk)
-        return (cc.masked_compress(wc, mk, transposed=names[0] == "forward"),)
-
-    def placeholder(wc, mk):  # a non-CUDA platform never reads these (its GEMMs use w and mask)
-        return tuple((jnp.zeros(vs, dtype), jnp.zeros(ms, jnp.uint8))
-                     for vs, ms in (cs.cutlass_compressed_shapes(*_mk_of(n, i, o), dtype) for n in names))
-
-    return {name: {"values": v, "meta": m} for name, (v, m) in zip(names, ffi.per_platform(placeholder, cuda, wc, mk))}
-
-
 def _lt_prepared_a_layout(name: str, dtype) -> int:
     """cuSPARSELt's A layout of a prepared operand — the per-call path's (``gemm._weight_gemm``):
     bfloat16 A stored (M, K) (our fused compressor, or the library's on the transposed W̃ where the
@@ -65,57 +48,159 @@ def _lt_prepared_a_layout(name: str, dtype) -> int:
     return lt.A_KM
 
 
-def _prepare_cusparselt(wc, mk, names, tokens: int, dtype):
-    """cuSPARSELt operands ``{"cusparselt"}`` (plan with ``tokens`` rows of B, A layout
-    :func:`_lt_prepared_a_layout`) of the GEMMs ``names``: written by our fused compressor where its
-    layout check passes (bfloat16), else by ``cusparseLtSpMMACompress`` on the masked weight (once
-    per preparation)."""
-    from jax_sparse24._src import cuda_compress_ops as cc
+class WeightPlan(NamedTuple):
+    """The weight work of one layer, decided at trace time (:func:`plan`) and run by :func:`prepare_many`.
+
+    ``cutlass`` / ``cusparselt``: the GEMMs (``"forward"``, ``"input_grad"``) whose 2:4 operand is
+    prepared in that backend's format; W̃ itself is kept when fewer than two are.
+    """
+
+    wc: Any  # w in the compute dtype
+    mk: Any  # the bool mask
+    dtype: Any
+    tokens: int
+    cutlass: tuple
+    cusparselt: tuple
+
+
+class _Unit(NamedTuple):
+    """One compression of a plan: ``layout`` ``"cutlass"`` or ``"cusparselt"`` (our fused compressor,
+    groupable across layers by ``direction``) or ``"library"`` (``cusparseLtSpMMACompress`` of one
+    GEMM's operand, per layer); ``shapes``: its flat outputs (per name: values, meta / one buffer)."""
+
+    plan: int
+    layout: str
+    direction: str | None
+    names: tuple
+    shapes: tuple
+
+
+def plan(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> WeightPlan:
+    """Which operands the prepared weight of ``w ⊙ mask`` holds (the GEMMs' plan); nothing computed yet."""
+    i, o = w.shape
+    fwd, dx = autotune.weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
+    kinds = {"forward": fwd, "input_grad": dx}
+    return WeightPlan(jnp.asarray(w).astype(dtype), bool_mask(mask), jnp.dtype(dtype), int(tokens),
+                      tuple(n for n, kd in kinds.items() if kd == "cutlass"),
+                      tuple(n for n, kd in kinds.items() if kd == "cusparselt"))
+
+
+def _direction(names) -> str:
+    """``masked_compress_many``'s direction writing the operands of ``names``, in that order."""
+    if len(names) == 2:
+        return "both"  # (W̃ᵀ, W̃): forward, input_grad
+    return "transposed" if names[0] == "forward" else "direct"
+
+
+def _units(index: int, p: WeightPlan) -> list[_Unit]:
+    """The compressions of plan ``p``: one pass over W for CUTLASS's operands; for cuSPARSELt's, one
+    pass where our fused compressor writes every operand (its layout check passes: bfloat16), else
+    one per GEMM (fused, or the library's compressor on the masked weight)."""
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+    from jax_sparse24._src import cuda_spmm_ops as cs
+
+    i, o = p.wc.shape
+    units = []
+    if p.cutlass:
+        shapes = []
+        for n in p.cutlass:
+            vs, ms = cs.cutlass_compressed_shapes(*_mk_of(n, i, o), p.dtype)
+            shapes += [jax.ShapeDtypeStruct(vs, p.dtype), jax.ShapeDtypeStruct(ms, jnp.uint8)]
+        units.append(_Unit(index, "cutlass", _direction(p.cutlass), p.cutlass, tuple(shapes)))
+    if p.cusparselt:
+        plans = {n: _mk_of(n, i, o) for n in p.cusparselt}
+        layouts = {n: _lt_prepared_a_layout(n, p.dtype) for n in p.cusparselt}
+        fused = {n: layouts[n] == lt.A_MK and lt.fused_compress_ok(m, p.tokens, k, p.dtype)
+                 for n, (m, k) in plans.items()}
+        shape = {n: jax.ShapeDtypeStruct((lt.cusparselt_compressed_size(m, p.tokens, k, p.dtype, layouts[n], lt.B_NK),),
+                                         jnp.uint8) for n, (m, k) in plans.items()}
+        if len(p.cusparselt) == 2 and all(fused.values()):
+            units.append(_Unit(index, "cusparselt", "both", p.cusparselt, tuple(shape[n] for n in p.cusparselt)))
+        else:
+            for n in p.cusparselt:
+                units.append(_Unit(index, "cusparselt" if fused[n] else "library",
+                                   _direction((n,)) if fused[n] else None, (n,), (shape[n],)))
+    return units
+
+
+def _library_compress(p: WeightPlan, name: str, wc, mk):
+    """cuSPARSELt's compressor on the masked weight (once per preparation): the forward's A stored
+    (K, M) = W̃ as is, or (M, K) = W̃ᵀ; the input gradient's A = W̃ stored (M, K)."""
     from jax_sparse24._src import cuda_cusparselt_ops as lt
 
     i, o = wc.shape
-    plans = {n: _mk_of(n, i, o) for n in names}
-    layouts = {n: _lt_prepared_a_layout(n, dtype) for n in names}
-    fused = {n: layouts[n] == lt.A_MK and lt.fused_compress_ok(m, tokens, k, dtype) for n, (m, k) in plans.items()}
-    sizes = {n: lt.cusparselt_compressed_size(m, tokens, k, dtype, layouts[n], lt.B_NK) for n, (m, k) in plans.items()}
+    layout = _lt_prepared_a_layout(name, p.dtype)
+    a = masked_weight(wc, mk)
+    if name == "forward" and layout == lt.A_MK:
+        a = a.T
+    m, k = _mk_of(name, i, o)
+    return lt.cusparselt_compress(a, m=m, n=p.tokens, k=k, a_layout=layout, b_layout=lt.B_NK)
 
-    def cuda(wc, mk):
-        if len(names) == 2 and all(fused.values()):
-            return cc.masked_compress_both(wc, mk, layout="cusparselt")  # (W̃ᵀ, W̃): forward, input_grad
-        out = []
-        for n in names:
-            if fused[n]:
-                out.append(cc.masked_compress(wc, mk, transposed=n == "forward", layout="cusparselt"))
-                continue
-            a = masked_weight(wc, mk)  # (I, O): the forward's A stored (K, M), the input gradient's (M, K)
-            if n == "forward" and layouts[n] == lt.A_MK:
-                a = a.T
-            m, k = plans[n]
-            out.append(lt.cusparselt_compress(a, m=m, n=tokens, k=k, a_layout=layouts[n], b_layout=lt.B_NK))
-        return tuple(out)
 
-    def placeholder(wc, mk):
-        return tuple(jnp.zeros((sizes[n],), jnp.uint8) for n in names)
+def _flat(result, unit: _Unit) -> list:
+    """A ``masked_compress_many`` result of ``unit`` as its flat outputs (per name: values, meta / buffer)."""
+    per_name = result if unit.direction == "both" else (result,)
+    if unit.layout == "cutlass":
+        return [a for pair in per_name for a in pair]
+    return list(per_name)
 
-    return {name: {"cusparselt": buf} for name, buf in zip(names, ffi.per_platform(placeholder, cuda, wc, mk))}
+
+def _entries(unit: _Unit, flat) -> dict:
+    """``{name: operand}`` from a unit's flat outputs (``_OPERAND_KEYS`` of its format)."""
+    keys = _OPERAND_KEYS["cutlass" if unit.layout == "cutlass" else "cusparselt"]
+    return {n: dict(zip(keys, flat[j * len(keys):(j + 1) * len(keys)])) for j, n in enumerate(unit.names)}
+
+
+def prepare_many(plans, *, batched: bool = True) -> list[dict]:
+    """The prepared weights of ``plans`` (:func:`plan`), in order (keys :data:`PREPARED_KEYS`).
+
+    ``batched``: the fused compressions of all plans run as one ``masked_compress_many`` per
+    (dtype, format, direction) — one launch per 64 weights instead of one per weight — else each as
+    its own call (the one-tensor compressors). The results are the same bits either way; on a
+    non-CUDA platform both are placeholders (its GEMMs read ``w`` and ``mask``). One
+    ``platform_dependent`` covers all plans. No gradient flows through the result.
+    """
+    from jax_sparse24._src import cuda_compress_ops as cc
+
+    plans = list(plans)
+    units = [u for j, p in enumerate(plans) for u in _units(j, p)]
+    flat_args = [a for p in plans for a in (p.wc, p.mk)]
+
+    def cuda(*args):
+        outs = [None] * len(units)
+        groups = {}
+        for j, u in enumerate(units):
+            if u.layout == "library":
+                outs[j] = [_library_compress(plans[u.plan], u.names[0], args[2 * u.plan], args[2 * u.plan + 1])]
+            else:
+                key = (u.layout, u.direction, plans[u.plan].dtype) + (() if batched else (j,))
+                groups.setdefault(key, []).append(j)
+        for (layout, direction, *_), js in groups.items():
+            results = cc.masked_compress_many([args[2 * units[j].plan] for j in js],
+                                              [args[2 * units[j].plan + 1] for j in js],
+                                              direction=direction, layout=layout)
+            for j, r in zip(js, results):
+                outs[j] = _flat(r, units[j])
+        return tuple(a for o in outs for a in o)
+
+    def placeholder(*args):  # a non-CUDA platform never reads these (its GEMMs use w and mask)
+        return tuple(jnp.zeros(sd.shape, sd.dtype) for u in units for sd in u.shapes)
+
+    flat = list(ffi.per_platform(placeholder, cuda, *flat_args)) if units else []
+    out = [{} for _ in plans]
+    for u in units:
+        out[u.plan].update(_entries(u, flat[:len(u.shapes)]))
+        flat = flat[len(u.shapes):]
+    for p, o in zip(plans, out):
+        if len(o) < 2:
+            o["masked"] = masked_weight(p.wc, p.mk)
+    return [jax.tree.map(jax.lax.stop_gradient, o) for o in out]
 
 
 def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> dict:
     """The prepared weight of ``w ⊙ mask`` (keys :data:`PREPARED_KEYS`); no gradient flows through it."""
-    i, o = w.shape
-    fwd, dx = autotune.weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
-    wc, mk = jnp.asarray(w).astype(dtype), bool_mask(mask)
-    kinds = {"forward": fwd, "input_grad": dx}
-    out = {}
-    cutlass = tuple(n for n, kd in kinds.items() if kd == "cutlass")
-    if cutlass:
-        out.update(_prepare_cutlass(wc, mk, cutlass, dtype))
-    cusparselt = tuple(n for n, kd in kinds.items() if kd == "cusparselt")
-    if cusparselt:
-        out.update(_prepare_cusparselt(wc, mk, cusparselt, int(tokens), dtype))
-    if len(out) < 2:
-        out["masked"] = masked_weight(wc, mk)
-    return jax.tree.map(jax.lax.stop_gradient, out)
+    return prepare_many([plan(w, mask, tokens=tokens, dtype=dtype, backend=backend, transposable=transposable,
+                              reuse=reuse)])[0]
 
 
 def prepared_backend(entry) -> str:

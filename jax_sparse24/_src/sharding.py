@@ -422,6 +422,40 @@ def _single_device() -> bool:
         return True
 
 
+def whole_on_each_device(x) -> bool:
+    """True when it is known at trace time that every device holding ``x`` holds all of it: a concrete
+    fully replicated (e.g. single-device) array, a local block inside ``shard_map`` (all mesh axes
+    manual), or ``Explicit`` mesh axes with no dimension sharded. False when that is not known while
+    tracing (``Auto`` axes: the partitioner decides later)."""
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        return bool(x.sharding.is_fully_replicated)
+    try:
+        sh = jax.typeof(x).sharding
+    except Exception:  # pragma: no cover
+        return False
+    mesh = getattr(sh, "mesh", None)
+    if mesh is None or getattr(mesh, "empty", True):
+        return False
+    names = set(mesh.axis_names)
+    manual, explicit = set(getattr(mesh, "manual_axes", ())), set(getattr(mesh, "explicit_axes", ()))
+    if names <= manual:
+        return True
+    if not names <= manual | explicit:
+        return False
+    spec = sh.spec
+    return not any(a in explicit for d in range(len(spec)) for a in _spec_axes(spec, d))
+
+
+def unpartitioned_batch_ok(arrays) -> bool:
+    """Whether one custom call without a partitioning rule may take all of ``arrays`` at once with the
+    same effect as one call per array: on a single device, or where every array is known whole on
+    each device (:func:`whole_on_each_device`). Such a call, like each per-array one, makes the
+    partitioner gather its operands whole; but one call over differently sharded arrays gathers them
+    all together (the peak memory of a fully sharded model), so elsewhere callers keep one call per
+    array. ``nn.prepare(batch="auto")`` asks this."""
+    return _single_device() or all(whole_on_each_device(a) for a in arrays)
+
+
 _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
 
 

@@ -5,8 +5,9 @@
 // included -- is compared with an independent host implementation of CUTLASS's compressor
 // (transform/kernel/sm90_sparse_gemm_compressor.hpp + the all-zero fix-up) applied to the dense op
 // result, laid out by compress_layout.h's MetaByteOffset (itself checked against CuTe's
-// fill_layoutE). Host arithmetic differs from the device's only in Recip (exact division here), which
-// both sides share, so MVUE is checked for numbering and layout, not device rounding (the GPU test
+// fill_layoutE); the many-tensor kernel's table walk (ManyTileLoop) is checked the same way, per
+// tensor. Host arithmetic differs from the device's only in Recip (exact division here), which both
+// sides share, so MVUE is checked for numbering and layout, not device rounding (the GPU test
 // compares with the MVUE kernel bit for bit). Build: nvcc -std=c++20 -I xla_ffi -I <jaxlib>/include.
 #include "compress_kernels.cu"
 
@@ -282,6 +283,125 @@ void All() {
   Case<T, Op::kSoft>("soft", 72, 208, true, false, 7, 14);
 }
 
+// The many-tensor kernel (CompressManyKernel: ManyTileLoop over a tile table): several (x, mask)
+// pairs of mixed shapes, partial tiles included, in one emulated launch; every tensor's outputs --
+// values and metadata, padding included -- against the reference, as Case checks the one-tensor
+// kernel (whose tile body, CompressTile, is the same code).
+template <typename T>
+void ManyCase(const char* name, const std::vector<std::pair<int64_t, int64_t>>& shapes, bool dir, bool trans, bool lt,
+              int64_t grid, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t n = shapes.size();
+  std::vector<std::vector<uint16_t>> xs(n), dv(n), tv(n);
+  std::vector<std::vector<uint8_t>> masks(n), dm(n), tm(n), dbuf(n), tbuf(n);
+  ManyParams mp{};
+  mp.n = static_cast<int32_t>(n);
+  mp.lt = lt;
+  int64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto [R, C] = shapes[i];
+    xs[i] = RandomX<T>(rng, R, C);
+    masks[i] = RandomMask(rng, R, C, dir && trans, trans);
+    ManyTensor& e = mp.t[i];
+    e.x = xs[i].data();
+    e.mask = masks[i].data();
+    e.rows = static_cast<int32_t>(R);
+    e.cols = static_cast<int32_t>(C);
+    auto outputs = [&](int64_t m, int64_t k, std::vector<uint16_t>& v, std::vector<uint8_t>& meta,
+                       std::vector<uint8_t>& buf, void*& values, uint8_t*& meta_ptr) {
+      if (lt) {
+        buf.assign(m * k + m * k / 8, 0xCD);
+        values = buf.data();
+        meta_ptr = buf.data() + m * k;
+      } else {
+        v.assign(m * k / 2, 0xCDCD);
+        meta.assign((m + 63) / 64 * 64 * ((k + 127) / 128 * 128) / 8, 0xCD);
+        values = v.data();
+        meta_ptr = meta.data();
+      }
+    };
+    if (dir) outputs(R, C, dv[i], dm[i], dbuf[i], e.d_values, e.d_meta);
+    if (trans) outputs(C, R, tv[i], tm[i], tbuf[i], e.t_values, e.t_meta);
+    mp.tile_start[i] = static_cast<int32_t>(total);
+    total += ManyEntryParams(e, lt).tiles;
+  }
+  mp.tile_start[n] = static_cast<int32_t>(total);
+  grid = std::min<int64_t>(grid, total);
+  for (int64_t b = 0; b < grid; ++b) {
+    auto run = [&](auto& sm) {
+      std::memset(&sm, 0xAB, sizeof(sm));
+      std::barrier bar(kThreads);
+      std::vector<std::thread> th;
+      for (int t = 0; t < kThreads; ++t)
+        th.emplace_back([&, t]() {
+          using S = std::remove_reference_t<decltype(sm)>;
+          if constexpr (std::is_same_v<S, TileSmem<true, true>>) {
+            ManyTileLoop<T, true, true>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
+          } else if constexpr (std::is_same_v<S, TileSmem<true, false>>) {
+            ManyTileLoop<T, true, false>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
+          } else {
+            ManyTileLoop<T, false, true>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
+          }
+        });
+      for (auto& x : th) x.join();
+    };
+    if (dir && trans) { TileSmem<true, true> sm; run(sm); }
+    else if (dir) { TileSmem<true, false> sm; run(sm); }
+    else { TileSmem<false, true> sm; run(sm); }
+  }
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto [R, C] = shapes[i];
+    const auto y = RefOp<T, Op::kMask>(xs[i], masks[i], R, C, false, 1.0f, nullptr, 0);
+    std::vector<uint16_t> rv;
+    std::vector<uint8_t> rm;
+    if (dir) {
+      RefCompress(y, R, C, rv, rm);
+      if (lt) {
+        const auto ref = RefLtBuffer(rv, rm, R, C);
+        for (size_t j = 0; j < ref.size(); ++j) if (ref[j] != dbuf[i][j] && bad++ < 6) printf("  %s tensor %zu direct lt[%zu] %02x vs ref %02x\n", name, i, j, dbuf[i][j], ref[j]);
+      } else {
+        for (size_t j = 0; j < rv.size(); ++j) if (rv[j] != dv[i][j] && bad++ < 6) printf("  %s tensor %zu direct values[%zu] %04x vs ref %04x\n", name, i, j, dv[i][j], rv[j]);
+        for (size_t j = 0; j < rm.size(); ++j) if (rm[j] != dm[i][j] && bad++ < 6) printf("  %s tensor %zu direct meta[%zu] %02x vs ref %02x\n", name, i, j, dm[i][j], rm[j]);
+      }
+    }
+    if (trans) {
+      RefCompress(Transpose(y, R, C), C, R, rv, rm);
+      if (lt) {
+        const auto ref = RefLtBuffer(rv, rm, C, R);
+        for (size_t j = 0; j < ref.size(); ++j) if (ref[j] != tbuf[i][j] && bad++ < 12) printf("  %s tensor %zu trans lt[%zu] %02x vs ref %02x\n", name, i, j, tbuf[i][j], ref[j]);
+      } else {
+        for (size_t j = 0; j < rv.size(); ++j) if (rv[j] != tv[i][j] && bad++ < 12) printf("  %s tensor %zu trans values[%zu] %04x vs ref %04x\n", name, i, j, tv[i][j], rv[j]);
+        for (size_t j = 0; j < rm.size(); ++j) if (rm[j] != tm[i][j] && bad++ < 12) printf("  %s tensor %zu trans meta[%zu] %02x vs ref %02x\n", name, i, j, tm[i][j], rm[j]);
+      }
+    }
+  }
+  printf("%-8s %-5s many: %zu tensors, %ld tiles, dir=%d trans=%d grid=%ld%s: %s\n", name,
+         std::is_same<T, __half>::value ? "f16" : "bf16", n, (long)total, dir, trans, (long)grid,
+         lt ? " cusparselt" : "", bad ? "FAIL" : "ok");
+  g_fail += bad != 0;
+}
+
+template <typename T>
+void AllMany() {
+  using Sh = std::vector<std::pair<int64_t, int64_t>>;
+  // both directions (R % 16, C % 16): partial tiles along both axes, a one-tile tensor, a wide one
+  const Sh both = {{144, 272}, {16, 16}, {256, 384}, {128, 128}, {400, 48}};
+  // one direction: direct needs C % 16 (R % 8), transposed R % 16 (C % 8)
+  const Sh direct = {{136, 272}, {40, 208}, {256, 128}, {8, 16}};
+  const Sh trans = {{272, 136}, {208, 40}, {128, 256}, {16, 8}};
+  const Sh lt = {{128, 128}, {384, 192}, {256, 384}};  // cuSPARSELt: operand m % 64, k % 32
+  for (int64_t grid : {1, 3, 7, 1000}) {
+    ManyCase<T>("mask2", both, true, true, false, grid, 101 + grid);
+    ManyCase<T>("mask", direct, true, false, false, grid, 102 + grid);
+    ManyCase<T>("mask", trans, false, true, false, grid, 103 + grid);
+    ManyCase<T>("mask2", lt, true, true, true, grid, 104 + grid);
+    ManyCase<T>("mask", lt, true, false, true, grid, 105 + grid);
+    ManyCase<T>("mask", lt, false, true, true, grid, 106 + grid);
+  }
+  ManyCase<T>("mask2", Sh{{64, 64}}, true, true, false, 2, 107);  // a table of one
+}
+
 // The MVUE draw's exact distribution over all 2^16 x 2^16 values of a group's random word (each
 // half enumerated separately: u2 only matters given i), against the inclusion probabilities p_k of
 // DESIGN.md in float64: the 16-bit uniforms move each p_k by at most a few 2^-16. Also checks that
@@ -363,6 +483,8 @@ int main() {
   MvueExactDistribution();
   All<__nv_bfloat16>();
   All<__half>();
+  AllMany<__nv_bfloat16>();
+  AllMany<__half>();
   printf(g_fail ? "EMULATION FAILED (%d cases)\n" : "emulation: all cases ok\n", g_fail);
   return g_fail != 0;
 }
