@@ -429,15 +429,16 @@ def bench_prepare(trials, layers=12, smoke=False):
             tag = "" if layout == "cutlass" else ", cuSPARSELt layout"
             v[f"compress both{tag}: per layer ({n} launches)"] = (jax.jit(lambda ws, ms, lay=layout: tuple(
                 cc.masked_compress_both(w, m, layout=lay) for w, m in zip(ws, ms))), (ws, ms))
-            v[f"compress both{tag}: batched"] = (jax.jit(lambda ws, ms, lay=layout: cc.masked_compress_many(
-                ws, ms, direction="both", layout=lay)), (ws, ms))
+            v[f"compress both{tag}: batched"] = (jax.jit(lambda ws, ms, lay=layout: tuple(cc.masked_compress_many(
+                ws, ms, direction="both", layout=lay))), (ws, ms))
         v[f"compress W~^T: per layer ({n} launches)"] = (jax.jit(lambda ws, ms: tuple(
             cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))), (ws, ms))
-        v["compress W~^T: batched"] = (jax.jit(lambda ws, ms: cc.masked_compress_many(
-            ws, ms, direction="transposed")), (ws, ms))
+        v["compress W~^T: batched"] = (jax.jit(lambda ws, ms: tuple(cc.masked_compress_many(
+            ws, ms, direction="transposed"))), (ws, ms))
         for name in [k for k in v if k.endswith("batched")]:
             base = next(k for k in v if k.startswith(name[: -len("batched")]) and k != name)
-            assert _same_bits(v[name][0](ws, ms), v[base][0](ws, ms)), name
+            # a list per pair from masked_compress_many, made a tuple above: the same tree as per layer
+            assert _same_bits(v[name][0](ws, ms), v[base][0](ws, ms)), f"{name}: not the per-layer bits"
     # nn.prepare of the model: f32 params (these weights), bf16 compute, their masks
     model = _gpt2_model(layers, "auto" if smoke else "cutlass")
     x = jnp.zeros((8, TOKENS // 8, GPT2_BLOCK[0][1]), DTYPE)
