@@ -25,6 +25,7 @@ DEFAULT_FILES = [
     "train_gpt_h100_gpt2-medium.json",
     "train_gpt_h100_width2048.json",
     "train_gpt_h100_width4096.json",
+    "train_gpt_h100_llama-300m.json",
     "train_gpt_h100_llama-1b_l4.json",
     "train_gpt_h100_llama-7b_l4.json",
 ]
