@@ -18,7 +18,7 @@ def test_plot_speedup_on_committed_results(tmp_path, capsys):
     md = capsys.readouterr().out
     assert "| LLaMA | 4096 | 1.314× |" in md and "| GPT | 2048 | 1.106× |" in md
     points = plot_speedup.load_points([plot_speedup.RESULTS / f for f in plot_speedup.DEFAULT_FILES])
-    assert [p["d"] for p in points] == [768, 1024, 2048, 4096, 2048, 4096]
+    assert [p["d"] for p in points] == [768, 1024, 2048, 4096, 1024, 2048, 4096]
     assert all("srste" in p["speedup"] for p in points)
 
 
