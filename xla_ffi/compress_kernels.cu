@@ -52,15 +52,13 @@ namespace jax_sparse24 {
 namespace compress {
 namespace {
 
+using mask_kernels::GroupBitsRun;
 using mask_kernels::KeyWords;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
 using mask_kernels::Mvue24Kept2;
 using mask_kernels::Mvue24Pick;
-using mask_kernels::Mvue24Value;
-using mask_kernels::PhiloxQuad;
 using mask_kernels::SoftThreshold24;
-using mask_kernels::U32x4;
 
 enum class Op { kPrune, kMask, kMvue, kSoft };
 
@@ -164,27 +162,53 @@ SP24_HD uint32_t CompressGroup(uint32_t b0, uint32_t b1, uint32_t b2, uint32_t b
   return nib;
 }
 
-// MVUE 2:4 of one group + compression, bit for bit CompressGroup(FromFloat(Mvue24(g, bits))): only
-// the two drawn lanes lo < hi are scaled, rounded and packed (nibble lo | hi << 2, CUTLASS's rule for
-// two nonzeros). A drawn lane with g == 0 (its output is 0) takes CompressGroup's general rule.
-// Returns the nibble; *pair = v_lo | v_hi << 16.
+// MVUE 2:4 of one group + compression: the two drawn lanes lo < hi scaled, rounded and packed,
+// *pair = v_lo | v_hi << 16; returns the nibble lo | hi << 2. That is CompressGroup of the dense
+// result (CUTLASS's rule for two nonzeros) unless a drawn lane's g is zero (its value is then +0,
+// bits 0x0000; a nonzero g gives a nonzero value: |g / p| >= |g|): those groups are found after the
+// fact (Min3U16x2 of the pairs) and fixed by CompressDrawn.
 template <class E>
 SP24_HD uint32_t MvueCompressGroup(const float (&g)[4], uint32_t bits, uint32_t* pair) {
   const Mvue24Kept2 r = Mvue24Pick(g, bits);
-  // g != 0 at both drawn lanes: g / p is finite and at least |g| in magnitude, so both values are
-  // nonzero in x's dtype.
-  if (r.g_lo != 0.0f && r.g_hi != 0.0f) {
-    *pair = E::Pack2(r.y_lo, r.y_hi);
-    return r.nib;
-  }
-  const int lo = r.lo(), hi = r.hi();
-  uint32_t b[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float v = k == lo ? Mvue24Value(r.g_lo, r.y_lo) : (k == hi ? Mvue24Value(r.g_hi, r.y_hi) : 0.0f);
-    b[k] = E::FromFloat(v);
-  }
-  return CompressGroup(b[0], b[1], b[2], b[3], pair);
+  *pair = E::Pack2(r.v_lo, r.v_hi);
+  return r.nib;
+}
+
+// CompressGroup's result for a group whose only possible nonzeros are the two drawn lanes lo < hi
+// (nib = lo | hi << 2, *pair = v_lo | v_hi << 16, a zero value being 0x0000): unchanged when both
+// are nonzero; v_lo alone -> lanes (lo, 3) (lo <= 2); v_hi alone -> (0, 3) with (0, v_hi) when
+// hi == 3, else (hi, 3) with (v_hi, 0); none -> (0, 1), nibble 0x4. The host test checks it against
+// CompressGroup for every case.
+SP24_HD uint32_t CompressDrawn(uint32_t nib, uint32_t* pair) {
+  const bool lo_nz = (*pair & 0xFFFFu) != 0u, hi_nz = (*pair >> 16) != 0u;
+  const uint32_t hi = nib >> 2;
+  if (!lo_nz && hi_nz && hi != 3u) *pair >>= 16;
+  return lo_nz ? (hi_nz ? nib : (nib & 3u) | 12u) : (hi_nz ? (hi == 3u ? 12u : hi | 12u) : 4u);
+}
+
+// Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
+// previous one has its nibble, so that ptxas does not interleave groups (which spills registers).
+SP24_HD void After(float& x, uint32_t y) {
+#ifdef __CUDA_ARCH__
+  asm volatile("" : "+f"(x) : "r"(y));
+#else
+  (void)x;
+  (void)y;
+#endif
+}
+
+// Whether a 16-bit half of x is zero.
+SP24_HD bool HasZeroHalf(uint32_t x) { return (x & 0xFFFFu) == 0u || (x >> 16) == 0u; }
+
+// Per 16-bit half: min(a, b, c) (unsigned).
+SP24_HD uint32_t Min3U16x2(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  return __vimin3_u16x2(a, b, c);
+#else
+  auto m = [](uint32_t x, uint32_t y) { return x < y ? x : y; };
+  const uint32_t lo = m(m(a & 0xFFFFu, b & 0xFFFFu), c & 0xFFFFu), hi = m(m(a >> 16, b >> 16), c >> 16);
+  return lo | (hi << 16);
+#endif
 }
 
 // Shared-memory metadata staging: 8 blocks (16 operand rows each) of 256 bytes laid out as in the
@@ -321,8 +345,28 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
     }
   }
 
-  // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses right away ----
-  uint32_t mv_pair[8][2], mv_nib[8][2];  // kMvue: per (line, h) as in the loop below
+  // Staging of one line's two compressed groups (pairs pr0, pr1; nibbles in one byte nb). TRANS
+  // line j = operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a
+  // (16 slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
+  // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j. DIRECT line i = x row
+  // rb + i: values straight to global (stage_d is called for i = 0, 1, ..., 7 in this order),
+  // metadata to shared memory.
+  const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
+  auto stage_t = [&](int j, uint32_t pr0, uint32_t pr1, uint32_t nb) {
+    *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr0, pr1);
+    s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nb);
+  };
+  T* dv_row = DIRECT ? static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2 : nullptr;  // row rb + i
+  auto stage_d = [&](int i, uint32_t pr0, uint32_t pr1, uint32_t nb) {
+    if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr0, pr1);
+    dv_row += C / 2;
+    s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nb);
+  };
+
+  // ---- the op, in place: w becomes the dense result (x's dtype); kMvue compresses and stages
+  // each group right away ----
+  uint32_t mv_pair[2], mv_nib[2];    // kMvue: the current line's two groups
+  uint32_t mv_zmin = 0xFFFFFFFFu;    // kMvue TRANS: per half, the least staged value (0: a zero)
   if constexpr (OP == Op::kMask) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -334,33 +378,27 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
     }
   } else {
     // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
-    uint32_t rb32[8][2];  // MVUE: the random bits of the group (line, h)
+    uint32_t rb32[8][2];  // MVUE: the random word of the group (line, h)
     if constexpr (OP == Op::kMvue) {
       if constexpr (TRANS) {
-        // group (row group gr, column c): index gr * C + c; columns cb + 4 qq .. + 3 (cb % 8 == 0,
-        // C % 8 == 0) are one Philox quad.
+        // group (row group gr, column c): index gr * C + c; columns cb .. cb + 7 (cb % 8 == 0,
+        // C % 8 == 0) are one Philox octet.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t gbase = (rb / 4 + h) * C + cb;
+          uint32_t b8[8];
+          GroupBitsRun<8>(key, (rb / 4 + h) * C + cb, b8);
 #pragma unroll
-          for (int qq = 0; qq < 2; ++qq) {
-            const U32x4 r = PhiloxQuad(key, gbase + 4 * qq);
-            rb32[4 * qq][h] = r.x;
-            rb32[4 * qq + 1][h] = r.y;
-            rb32[4 * qq + 2][h] = r.z;
-            rb32[4 * qq + 3][h] = r.w;
-          }
+          for (int c = 0; c < 8; ++c) rb32[c][h] = b8[c];
         }
       } else {
         // group (row r, column group gc): index r * (C / 4) + gc; gc = cb / 4 + h with cb / 4 even:
-        // words 0, 1 or 2, 3 of the quad (this thread's pair; the other half is its neighbour's).
+        // this thread's pair of an octet (the rest is its neighbours').
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int64_t gi = (rb + i) * (C / 4) + cb / 4;
-          const U32x4 r = PhiloxQuad(key, gi);
-          const bool upper = (gi & 2) != 0;
-          rb32[i][0] = upper ? r.z : r.x;
-          rb32[i][1] = upper ? r.w : r.y;
+          uint32_t b2[2];
+          GroupBitsRun<2>(key, (rb + i) * (C / 4) + cb / 4, b2);
+          rb32[i][0] = b2[0];
+          rb32[i][1] = b2[1];
         }
       }
     }
@@ -391,7 +429,11 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
 #pragma unroll
           for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
         } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-          mv_nib[line][h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[line][h]);
+          if (line + h > 0) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) After(v[q], mv_nib[1 - h]);
+          }
+          mv_nib[h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[h]);
         }
         if constexpr (OP != Op::kMvue) {
 #pragma unroll
@@ -401,51 +443,58 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
           }
         }
       }
+      if constexpr (OP == Op::kMvue) {
+        // A drawn lane with g == 0 (a value half 0x0000) needs CompressDrawn: TRANS fixes the
+        // staged groups after the loop if any needs it, DIRECT this line's before it is stored.
+        if constexpr (TRANS) {
+          mv_zmin = Min3U16x2(mv_zmin, mv_pair[0], mv_pair[1]);
+        } else if (HasZeroHalf(Min3U16x2(mv_pair[0], mv_pair[1], 0xFFFFFFFFu))) {
+          mv_nib[0] = CompressDrawn(mv_nib[0], &mv_pair[0]);
+          mv_nib[1] = CompressDrawn(mv_nib[1], &mv_pair[1]);
+        }
+        const uint32_t nb = mv_nib[0] | (mv_nib[1] << 4);
+        if constexpr (TRANS) stage_t(line, mv_pair[0], mv_pair[1], nb);
+        else stage_d(line, mv_pair[0], mv_pair[1], nb);
+      }
+    }
+    if constexpr (OP == Op::kMvue && TRANS) {
+      if (HasZeroHalf(mv_zmin)) {  // fix this thread's staged groups in place
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint2* v = reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j);
+          uint32_t pr[2] = {v->x, v->y};
+          const uint32_t nb = s_tmeta[t_meta0 + 16 * j];
+          const uint32_t n0 = CompressDrawn(nb & 15u, &pr[0]), n1 = CompressDrawn(nb >> 4, &pr[1]);
+          stage_t(j, pr[0], pr[1], n0 | (n1 << 4));
+        }
+      }
     }
   }
 
-  // ---- compress: transposed A (groups along rows) -> shared memory ----
-  if constexpr (TRANS) {
+  // ---- compress (kMvue: done above): transposed A (groups along rows) -> shared memory; direct A
+  // (groups along columns) -> values to global, metadata to shared memory ----
+  if constexpr (TRANS && OP != Op::kMvue) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       uint32_t pr[2], nib[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (OP == Op::kMvue) {
-          nib[h] = mv_nib[j][h];
-          pr[h] = mv_pair[j][h];
-        } else {
-          nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j),
-                                 Get(w, 4 * h + 3, j), &pr[h]);
-        }
+        nib[h] = CompressGroup(Get(w, 4 * h, j), Get(w, 4 * h + 1, j), Get(w, 4 * h + 2, j), Get(w, 4 * h + 3, j),
+                               &pr[h]);
       }
-      // operand row a = 8 cc + j (x column) within the tile. Values: 8-byte slot gp of row a (16
-      // slots of 4 values), slot index XOR 2 * ((a >> 3) & 7) = 2 * (cc & 7): row a's slot is
-      // t_val0 + 128 j. Metadata: MetaSmemOffset(8 cc + j, gp) = t_meta0 + 16 j.
-      const int t_val0 = 8 * cc * 128 + (gp ^ (2 * (cc & 7))) * 8, t_meta0 = MetaSmemOffset(8 * cc, gp);
-      *reinterpret_cast<uint2*>(s_tval + t_val0 + 128 * j) = make_uint2(pr[0], pr[1]);
-      s_tmeta[t_meta0 + 16 * j] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+      stage_t(j, pr[0], pr[1], nib[0] | (nib[1] << 4));
     }
   }
-  // ---- compress: direct A (groups along columns): values to global, metadata -> shared ----
-  if constexpr (DIRECT) {
-    T* dv_row = static_cast<T*>(p.d_values) + rb * (C / 2) + cb / 2;  // row rb + i below
+  if constexpr (DIRECT && OP != Op::kMvue) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       uint32_t pr[2], nib[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (OP == Op::kMvue) {
-          nib[h] = mv_nib[i][h];
-          pr[h] = mv_pair[i][h];
-        } else {
-          nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2),
-                                 Get(w, i, 4 * h + 3), &pr[h]);
-        }
+        nib[h] = CompressGroup(Get(w, i, 4 * h), Get(w, i, 4 * h + 1), Get(w, i, 4 * h + 2), Get(w, i, 4 * h + 3),
+                               &pr[h]);
       }
-      if (in) *reinterpret_cast<uint2*>(dv_row) = make_uint2(pr[0], pr[1]);
-      dv_row += C / 2;
-      s_dmeta[MetaSmemOffset(8 * gp, cc) + 16 * i] = static_cast<uint8_t>(nib[0] | (nib[1] << 4));
+      stage_d(i, pr[0], pr[1], nib[0] | (nib[1] << 4));
     }
   }
   sync();

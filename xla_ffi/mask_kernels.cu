@@ -3,7 +3,7 @@
 //   Sparse24Mask24              2:4 magnitude mask along dim -2 of an (outer..., L, inner) view
 //   Sparse24SoftThreshold24     S-STE soft threshold + its mask, same view
 //   Sparse24TransposableMask24  exact best transposable 2:4 pattern per 4x4 block of (..., R, C)
-//   Sparse24Mvue24              unbiased stochastic 2:4 (MVUE), Philox4x32-10 keyed by a JAX key
+//   Sparse24Mvue24              unbiased stochastic 2:4 (MVUE), Philox4x32-7 keyed by a JAX key
 //
 // The math is the one in jax_sparse24/_src/reference.py (DESIGN.md "The math"); the GPU tests
 // compare against it. All handlers are command-buffer compatible: no host synchronisation, no
@@ -24,12 +24,12 @@
 // total order in which NaN ranks above +inf. Transposable: the first pattern, in increasing 16-bit
 // order (bit 4*r + c = element (r, c)), among those with the largest score.
 //
-// MVUE randomness: Philox4x32-10 (Random123 constants) with key (k0, k1) and counter (quad lo,
-// quad hi, k2, k3), where k0..k3 are the JAX key's words (zero beyond its length) and quad = (group
-// index within the key's batch element) / 4, the group index running over (outer, L/4, inner) in
-// row-major order. One call serves four groups: group g takes word g % 4 (x, y, z, w), whose low and
-// high 16 bits give its two uniforms (mvue_rng.cuh). So the draws depend only on the key and the
-// group's position, never on the launch configuration.
+// MVUE randomness: Philox4x32-7 (Random123 constants) with key (k0, k1) and counter (octet lo,
+// octet hi, k2, k3), where k0..k3 are the JAX key's words (zero beyond its length) and octet =
+// (group index within the key's batch element) / 8, the group index running over (outer, L/4,
+// inner) in row-major order. One call serves eight groups, 16 random bits each (mvue_rng.cuh,
+// GroupBitsRun). So the draws depend only on the key and the group's position, never on the
+// launch configuration.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -381,10 +381,8 @@ SP24_D void StoreMask(uint8_t* p, const bool (&keep)[W]) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// MVUE randomness: Philox4x32-10 with key = (k0, k1) and counter = (quad lo, quad hi, k2, k3)
-// where quad = (group index within its key's batch element) / 4 and k* are the key words (zero
-// beyond the key's length). One Philox call serves four consecutive groups, one 32-bit word each.
-// Independent of the launch configuration.
+// MVUE randomness: see the top of this file (mvue_rng.cuh GroupBitsRun). Independent of the
+// launch configuration.
 
 struct RngArgs {
   const uint32_t* key = nullptr;  // (nb, nkw) uint32 on the device
@@ -433,24 +431,7 @@ SP24_D void ProcessStridedChunk(const T* __restrict__ x, T* __restrict__ y, uint
   }
   uint32_t bits[W];  // MVUE: each group's random word
   if constexpr (OP == GroupOp::kMvue24) {
-    if constexpr (W % 4 == 0) {  // g_in0 % W == 0: whole quads
-#pragma unroll
-      for (int q = 0; q < W / 4; ++q) {
-        const U32x4 r = PhiloxQuad(key, g_in0 + 4 * q);
-        bits[4 * q] = r.x;
-        bits[4 * q + 1] = r.y;
-        bits[4 * q + 2] = r.z;
-        bits[4 * q + 3] = r.w;
-      }
-    } else if constexpr (W == 2) {  // g_in0 even: half a quad
-      const U32x4 r = PhiloxQuad(key, g_in0);
-      const bool upper = (g_in0 & 2) != 0;
-      bits[0] = upper ? r.z : r.x;
-      bits[1] = upper ? r.w : r.y;
-    } else {
-#pragma unroll
-      for (int e = 0; e < W; ++e) bits[e] = GroupBits(key, g_in0 + e);
-    }
+    GroupBitsRun<W>(key, g_in0, bits);  // g_in0 % W == 0 (W = 1, 2, 4, 8)
   } else {
 #pragma unroll
     for (int e = 0; e < W; ++e) bits[e] = 0u;
@@ -502,10 +483,8 @@ __global__ void __launch_bounds__(kThreads)
       if (it < n_items) {
         uint32_t bits[2] = {0u, 0u};
         if constexpr (OP == GroupOp::kMvue24) {
-          // groups 2 it, 2 it + 1: half of quad it / 2 (one key: the host guarantees nb == 1 here)
-          const U32x4 r = PhiloxQuad(key, 2 * it);
-          bits[0] = (it & 1) ? r.z : r.x;
-          bits[1] = (it & 1) ? r.w : r.y;
+          // groups 2 it, 2 it + 1: one word of octet it / 4 (one key: the host guarantees nb == 1 here)
+          GroupBitsRun<2>(key, 2 * it, bits);
         }
         float yv[8];
         bool keep[8];

@@ -1,10 +1,36 @@
 // Per-group 2:4 math and the MVUE random generator, shared by the element-wise kernels
 // (mask_kernels.cu) and the fused compressors (compress_kernels.cu), so both draw exactly the same
-// MVUE sample for a key. Generator: Philox4x32-10 (Random123 constants) with key (k0, k1) and
-// counter (quad lo, quad hi, k2, k3), quad = (group index within the key's batch element) / 4; group
-// g takes word g % 4 (x, y, z, w) of its quad's output; its two uniforms are u = (h + 1/2) * 2^-16 with
-// h = that word's bits 7..22 (u1) and bits 23..31, 0..6 (u2, the bits 7..22 of the word with its
-// halves swapped) (Mvue24Draw). Host+device so the math can be unit-tested on a CPU.
+// MVUE sample for a key. Host+device so the math can be unit-tested on a CPU.
+//
+// MVUE 2:4 of a group g (4 values; jnp reference: reference.mvue24): weights a_k = |g_k| + eps, S =
+// sum a; keep two lanes with inclusion probabilities p_k = a_k/S + a_k sum_{m != k} (a_m/S) / (S - a_m)
+// (those of drawing i ~ a_i / S, then j != i ~ a_j / (S - a_i); sum p = 2) and output g_k / p_k there,
+// 0 elsewhere. So E[out] = g and Var(out_k) = g_k^2 (1/p_k - 1), the MVUE's per-element variance.
+//
+// How the two lanes are drawn (Mvue24Draw): systematic sampling on the p_k -- lane k owns the
+// interval [P_{k-1}, P_k) of [0, 2) (P = cumulative sums of p in lane order), and the lanes holding u
+// and u + 1 are kept, for one uniform u in (0, 1). Each lane is kept with probability exactly p_k
+// (every p_k <= 1, so no interval holds both points), which is all that unbiasedness and the
+// per-element variance above depend on; it needs one uniform and no second reciprocal-weighted draw
+// (the successive draw it replaces took two uniforms and ~13 more instructions per group). What
+// differs is the joint law of the pair (e.g. p = (1/2, 1/2, 1/2, 1/2) keeps lanes {0, 2} or {1, 3}
+// only, where the successive draw kept each of the six pairs with probability 1/6): the covariances
+// between a group's lanes, which the per-element variance -- what the MVUE minimises -- does not
+// involve.
+//
+// Random bits: 16 per group, u = (h + 1/2) 2^-16 (never 0 or 1) -- each lane's inclusion
+// probability moves by at most 2^-16 (absolute), so a lane's mean is off by at most ~2^-16 |g|/p
+// (<= 2^-16 S per group), far below the bf16/fp16 rounding of the stored g / p (2^-9 |g|).
+// Generator: Philox4x32-7 (Random123 constants and key schedule, 7 rounds) with key (k0, k1) and
+// counter (octet lo, octet hi, k2, k3), octet = (group index within the key's batch element) / 8;
+// group g takes word (g / 2) % 4 (x, y, z, w) of its octet's output, an even g its bits 7..22 and
+// an odd g its bits 23..31, 0..6 (the word with its halves swapped) (GroupBitsRun). Salmon et al.
+// (SC'11, "Parallel random numbers: as easy as 1, 2, 3") report Philox4x32 Crush-resistant (no
+// TestU01 BigCrush failures) from 7 rounds; their default of 10 is a safety margin for general
+// use (no statistical defect is known at 7 either). Here each output word only feeds two 16-bit
+// uniforms of a statistical estimator, which needs them uniform and independent across groups:
+// 7 rounds give that at 70% of the cost. The host test checks the round function against
+// Random123's Philox4x32-10 known-answer vectors (Philox4x32<10>).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -85,7 +111,11 @@ SP24_HD void SoftThreshold24(const float (&v)[4], float (&y)[4], bool (&keep)[4]
   for (int k = 0; k < 4; ++k) y[k] = keep[k] ? copysignf(fabsf(v[k]) - t, v[k]) : 0.0f;
 }
 
-// Philox4x32-10 (Salmon et al. 2011, Random123 constants and key schedule).
+// Philox4x32-R (Salmon et al. 2011, Random123 constants and key schedule). The MVUE draws use
+// kPhiloxRounds; the round count is a parameter so that the host test can check the 10-round
+// function against Random123's known-answer vectors.
+constexpr int kPhiloxRounds = 7;
+
 struct U32x4 {
   uint32_t x, y, z, w;
 };
@@ -98,58 +128,55 @@ SP24_HD U32x4 PhiloxRound(U32x4 c, uint32_t k0, uint32_t k1) {
   return U32x4{hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
 }
 
-// The 10 round keys (Weyl sequence), computed once per key and reused for every counter.
+// The R round keys (Weyl sequence), computed once per key and reused for every counter.
+template <int R = kPhiloxRounds>
 struct PhiloxKey {
-  uint32_t k0[10], k1[10];
+  uint32_t k0[R], k1[R];
 };
 
-SP24_HD PhiloxKey PhiloxSchedule(uint32_t k0, uint32_t k1) {
-  PhiloxKey s;
+template <int R = kPhiloxRounds>
+SP24_HD PhiloxKey<R> PhiloxSchedule(uint32_t k0, uint32_t k1) {
+  PhiloxKey<R> s;
 #pragma unroll
-  for (int r = 0; r < 10; ++r) {
+  for (int r = 0; r < R; ++r) {
     s.k0[r] = k0 + static_cast<uint32_t>(r) * 0x9E3779B9u;
     s.k1[r] = k1 + static_cast<uint32_t>(r) * 0xBB67AE85u;
   }
   return s;
 }
 
-SP24_HD U32x4 Philox4x32_10(U32x4 c, const PhiloxKey& k) {
+template <int R>
+SP24_HD U32x4 Philox4x32(U32x4 c, const PhiloxKey<R>& k) {
 #pragma unroll
-  for (int r = 0; r < 10; ++r) c = PhiloxRound(c, k.k0[r], k.k1[r]);
+  for (int r = 0; r < R; ++r) c = PhiloxRound(c, k.k0[r], k.k1[r]);
   return c;
 }
 
-SP24_HD U32x4 Philox4x32_10(U32x4 c, uint32_t k0, uint32_t k1) { return Philox4x32_10(c, PhiloxSchedule(k0, k1)); }
-
 // ------------------------------------------------------------------------------------------------
-// MVUE 2:4 of one group (DESIGN.md "MVUE 2:4"; reference.mvue24 is the same algorithm in jnp):
-// a_k = |g_k| + eps, S = sum a. Draw i with probability a_i / S, then j != i with probability
-// a_j / (S - a_i); keep lanes i and j with values g_k / p_k, p_k = a_k/S + a_k sum_{m != k} (a_m/S) /
-// (S - a_m) the inclusion probability, so E[out] = g.
+// MVUE 2:4 of one group (see the top of this file; reference.mvue24 is the same algorithm in jnp).
 //
-// How, in float32, per group (~95 instructions on sm_90a, 7 reciprocals):
-//  * a is computed as |g| 2^-32 + eps 2^-32: p and the draws are invariant to scaling a, and the
+// How, in float32, per group (~65 instructions on sm_90a, 7 reciprocals):
+//  * a is computed as |g| 2^-32 + eps 2^-32: p and the draw are invariant to scaling a, and the
 //    scaled a lie in [2^-98, 2^96], so S, 1/S, every S - a_m (the sum of the other three, never a
 //    difference) and its reciprocal are normal floats for every finite input (float32 included);
-//  * first draw: r1 = u1 S against the cumulative sums a_0, a_0 + a_1, a_0 + a_1 + a_2 (i = how many
-//    are <= r1); second draw: r2 = u2 (S - a_i) against the cumulative sums of the other three lanes
-//    in lane order (accurate even when a_i dominates: no interval is lost to absorption in S), j =
-//    the n-th other lane, n = how many are <= r2. Always j != i, no clamping;
-//  * u = (h + 1/2) 2^-16 from 16 random bits h, never 0 or 1 (a drawn lane's p is then a normal
-//    float: g / p is finite). r = u S is computed as fma(1 + u, S, -S), 1 + u built from the bits
-//    (exact: the same value as u * S rounded once). Drawing with 16-bit uniforms moves each draw's
-//    probabilities by at most 2^-16 (absolute): a lane's E[out] is off by at most ~2^-15 |g| / p,
-//    i.e. <= 2^-15 S per group -- far below the bf16/fp16 rounding of the stored g / p (2^-9 |g|);
-//  * only the two kept lanes' outputs are formed (lanes lo < hi, one reciprocal each); the four
-//    inclusion probabilities share 1/S and the four 1/(S - a_m).
+//  * the four p_k share 1/S and the four 1/(S - a_m), each sum formed without a difference (no
+//    cancellation when one lane dominates); every factor is a ratio <= 1, so nothing overflows;
+//  * the draw compares u against P_0, P_1 and 1 + u against P_1, P_2 (1 + u from the random bits,
+//    u = (1 + u) - 1 exactly): lo = [u >= P_0] + [u >= P_1], hi = 1 + [1 + u >= P_1] + [1 + u >= P_2].
+//    A rounded p_k may exceed 1 by an ulp, so hi's comparisons are or-ed with lo's (implied in exact
+//    arithmetic): lo < hi always. A kept lane's interval is then non-empty in float unless that
+//    rounding decided (probability ~2^-23 per affected group), so its p_k is a normal float and
+//    g / p finite; a lane with p_k below 2^-126 exists only when the group's sum of |g| exceeds
+//    ~8e17;
+//  * only the two kept lanes' outputs are formed (lanes lo < hi, one reciprocal each), as
+//    fma(g, 1/p, +0): +0 where g = +-0 (the reference's "0 where g == 0"), with no select.
 //
 // Recip: one MUFU.RCP (~1 ulp) on the device, exact division on the host (the host emulation).
 
 // 1 + (h + 1/2) 2^-16 (exactly representable) for the 16-bit value h held in bits 7..22 of w.
 SP24_HD float OnePlusUniform16(uint32_t w) { return BitsFloat(0x3F800040u | (w & 0x007FFF80u)); }
 
-// The group's 32 random bits with its 16-bit halves swapped: bits 7..22 are then the bits 23..31
-// and 0..6 of `bits`, the second uniform's.
+// `bits` with its 16-bit halves swapped: bits 7..22 are then the bits 23..31 and 0..6 of `bits`.
 SP24_HD uint32_t Rotate16(uint32_t bits) {
 #ifdef __CUDA_ARCH__
   return __byte_perm(bits, bits, 0x1032);
@@ -161,8 +188,8 @@ SP24_HD uint32_t Rotate16(uint32_t bits) {
 // The group's weights a (scaled, see above) and their sums.
 struct Mvue24Sums {
   float a[4];
-  float t01, s, c2;  // a0 + a1, S, a0 + a1 + a2
-  float rest[4];     // S - a_k as the sum of the other three
+  float s;        // S
+  float rest[4];  // S - a_k as the sum of the other three
 };
 
 SP24_HD Mvue24Sums Mvue24Weights(const float (&g)[4]) {
@@ -171,37 +198,13 @@ SP24_HD Mvue24Sums Mvue24Weights(const float (&g)[4]) {
   Mvue24Sums m;
 #pragma unroll
   for (int k = 0; k < 4; ++k) m.a[k] = fmaf(fabsf(g[k]), kScale, kEpsScaled);
-  m.t01 = m.a[0] + m.a[1];
-  const float t23 = m.a[2] + m.a[3];
-  m.s = m.t01 + t23;
-  m.c2 = m.t01 + m.a[2];
+  const float t01 = m.a[0] + m.a[1], t23 = m.a[2] + m.a[3];
+  m.s = t01 + t23;
   m.rest[0] = m.a[1] + t23;
   m.rest[1] = m.a[0] + t23;
-  m.rest[2] = m.t01 + m.a[3];
-  m.rest[3] = m.c2;
+  m.rest[2] = t01 + m.a[3];
+  m.rest[3] = t01 + m.a[2];
   return m;
-}
-
-// The two draws from the 32 random bits (u1 from bits 7..22, u2 from bits 23..31 and 0..6), as
-// predicates: i = b0 + b1 + b2 (b2 => b1 => b0), j = the n-th other lane, n = e1 + e2 (e2 => e1).
-struct Mvue24Flags {
-  bool b0, b1, b2, e1, e2;
-};
-
-SP24_HD Mvue24Flags Mvue24Draw(const Mvue24Sums& m, uint32_t bits) {
-  Mvue24Flags f;
-  const float r1 = fmaf(OnePlusUniform16(bits), m.s, -m.s);
-  f.b0 = r1 >= m.a[0];
-  f.b1 = r1 >= m.t01;
-  f.b2 = r1 >= m.c2;
-  // Other lanes o_0 < o_1 < o_2 of i: thresholds d1 = a_{o_0}, d2 = a_{o_0} + a_{o_1}, total S - a_i.
-  const float d1 = f.b0 ? m.a[0] : m.a[1];
-  const float d2 = f.b1 ? m.t01 : d1 + m.a[2];
-  const float ri = f.b2 ? m.rest[3] : (f.b1 ? m.rest[2] : (f.b0 ? m.rest[1] : m.rest[0]));
-  const float r2 = fmaf(OnePlusUniform16(Rotate16(bits)), ri, -ri);
-  f.e1 = r2 >= d1;
-  f.e2 = r2 >= d2;
-  return f;
 }
 
 // The four inclusion probabilities p_k = a_k/S + a_k sum_{m != k} (a_m/S) / (S - a_m), each sum
@@ -220,47 +223,59 @@ SP24_HD void Mvue24Probabilities(const Mvue24Sums& m, float (&p)[4]) {
   for (int k = 0; k < 4; ++k) p[k] = fmaf(m.a[k], others[k], q[k]);
 }
 
-// The result of one group: lanes lo < hi kept, g and g / p_k at each (before the "g == 0 -> 0" rule).
+// The systematic draw from the group's random word (u from its bits 7..22), as predicates:
+// lo = lo_gt0 + lo_gt1 (lo_gt1 => lo_gt0), hi = 1 + hi_gt1 + hi_gt2 (hi_gt2 => hi_gt1), lo < hi.
+struct Mvue24Flags {
+  bool lo_gt0, lo_gt1, hi_gt1, hi_gt2;
+};
+
+SP24_HD Mvue24Flags Mvue24Draw(const float (&p)[4], uint32_t bits) {
+  const float one_u = OnePlusUniform16(bits);
+  const float u = one_u - 1.0f;  // exact
+  const float c1 = p[0] + p[1], c2 = c1 + p[2];
+  Mvue24Flags f;
+  f.lo_gt0 = u >= p[0];
+  f.lo_gt1 = u >= c1;
+  f.hi_gt1 = one_u >= c1 || f.lo_gt0;
+  f.hi_gt2 = one_u >= c2 || f.lo_gt1;
+  return f;
+}
+
+// A kept lane's output: g / p, +0 where g == +-0 (1/p is finite there, see above).
+SP24_HD float Mvue24Value(float g, float p) { return fmaf(g, Recip(p), 0.0f); }
+
+// The result of one group: lanes lo < hi kept with the values v_lo, v_hi (+0 where g == 0).
 struct Mvue24Kept2 {
   uint32_t nib;  // lo | hi << 2 (CUTLASS's metadata nibble of the two lanes)
-  float g_lo, g_hi, y_lo, y_hi;
+  float v_lo, v_hi;
   SP24_HD int lo() const { return static_cast<int>(nib & 3u); }
   SP24_HD int hi() const { return static_cast<int>(nib >> 2); }
 };
 
-// bits: the group's 32 random bits.
+// bits: the group's random word (its 16 random bits in bits 7..22, GroupBitsRun).
 SP24_HD Mvue24Kept2 Mvue24Pick(const float (&g)[4], uint32_t bits) {
-  const Mvue24Sums m = Mvue24Weights(g);
-  const Mvue24Flags f = Mvue24Draw(m, bits);
-  // lo = min(i, j) = [i >= 1 && n >= 1] + [i >= 2 && n >= 2], hi = max(i, j) = 1 + [i >= 2 || n >= 1] +
-  // [i >= 3 || n >= 2] (j = o_n = n + (n >= i)); the selects below use the same predicates.
-  const bool lo_gt0 = f.b0 && f.e1, lo_gt1 = f.b1 && f.e2;
-  const bool hi_gt1 = f.b1 || f.e1, hi_gt2 = f.b2 || f.e2;
   float p[4];
-  Mvue24Probabilities(m, p);
+  Mvue24Probabilities(Mvue24Weights(g), p);
+  const Mvue24Flags f = Mvue24Draw(p, bits);
   Mvue24Kept2 r;
-  r.nib = (lo_gt1 ? 2u : (lo_gt0 ? 1u : 0u)) | (hi_gt2 ? 12u : (hi_gt1 ? 8u : 4u));
-  const float p_lo = lo_gt0 ? (lo_gt1 ? p[2] : p[1]) : p[0];
-  const float p_hi = hi_gt2 ? p[3] : (hi_gt1 ? p[2] : p[1]);
-  r.g_lo = lo_gt0 ? (lo_gt1 ? g[2] : g[1]) : g[0];
-  r.g_hi = hi_gt2 ? g[3] : (hi_gt1 ? g[2] : g[1]);
-  r.y_lo = r.g_lo * Recip(p_lo);
-  r.y_hi = r.g_hi * Recip(p_hi);
+  r.nib = (f.lo_gt1 ? 2u : (f.lo_gt0 ? 1u : 0u)) | (f.hi_gt2 ? 12u : (f.hi_gt1 ? 8u : 4u));
+  const float p_lo = f.lo_gt0 ? (f.lo_gt1 ? p[2] : p[1]) : p[0];
+  const float p_hi = f.hi_gt2 ? p[3] : (f.hi_gt1 ? p[2] : p[1]);
+  const float g_lo = f.lo_gt0 ? (f.lo_gt1 ? g[2] : g[1]) : g[0];
+  const float g_hi = f.hi_gt2 ? g[3] : (f.hi_gt1 ? g[2] : g[1]);
+  r.v_lo = Mvue24Value(g_lo, p_lo);
+  r.v_hi = Mvue24Value(g_hi, p_hi);
   return r;
 }
-
-// The output of one kept lane, as the reference: g / p, or 0 where g == 0.
-SP24_HD float Mvue24Value(float g, float y) { return g != 0.0f ? y : 0.0f; }
 
 // MVUE 2:4 of one group, dense output (the element-wise kernel).
 SP24_HD void Mvue24(const float (&g)[4], uint32_t bits, float (&out)[4], bool (&keep)[4]) {
   const Mvue24Kept2 r = Mvue24Pick(g, bits);
-  const float vlo = Mvue24Value(r.g_lo, r.y_lo), vhi = Mvue24Value(r.g_hi, r.y_hi);
   const int lo = r.lo(), hi = r.hi();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     keep[k] = (k == lo) || (k == hi);
-    out[k] = k == lo ? vlo : (k == hi ? vhi : 0.0f);
+    out[k] = k == lo ? r.v_lo : (k == hi ? r.v_hi : 0.0f);
   }
 }
 
@@ -268,7 +283,7 @@ SP24_HD void Mvue24(const float (&g)[4], uint32_t bits, float (&out)[4], bool (&
 // MVUE randomness (see the top of this file).
 
 struct KeyWords {
-  PhiloxKey sched;  // round keys from key words 0, 1
+  PhiloxKey<> sched;  // round keys from key words 0, 1
   uint32_t k2 = 0, k3 = 0;
 };
 
@@ -280,18 +295,53 @@ SP24_HD KeyWords MakeKey(uint32_t k0, uint32_t k1, uint32_t k2, uint32_t k3) {
   return w;
 }
 
-// Random words of the quad of groups holding group g_in (index within its batch element): word
-// g_in % 4 is that group's.
-SP24_HD U32x4 PhiloxQuad(const KeyWords& k, int64_t g_in) {
-  const uint64_t quad = static_cast<uint64_t>(g_in) >> 2;
-  return Philox4x32_10(U32x4{static_cast<uint32_t>(quad), static_cast<uint32_t>(quad >> 32), k.k2, k.k3}, k.sched);
+// Random words of the octet of groups holding group g_in (index within its batch element).
+SP24_HD U32x4 PhiloxOctet(const KeyWords& k, int64_t g_in) {
+  const uint64_t octet = static_cast<uint64_t>(g_in) >> 3;
+  return Philox4x32(U32x4{static_cast<uint32_t>(octet), static_cast<uint32_t>(octet >> 32), k.k2, k.k3}, k.sched);
 }
 
-// Word q (0..3) of a quad's output.
+// Word q (0..3) of a Philox output.
 SP24_HD uint32_t QuadWord(const U32x4& r, int q) { return q == 0 ? r.x : (q == 1 ? r.y : (q == 2 ? r.z : r.w)); }
 
-// The 32 random bits of group g_in alone (one Philox call).
-SP24_HD uint32_t GroupBits(const KeyWords& k, int64_t g_in) { return QuadWord(PhiloxQuad(k, g_in), static_cast<int>(g_in & 3)); }
+// The random words (Mvue24Pick's `bits`) of the W consecutive groups g_in0, g_in0 + 1, ... of one
+// batch element: word (g / 2) % 4 of g's octet, its halves swapped for an odd g. g_in0 must be a
+// multiple of min(W, 8) (W = 1, 2, 4 or a multiple of 8): one Philox call per octet touched.
+template <int W>
+SP24_HD void GroupBitsRun(const KeyWords& k, int64_t g_in0, uint32_t (&bits)[W]) {
+  static_assert(W == 1 || W == 2 || W == 4 || W % 8 == 0, "runs of 1, 2, 4 or whole octets");
+  if constexpr (W == 1) {
+    const uint32_t w = QuadWord(PhiloxOctet(k, g_in0), static_cast<int>(g_in0 >> 1) & 3);
+    bits[0] = (g_in0 & 1) ? Rotate16(w) : w;
+  } else if constexpr (W % 8 == 0) {
+#pragma unroll
+    for (int o = 0; o < W / 8; ++o) {
+      const U32x4 r = PhiloxOctet(k, g_in0 + 8 * o);
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        bits[8 * o + 2 * q] = w[q];
+        bits[8 * o + 2 * q + 1] = Rotate16(w[q]);
+      }
+    }
+  } else {
+    const U32x4 r = PhiloxOctet(k, g_in0);
+    const int q0 = static_cast<int>(g_in0 >> 1) & 3;  // W == 4: 0 or 2
+#pragma unroll
+    for (int q = 0; q < W / 2; ++q) {
+      const uint32_t w = QuadWord(r, q0 + q);
+      bits[2 * q] = w;
+      bits[2 * q + 1] = Rotate16(w);
+    }
+  }
+}
+
+// The random word of group g_in alone (one Philox call).
+SP24_HD uint32_t GroupBits(const KeyWords& k, int64_t g_in) {
+  uint32_t b[1];
+  GroupBitsRun<1>(k, g_in, b);
+  return b[0];
+}
 
 }  // namespace mask_kernels
 }  // namespace jax_sparse24

@@ -170,7 +170,7 @@ def transposable_mask24_cuda(x):
 
 
 def mvue24_cuda(key, x, axis: int = -1):
-    """Unbiased 2:4 MVUE of ``x`` along ``axis`` (CUDA kernel, Philox4x32-10 keyed by ``key``).
+    """Unbiased 2:4 MVUE of ``x`` along ``axis`` (CUDA kernel, Philox4x32-7 keyed by ``key``).
 
     ``key`` is a typed key (``jax.random.key``) or raw uint32 key data (``jax.random.PRNGKey``);
     all of its words key the generator, and the counter is the group's index, so the output is

@@ -187,28 +187,31 @@ def mvue24_inclusion_probabilities(a):
     return p_first + second
 
 
-def _one_plus_uniform16(w):
-    """``1 + (h + 1/2)·2⁻¹⁶`` as float32 for the 16-bit value ``h`` in bits 7..22 of uint32 ``w``."""
-    return lax.bitcast_convert_type(jnp.uint32(0x3F800040) | (w & jnp.uint32(0x007FFF80)), jnp.float32)
+def _one_plus_uniform16(h):
+    """``1 + (h + 1/2)·2⁻¹⁶`` as float32 for uint32 ``h < 2¹⁶``."""
+    return lax.bitcast_convert_type(jnp.uint32(0x3F800040) | (h << 7), jnp.float32)
 
 
 def mvue24(key, x, axis: int = -1):
     """Unbiased 2:4 estimate of ``x`` (minimum-variance unbiased estimator, DESIGN.md "MVUE 2:4").
 
-    Per group of 4 along ``axis``: ``a_i = |x_i| + ε``; draw ``i`` with probability ``a_i/S``,
-    then ``j ≠ i`` with probability ``a_j/(S − a_i)``; output ``x_i / p_i`` at the two kept
-    positions and 0 elsewhere, so ``E[out] = x``. Reproducible for a given ``key``.
+    Per group of 4 along ``axis``: ``a_i = |x_i| + ε``, ``S = Σ a``; keep two positions, position
+    ``i`` with probability ``p_i = a_i/S + Σ_{j≠i} (a_j/S)·a_i/(S − a_j)`` (that of drawing ``i``
+    with probability ``a_i/S``, then ``j ≠ i`` with probability ``a_j/(S − a_i)``), and output
+    ``x_i / p_i`` there, 0 elsewhere, so ``E[out] = x`` with the MVUE's per-element variance
+    ``x_i²(1/p_i − 1)``. Reproducible for a given ``key``.
 
-    The draws are the CUDA kernels' (``xla_ffi/mvue_rng.cuh``; the random words come from
-    ``jax.random.bits`` here and from Philox4x32-10 there, so the samples differ but their
-    distribution is the same): each group takes 32 random bits, ``u = (h + 1/2)·2⁻¹⁶`` with ``h``
-    bits 7..22 for ``u1`` and bits 23..31, 0..6 for ``u2``; ``i`` = how many of the cumulative sums ``a_0``,
-    ``a_0 + a_1``, ``a_0 + a_1 + a_2`` are ``<= u1·S``; ``j`` = the ``n``-th of the other three lanes
-    (in lane order), ``n`` = how many of their first two cumulative sums are ``<= u2·(S − a_i)``.
-    The 16-bit uniforms move each draw's probabilities by at most 2⁻¹⁶ (a bias of at most
-    ~2⁻¹⁵·|x_i|/p_i per element, far below the rounding of the stored ``x_i / p_i`` in bfloat16).
-    ``a`` is scaled by 2⁻³² (as in the kernels; ``p`` and the draws do not depend on the scale) so
-    that sums of float32 magnitudes cannot overflow.
+    The draw is the CUDA kernels' (``xla_ffi/mvue_rng.cuh``; the random bits come from
+    ``jax.random.bits`` here and from Philox4x32-7 there, so the samples differ but their
+    distribution is the same): systematic sampling on ``p`` in lane order -- with one uniform
+    ``u = (h + 1/2)·2⁻¹⁶`` from 16 random bits ``h`` per group, the kept positions are those whose
+    interval ``[P_{i-1}, P_i)`` of the cumulative sums of ``p`` holds ``u`` or ``u + 1``
+    (``lo`` = how many of ``P_0``, ``P_1`` are ``<= u``, ``hi`` = 1 + how many of ``P_1``, ``P_2``
+    are ``<= 1 + u``, or-ed with ``lo``'s so that a ``p_i`` rounded above 1 cannot keep one
+    position twice). Each position is then kept with probability ``p_i`` up to the 16-bit
+    uniform's 2⁻¹⁶ (a bias of at most ~2⁻¹⁶·|x_i|/p_i per element, far below the rounding of the
+    stored ``x_i / p_i`` in bfloat16). ``a`` is scaled by 2⁻³² (as in the kernels; ``p`` does not
+    depend on the scale) so that sums of float32 magnitudes cannot overflow.
 
     Args:
       key: a JAX PRNG key (typed or raw uint32).
@@ -225,25 +228,18 @@ def mvue24(key, x, axis: int = -1):
     g = _grouped(x.astype(jnp.float32), axis, 4)
     scale = np.float32(2.0**-32)
     a = jnp.abs(g) * scale + np.float32(MVUE_EPS) * scale
-    a0, a1, a2, a3 = (a[..., k] for k in range(4))
-    t01, t23 = a0 + a1, a2 + a3
-    s, c2 = t01 + t23, t01 + a2
-    rest = jnp.stack([a1 + t23, a0 + t23, t01 + a3, c2], axis=-1)  # S - a_k, as sums of the others
-    bits = jax.random.bits(key, g.shape[:-1], jnp.uint32)
-    # first draw: i = number of cumulative weights <= u1 * S
-    r1 = (_one_plus_uniform16(bits) - 1.0) * s
-    b0, b1, b2 = r1 >= a0, r1 >= t01, r1 >= c2
-    i = b0.astype(jnp.int32) + b1.astype(jnp.int32) + b2.astype(jnp.int32)
-    # second draw among the other lanes o_0 < o_1 < o_2, weights a_j / (S - a_i)
-    d1 = jnp.where(b0, a0, a1)
-    d2 = jnp.where(b1, t01, d1 + a2)
-    ri = jnp.take_along_axis(rest, i[..., None], axis=-1)[..., 0]
-    r2 = (_one_plus_uniform16((bits << 16) | (bits >> 16)) - 1.0) * ri  # halves swapped
-    n = (r2 >= d1).astype(jnp.int32) + (r2 >= d2).astype(jnp.int32)
-    j = n + (n >= i).astype(jnp.int32)
+    p = mvue24_inclusion_probabilities(a)
+    h = jax.random.bits(key, g.shape[:-1], jnp.uint16).astype(jnp.uint32)
+    one_u = _one_plus_uniform16(h)
+    u = one_u - 1.0  # exact
+    c1 = p[..., 0] + p[..., 1]
+    c2 = c1 + p[..., 2]
+    lo_gt0, lo_gt1 = u >= p[..., 0], u >= c1
+    hi_gt1, hi_gt2 = (one_u >= c1) | lo_gt0, (one_u >= c2) | lo_gt1
+    i = lo_gt0.astype(jnp.int32) + lo_gt1.astype(jnp.int32)
+    j = 1 + hi_gt1.astype(jnp.int32) + hi_gt2.astype(jnp.int32)
     lane = jnp.arange(4)
     kept = (lane == i[..., None]) | (lane == j[..., None])
-    p = mvue24_inclusion_probabilities(a)
     out = jnp.where(kept & (g != 0), g / jnp.where(kept, p, 1.0), 0.0)
     return _ungrouped(out, axis, x.shape).astype(x.dtype)
 

@@ -402,76 +402,58 @@ void AllMany() {
   ManyCase<T>("mask2", Sh{{64, 64}}, true, true, false, 2, 107);  // a table of one
 }
 
-// The MVUE draw's exact distribution over all 2^16 x 2^16 values of a group's random word (each
-// half enumerated separately: u2 only matters given i), against the inclusion probabilities p_k of
-// DESIGN.md in float64: the 16-bit uniforms move each p_k by at most a few 2^-16. Also checks that
-// Mvue24Pick keeps the drawn lanes with g / p_k.
+// The MVUE draw's exact distribution over all 2^16 values of a group's 16 random bits, against the
+// inclusion probabilities p_k of the MVUE formula in float64: the 16-bit uniform moves each p_k by
+// at most 2^-16 (+ float rounding). Also checks that Mvue24Pick keeps two distinct lanes, with
+// g / p_k where g != 0 and +0 where g == 0.
 void MvueExactDistribution() {
   const float groups[][4] = {
       {1.0f, 2.0f, 3.0f, 4.0f},       {0.3f, -2.0f, 0.0f, 1.5f},    {1.0f, 1e-9f, 1e-9f, 1e-9f},
       {0.0f, 0.0f, 0.0f, 0.0f},       {0.0f, -1.0f, 0.0f, 0.0f},    {1e30f, 1e-30f, 5.0f, 0.0f},
       {3.0f, -2.0f, 0.5f, 1e-3f},     {1e-38f, 1e-38f, 1e-30f, 0.0f}, {3.3e38f, -3.3e38f, 1.0f, 3.3e38f},
       {1e-3f, 2.0f, 0.0f, -0.5f},     {0.25f, 0.25f, 0.25f, 0.25f}, {5.0f, 0.0f, 1e-20f, 7.0f},
+      {0.0f, 1.0f, 0.0f, 0.0f},       {-0.0f, 0.0f, 2.0f, 0.0f},    {1e-3f, 1e6f, 1e-3f, 1e-3f},
   };
   int bad = 0;
   for (const auto& g : groups) {
-    const mk::Mvue24Sums m = mk::Mvue24Weights(g);
-    double cnt_i[4] = {0, 0, 0, 0}, incl[4] = {0, 0, 0, 0};
-    for (uint32_t h = 0; h < 65536u; ++h) {
-      const mk::Mvue24Flags f = mk::Mvue24Draw(m, h << 7);  // u1 = bits 7..22
-      cnt_i[f.b0 + f.b1 + f.b2] += 1.0;
-    }
-    for (int i = 0; i < 4; ++i) {
-      if (cnt_i[i] == 0) continue;
-      // a low half that draws i (any: the second draw depends on i only)
-      uint32_t h1 = 0;
-      while (true) {
-        const mk::Mvue24Flags f = mk::Mvue24Draw(m, h1 << 7);
-        if (f.b0 + f.b1 + f.b2 == i) break;
-        ++h1;
-      }
-      double cnt_n[3] = {0, 0, 0};
-      for (uint32_t h2 = 0; h2 < 65536u; ++h2) {
-        // u2 = bits 23..31, 0..6 (bits 7..22 of the word with its halves swapped)
-        const mk::Mvue24Flags f = mk::Mvue24Draw(m, (h1 << 7) | mk::Rotate16(h2 << 7));
-        if (f.b0 + f.b1 + f.b2 != i) { printf("  mvue draw: i changed with u2\n"); ++bad; }
-        cnt_n[f.e1 + f.e2] += 1.0;
-      }
-      incl[i] += cnt_i[i] / 65536.0;
-      for (int n = 0; n < 3; ++n) incl[n + (n >= i)] += cnt_i[i] / 65536.0 * cnt_n[n] / 65536.0;
-    }
     // p_k in float64 from a = |g| + eps (unscaled: p is scale-invariant)
-    double a[4], s = 0, rest[4] = {0, 0, 0, 0};
+    double a[4], s = 0, rest[4] = {0, 0, 0, 0}, p[4];
     for (int k = 0; k < 4; ++k) s += (a[k] = std::fabs(double(g[k])) + double(mk::kMvueEps));
     for (int k = 0; k < 4; ++k)
       for (int j = 0; j < 4; ++j) rest[k] += j != k ? a[j] : 0.0;  // S - a_k without cancellation
     for (int k = 0; k < 4; ++k) {
-      double p = a[k] / s;
+      p[k] = a[k] / s;
       for (int j = 0; j < 4; ++j)
-        if (j != k) p += a[j] / s * a[k] / rest[j];
-      if (std::fabs(incl[k] - p) > 4.0 / 65536.0) {
-        printf("  mvue exact distribution FAIL: group (%g %g %g %g) lane %d: drawn %.8f, p %.8f\n", g[0], g[1], g[2],
-               g[3], k, incl[k], p);
-        ++bad;
+        if (j != k) p[k] += a[j] / s * a[k] / rest[j];
+    }
+    double incl[4] = {0, 0, 0, 0};
+    for (uint32_t h = 0; h < 65536u; ++h) {
+      // the same uniform from either half of a Philox word (GroupBitsRun)
+      const uint32_t bits = (h & 1) ? mk::Rotate16(h << 23 | h >> 9) : h << 7;
+      const mk::Mvue24Kept2 r = mk::Mvue24Pick(g, bits);
+      const int lane[2] = {r.lo(), r.hi()};
+      const float v[2] = {r.v_lo, r.v_hi};
+      if (!(lane[0] < lane[1] && lane[1] <= 3)) {
+        if (bad++ < 5) printf("  mvue lanes %d %d\n", lane[0], lane[1]);
+        continue;
       }
-      // The kept value of lane k when drawn: g / p (host Recip is exact; float rounding only).
-      for (uint32_t h = 0; h < 65536u * 4; h += 4099) {
-        const uint32_t bits = h * 2654435761u;
-        const mk::Mvue24Kept2 r = mk::Mvue24Pick(g, bits);
-        const int lane[2] = {r.lo(), r.hi()};
-        const float y[2] = {r.y_lo, r.y_hi}, gg[2] = {r.g_lo, r.g_hi};
-        if (!(lane[0] < lane[1])) { printf("  mvue lanes %d %d\n", lane[0], lane[1]); ++bad; break; }
-        for (int e = 0; e < 2; ++e) {
-          if (lane[e] != k) continue;
-          const double want = double(g[k]) / p;  // beyond float's range: inf
-          const bool ok = std::fabs(want) > 3.4e38 ? std::isinf(y[e]) : std::fabs(double(y[e]) / want - 1.0) <= 1e-5;
-          if (gg[e] != g[k] || (g[k] != 0.0f && !ok)) {
-            printf("  mvue value FAIL: group (%g %g %g %g) lane %d: %g vs %g\n", g[0], g[1], g[2], g[3], k, y[e],
-                   double(g[k]) / p);
-            ++bad;
-            break;
-          }
+      for (int e = 0; e < 2; ++e) {
+        const int k = lane[e];
+        incl[k] += 1.0 / 65536.0;
+        // The kept value of lane k: g / p (host Recip is exact; float rounding only), +0 for g == 0.
+        const double want = double(g[k]) / p[k];  // beyond float's range: inf
+        const bool ok = g[k] == 0.0f ? (v[e] == 0.0f && !std::signbit(v[e]))
+                                     : std::fabs(want) > 3.4e38 ? std::isinf(v[e]) : std::fabs(double(v[e]) / want - 1.0) <= 1e-5;
+        if (!ok && bad++ < 5) {
+          printf("  mvue value FAIL: group (%g %g %g %g) lane %d: %g vs %g\n", g[0], g[1], g[2], g[3], k, v[e], want);
         }
+      }
+    }
+    for (int k = 0; k < 4; ++k) {
+      if (std::fabs(incl[k] - p[k]) > 1.5 / 65536.0) {
+        printf("  mvue exact distribution FAIL: group (%g %g %g %g) lane %d: drawn %.8f, p %.8f\n", g[0], g[1], g[2],
+               g[3], k, incl[k], p[k]);
+        ++bad;
       }
     }
   }
@@ -479,7 +461,93 @@ void MvueExactDistribution() {
   g_fail += bad != 0;
 }
 
+// The Philox round function and key schedule against Random123's published known-answer vectors
+// (Philox4x32-10, its tests/kat_vectors), and the 7-round generator the MVUE draws use against
+// values from an independent implementation (the draws change if it does).
+void PhiloxKnownAnswers() {
+  struct Kat {
+    uint32_t ctr[4], key[2], out[4];
+  };
+  const Kat kat10[] = {
+      {{0u, 0u, 0u, 0u}, {0u, 0u}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+       {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  const Kat kat7[] = {
+      {{0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u}, {0x00000000u, 0x00000000u},
+       {0x5f6fb709u, 0x0d893f64u, 0x4f121f81u, 0x4f730a48u}},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x5207ddc2u, 0x45165e59u, 0x4d8ee751u, 0x8c52f662u}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0x4dfccabau, 0x190a87f0u, 0xc47362bau, 0xb6b5242au}},
+      {{0x12345678u, 0x00000007u, 0x9abcdef0u, 0x0fedcba9u}, {0xdeadbeefu, 0x01234567u},
+       {0xfd234f33u, 0x1dff3837u, 0x00897956u, 0x33fc2f33u}},
+  };
+  int bad = 0;
+  auto check = [&](const Kat& k, const mk::U32x4& r, int rounds) {
+    const uint32_t got[4] = {r.x, r.y, r.z, r.w};
+    for (int i = 0; i < 4; ++i) {
+      if (got[i] != k.out[i]) {
+        printf("  philox4x32-%d FAIL: ctr %08x..., word %d: %08x vs %08x\n", rounds, k.ctr[0], i, got[i], k.out[i]);
+        ++bad;
+      }
+    }
+  };
+  for (const Kat& k : kat10) {
+    check(k, mk::Philox4x32(mk::U32x4{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}, mk::PhiloxSchedule<10>(k.key[0], k.key[1])),
+          10);
+  }
+  static_assert(mk::kPhiloxRounds == 7, "update the 7-round vectors");
+  for (const Kat& k : kat7) {
+    check(k, mk::Philox4x32(mk::U32x4{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}, mk::PhiloxSchedule(k.key[0], k.key[1])), 7);
+  }
+  // The MVUE counter: (octet lo, octet hi, k2, k3) with key (k0, k1).
+  const Kat& k3 = kat7[3];
+  const mk::KeyWords kw = mk::MakeKey(k3.key[0], k3.key[1], k3.ctr[2], k3.ctr[3]);
+  const int64_t g_in = (int64_t{k3.ctr[1]} << 35) | (int64_t{k3.ctr[0]} << 3);  // octet (ctr[1], ctr[0])
+  const mk::U32x4 r = mk::PhiloxOctet(kw, g_in + 5);
+  check(k3, r, 7);
+  uint32_t run[8];
+  mk::GroupBitsRun<8>(kw, g_in, run);
+  for (int c = 0; c < 8; ++c) {
+    const uint32_t w = mk::QuadWord(r, c / 2), want = (c & 1) ? mk::Rotate16(w) : w;
+    if (run[c] != want || mk::GroupBits(kw, g_in + c) != want) {
+      printf("  GroupBitsRun FAIL: group %d\n", c);
+      ++bad;
+    }
+  }
+  printf("philox known answers: %s\n", bad ? "FAIL" : "ok");
+  g_fail += bad != 0;
+}
+
+// CompressDrawn against CompressGroup of the dense group for every pair of lanes lo < hi and every
+// zero pattern of their values.
+void CompressDrawnMatchesCompressGroup() {
+  int bad = 0;
+  for (int lo = 0; lo < 4; ++lo)
+    for (int hi = lo + 1; hi < 4; ++hi)
+      for (int z = 0; z < 4; ++z) {
+        const uint32_t vlo = (z & 1) ? 0u : 0xBF80u, vhi = (z & 2) ? 0u : 0x4040u;  // -1, 3 in bf16
+        uint32_t b[4] = {0u, 0u, 0u, 0u};
+        b[lo] = vlo;
+        b[hi] = vhi;
+        uint32_t want_pair, got_pair = vlo | (vhi << 16);
+        const uint32_t want = CompressGroup(b[0], b[1], b[2], b[3], &want_pair);
+        const uint32_t got = CompressDrawn(uint32_t(lo | (hi << 2)), &got_pair);
+        if (got != want || got_pair != want_pair) {
+          printf("  CompressDrawn FAIL: lanes %d %d zeros %d: %x %08x vs %x %08x\n", lo, hi, z, got, got_pair, want, want_pair);
+          ++bad;
+        }
+      }
+  printf("CompressDrawn: %s\n", bad ? "FAIL" : "ok");
+  g_fail += bad != 0;
+}
+
 int main() {
+  PhiloxKnownAnswers();
+  CompressDrawnMatchesCompressGroup();
   MvueExactDistribution();
   All<__nv_bfloat16>();
   All<__half>();
