@@ -301,8 +301,11 @@ SP24_HD U32x4 PhiloxOctet(const KeyWords& k, int64_t g_in) {
   return Philox4x32(U32x4{static_cast<uint32_t>(octet), static_cast<uint32_t>(octet >> 32), k.k2, k.k3}, k.sched);
 }
 
-// Word q (0..3) of a Philox output.
-SP24_HD uint32_t QuadWord(const U32x4& r, int q) { return q == 0 ? r.x : (q == 1 ? r.y : (q == 2 ? r.z : r.w)); }
+// Word q (0..3) of a Philox output (selects on q's bits: no indexed local array for a runtime q).
+SP24_HD uint32_t QuadWord(const U32x4& r, int q) {
+  const uint32_t lo = (q & 1) ? r.y : r.x, hi = (q & 1) ? r.w : r.z;
+  return (q & 2) ? hi : lo;
+}
 
 // The random words (Mvue24Pick's `bits`) of the W consecutive groups g_in0, g_in0 + 1, ... of one
 // batch element: word (g / 2) % 4 of g's octet, its halves swapped for an odd g. g_in0 must be a
