@@ -442,8 +442,9 @@ void MvueExactDistribution() {
         incl[k] += 1.0 / 65536.0;
         // The kept value of lane k: g / p (host Recip is exact; float rounding only), +0 for g == 0.
         const double want = double(g[k]) / p[k];  // beyond float's range: inf
-        const bool ok = g[k] == 0.0f ? (v[e] == 0.0f && !std::signbit(v[e]))
-                                     : std::fabs(want) > 3.4e38 ? std::isinf(v[e]) : std::fabs(double(v[e]) / want - 1.0) <= 1e-5;
+        const bool ok = g[k] == 0.0f              ? (v[e] == 0.0f && !std::signbit(v[e]))
+                        : std::fabs(want) > 3.4e38 ? std::isinf(v[e])
+                                                   : std::fabs(double(v[e]) / want - 1.0) <= 1e-5;
         if (!ok && bad++ < 5) {
           printf("  mvue value FAIL: group (%g %g %g %g) lane %d: %g vs %g\n", g[0], g[1], g[2], g[3], k, v[e], want);
         }
@@ -496,12 +497,13 @@ void PhiloxKnownAnswers() {
     }
   };
   for (const Kat& k : kat10) {
-    check(k, mk::Philox4x32(mk::U32x4{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}, mk::PhiloxSchedule<10>(k.key[0], k.key[1])),
-          10);
+    const mk::U32x4 c{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]};
+    check(k, mk::Philox4x32(c, mk::PhiloxSchedule<10>(k.key[0], k.key[1])), 10);
   }
   static_assert(mk::kPhiloxRounds == 7, "update the 7-round vectors");
   for (const Kat& k : kat7) {
-    check(k, mk::Philox4x32(mk::U32x4{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}, mk::PhiloxSchedule(k.key[0], k.key[1])), 7);
+    const mk::U32x4 c{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]};
+    check(k, mk::Philox4x32(c, mk::PhiloxSchedule(k.key[0], k.key[1])), 7);
   }
   // The MVUE counter: (octet lo, octet hi, k2, k3) with key (k0, k1).
   const Kat& k3 = kat7[3];
@@ -537,7 +539,8 @@ void CompressDrawnMatchesCompressGroup() {
         const uint32_t want = CompressGroup(b[0], b[1], b[2], b[3], &want_pair);
         const uint32_t got = CompressDrawn(uint32_t(lo | (hi << 2)), &got_pair);
         if (got != want || got_pair != want_pair) {
-          printf("  CompressDrawn FAIL: lanes %d %d zeros %d: %x %08x vs %x %08x\n", lo, hi, z, got, got_pair, want, want_pair);
+          printf("  CompressDrawn FAIL: lanes %d %d zeros %d: %x %08x vs %x %08x\n", lo, hi, z, got, got_pair, want,
+                 want_pair);
           ++bad;
         }
       }
