@@ -43,7 +43,10 @@ import functools
 import math
 import os
 import platform
+import statistics
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +54,7 @@ import jax
 import jax.numpy as jnp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = Path(HERE).parent
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
@@ -418,6 +422,28 @@ def _same_bits(a, b) -> bool:
         np.array_equal(p, q) for p, q in zip(bits(a), bits(b)))
 
 
+def _device_times(variants, repeats: int = 3) -> dict:
+    """Per variant, the median over ``repeats`` traced calls of (kernel µs summed, device span µs from
+    the call's first kernel to its last): what the preparation costs inside a jitted step, without
+    the host's dispatch of ~100 arrays per call that the wall-clock column includes."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from profile_step import kernel_times
+
+    out = {}
+    for name, (fn, args) in variants.items():
+        kern, span = [], []
+        for _ in range(repeats):
+            jax.block_until_ready(fn(*args))
+            with tempfile.TemporaryDirectory() as tdir:
+                with jax.profiler.trace(tdir):
+                    jax.block_until_ready(fn(*args))
+                times, sp, _ = kernel_times(tdir)
+            kern.append(sum(times.values()))
+            span.append(sp)
+        out[name] = {"kernel_us": statistics.median(kern), "span_us": statistics.median(span)}
+    return out
+
+
 def bench_prepare(trials, layers=12, smoke=False):
     """``smoke``: a CPU run of the nn.prepare rows only (backend "auto": dense, W̃ per layer)."""
     ws, ms = _gpt2_weights(layers)
@@ -465,8 +491,9 @@ def bench_prepare(trials, layers=12, smoke=False):
             base = next((b for b in us if b.startswith(k[: -len("batched")]) and b != k), None)
             if base is not None:
                 speedup[k] = us[base] / us[k]
+    device = {} if smoke else _device_times(v)
     rec = dict(section="prepare", layers=layers, weights=n, shapes=[list(w.shape) for w in ws[:4]],
-               tokens=TOKENS, us=us, speedup=speedup, batched_equals_per_layer=same)
+               tokens=TOKENS, us=us, speedup=speedup, batched_equals_per_layer=same, device_us=device)
     yield rec
     print("prepare: " + ", ".join(f"{k} {val:.1f} us" + (f" ({speedup[k]:.2f}x)" if k in speedup else "")
                                   for k, val in us.items()) + f"; batched == per layer: {same}", flush=True)
@@ -521,10 +548,23 @@ def markdown(meta, records):
         lines += ["", f"## Weight preparation of a GPT-2 small per step: {r['weights']} weights "
                   f"({r['layers']} layers × {', '.join('×'.join(map(str, s)) for s in r['shapes'])}), "
                   "per layer vs batched", "",
-                  f"Median µs per preparation; speedup = per layer / batched. Batched == per layer bit for bit: "
-                  f"{r['batched_equals_per_layer']}.", "", "| variant | µs | speedup |", "|---|---:|---:|"]
+                  f"`wall µs`: median per preparation timed on the host (includes the dispatch of ~100 arrays per "
+                  "call); `device span µs`: first to last kernel of one traced call (median of 3; what the "
+                  "preparation costs inside a jitted step, launch gaps included); `kernel µs`: the kernels' sum. "
+                  "Speedups = per layer / batched. Batched == per layer bit for bit: "
+                  f"{r['batched_equals_per_layer']}.", "",
+                  "| variant | wall µs | speedup | device span µs | speedup | kernel µs |", "|---|---:|---:|---:|---:|---:|"]
+        dev = r.get("device_us") or {}
+
+        def dev_speedup(k):
+            base = next((b for b in dev if k.endswith("batched") and b.startswith(k[: -len("batched")]) and b != k), None)
+            return "" if base is None or k not in dev else f"**{dev[base]['span_us'] / dev[k]['span_us']:.2f}×**"
+
         for k, val in r["us"].items():
-            lines.append(f"| {k} | {val:.1f} | " + (f"**{r['speedup'][k]:.2f}×**" if k in r["speedup"] else "") + " |")
+            d = dev.get(k)
+            lines.append(f"| {k} | {val:.1f} | " + (f"{r['speedup'][k]:.2f}×" if k in r["speedup"] else "") + " | "
+                         + ("– | | –" if d is None else f"{d['span_us']:.1f} | {dev_speedup(k)} | {d['kernel_us']:.1f}")
+                         + " |")
     return "\n".join(lines) + "\n"
 
 
