@@ -66,7 +66,7 @@ CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
-    "sparse_lr_scale",
+    "sparse_lr_scale", "finetune_start",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -90,6 +90,9 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         weight_decay=args.weight_decay, b1=args.b1, b2=args.b2, grad_clip=args.grad_clip,
         decay_alpha=args.decay_alpha, mask_every=args.mask_every,
         finetune_fraction=args.finetune_fraction,
+        # what the dense fine-tune starts from ("weights" where the recipe has none, so the checkpoint
+        # config of the other recipes is unchanged)
+        finetune_start=args.finetune_start if RECIPES[recipe].get("finetune") else "weights",
         # the 2:4 kernels' learning-rate multiplier (jax_sparse24.optim.sparse_lr_scale); 1 where the
         # recipe does not use it, so the checkpoint config of dense / step / ast runs is unchanged
         sparse_lr_scale=args.sparse_lr_scale if RECIPES[recipe].get("lr_scale") else 1.0,
@@ -235,6 +238,16 @@ class Experiment:
 
     def needs_phase(self) -> bool:
         return bool(self.recipe.get("step"))
+
+    def starts_finetune(self, step: int) -> bool:
+        """Whether :func:`start_finetune` runs on the state after ``step`` updates: the first dense
+        step of the fine-tune (``step == switch_step``) with ``--finetune-start`` other than
+        ``weights``, and only after a sparse phase and before the last step (``0 < switch_step <
+        steps``). The operation is idempotent, so a run resumed from the checkpoint of
+        ``switch_step`` (written after it) may run it again and stays bit-exact."""
+        s = self.switch_step
+        return (self.hp.get("finetune_start", "weights") != "weights" and s is not None
+                and 0 < s < self.hp["steps"] and int(step) == s)
 
 
 def build_experiment(hp: dict) -> Experiment:
@@ -431,6 +444,24 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         return new_state, metrics
 
     return train_step
+
+
+FINETUNE_STARTS = ("weights", "masked", "masked-reset")
+
+
+def start_finetune(exp: Experiment, state):
+    """The train-state dict at the switch to the dense fine-tune, per ``--finetune-start``:
+    ``masked``: the 2:4 kernels pruned to their masks (``SparseTrainState.prune_to_masks``: the dense
+    model starts from the function the 2:4 model computed); ``masked-reset``: also their Adam moments
+    zeroed at the pruned positions; ``weights``: unchanged (the pruned weights come back as they
+    are). A pure function: jit it with the state's shardings."""
+    how = exp.hp.get("finetune_start", "weights")
+    if how == "weights":
+        return state
+    st = SparseTrainState(step=state["step"], apply_fn=exp.model.apply, params=state["params"], tx=exp.tx,
+                          opt_state=state["opt_state"], sparsity=state["sparsity"])
+    st = st.prune_to_masks(reset_moments=how == "masked-reset")
+    return dict(state, params=st.params, opt_state=st.opt_state)
 
 
 def make_eval_step(exp: Experiment, sparse: Optional[bool]):

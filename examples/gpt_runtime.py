@@ -14,7 +14,8 @@ import jax_sparse24 as s24
 from jax_sparse24 import distill as s24distill
 
 from gpt_errors import CLIError
-from gpt_experiment import Experiment, _get, init_state, make_eval_step, make_train_step, prepares_weights
+from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, prepares_weights,
+                            start_finetune)
 
 
 def _key_str(k) -> str:
@@ -120,6 +121,7 @@ class Runtime:
         self.init = jax.jit(init_fn, out_shardings=self.state_shardings)
         self._train: dict = {}
         self._eval: dict = {}
+        self._start_finetune = None
 
     def put(self, tokens):
         return jax.device_put(tokens, self.data_sharding)
@@ -137,6 +139,13 @@ class Runtime:
                     out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
                 self._train[sparse] = lambda state, tokens: step(state, tokens, self.teacher)
         return self._train[sparse]
+
+    def start_finetune(self, state):
+        """``gpt_experiment.start_finetune`` jitted with the state's shardings (run once per run)."""
+        if self._start_finetune is None:
+            self._start_finetune = jax.jit(lambda st: start_finetune(self.exp, st), in_shardings=(self.state_shardings,),
+                                           out_shardings=self.state_shardings, donate_argnums=self._donate)
+        return self._start_finetune(state)
 
     def init_from_teacher(self, state):
         """ast: the student's params copied from the teacher (SLoRB ``lora_b`` from the pruned

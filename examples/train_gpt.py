@@ -11,7 +11,9 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
 * ``dense`` — plain ``nn.Dense`` + AdamW (the baseline).
 * ``srste`` — transposable SR-STE (Hu et al., ICML'24): transposable 2:4 masks refreshed from the
   weights every ``--mask-every`` optimizer steps, MVUE weight gradient, SR-STE masked decay on the
-  pruned weights, and a dense fine-tune for the last ``--finetune-fraction`` (1/6) of the steps.
+  pruned weights, and a dense fine-tune for the last ``--finetune-fraction`` (1/6) of the steps,
+  starting from the kernels as they are (``--finetune-start weights``) or pruned to their 2:4 masks
+  (``masked``; ``masked-reset`` also zeroes the pruned weights' Adam moments), once, at the switch.
 * ``sste`` — S-STE: soft-thresholded weights ``β·S(w)`` with β frozen at init, MVUE weight grad.
 * ``step`` — STEP: ``adamw_step`` trains dense while it preconditions, freezes the 2:4 kernels'
   second moment when it has converged (AutoSwitch clipped to 10%–50% of the steps) and the model
@@ -115,8 +117,8 @@ from gpt_checkpoints import (  # noqa: E402
 from gpt_data import DEFAULT_DATA, ByteData  # noqa: E402
 from gpt_errors import PROG, CLIError  # noqa: E402
 from gpt_experiment import (  # noqa: E402
-    RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config, sizes_help,
-    step_phase)
+    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
+    sizes_help, step_phase)
 from gpt_model import SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
 from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
@@ -181,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
     ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")
+    ap.add_argument("--finetune-start", choices=FINETUNE_STARTS, default="weights",
+                    help="srste: what the dense fine-tune starts from: weights (the kernels as they are: the pruned "
+                         "weights, decayed but unused by the 2:4 forward pass, come back at once), masked (the 2:4 "
+                         "kernels pruned to their masks at the switch: the dense model starts from the 2:4 model's "
+                         "function; SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
+                         "Adam moments zeroed)")
     ap.add_argument("--teacher", type=Path, default=None,
                     help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
     ap.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
@@ -253,6 +261,10 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     metrics_path = out / "metrics.jsonl"
     state, step0, history, elapsed_prev, tokens_prev = start_or_resume(
         rt, ckpts, out, config, args.resume, args.resume_from)
+    if exp.starts_finetune(step0):
+        # resumed from the checkpoint of the switch: written after --finetune-start ran (idempotent:
+        # running it again changes nothing) or, if interrupted in between, before it
+        state = rt.start_finetune(state)
 
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
     n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
@@ -290,6 +302,12 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             if exp.needs_phase() and not phase:  # STEP's dense phase: read the switch (a sync)
                 phase = step_phase(state)
             log.step(step, m, B * T)
+            if exp.starts_finetune(step):
+                # --finetune-start: the state the dense fine-tune starts from, before this step's
+                # evaluation and checkpoint (so both see it) and the first dense step; its compilation
+                # stays out of tokens/s
+                log.untimed()
+                state = rt.start_finetune(state)
             do_eval = step % eval_every == 0 or step == steps
             do_ckpt = ckpt_every > 0 and (step % ckpt_every == 0 or step == stop)
             if new_program or step % log_every == 0 or do_eval or do_ckpt:

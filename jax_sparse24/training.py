@@ -305,6 +305,47 @@ class SparseTrainState(struct.PyTreeNode):
             tokens, reuse, batch)
         return self.replace(prepared=prepared or None)
 
+    def prune_to_masks(self, *, reset_moments: bool = False) -> "SparseTrainState":
+        """The state with every ``srste`` kernel set to ``kernel * mask`` (its pruned weights zero).
+
+        For the switch to a dense fine-tune (``dense_after``): the dense model then starts from
+        exactly the function the 2:4 model computed, instead of taking back at once the pruned
+        weights, which the forward pass has not used since the masks pruned them (SR-STE decays
+        them towards zero, but not to zero). Call it once, on the state of the first dense step::
+
+            if step == dense_after:
+                state = state.prune_to_masks()
+
+        The masks are the ones the sparse forward pass would use at this step (the transposable
+        mask where the layer keeps one), as :func:`jax_sparse24.nn.apply_masks`. Only layers with
+        stored masks (``srste``) are pruned; other params, the ``sparsity`` collection and ``step``
+        are unchanged. Idempotent: a second call changes nothing.
+
+        Args:
+          reset_moments: also zero, at the pruned positions, every entry of the optimizer state
+            that is a params-shaped tree (Adam's ``mu`` and ``nu``, ``adamw_step``'s moments), so
+            the pruned weights restart like freshly added ones (their moments then rebuild from
+            the dense gradients). ``False``: the optimizer state is kept.
+
+        Returns:
+          The new state (``prepared=None``: the preparation was of the old weights).
+        """
+        masks = _nn.masks_for_params(self.params, self.sparsity)
+        is_none = lambda x: x is None  # noqa: E731
+
+        def prune(tree):
+            return jax.tree.map(lambda m, x: x if m is None else jnp.where(m, x, jnp.zeros((), x.dtype)),
+                                masks, tree, is_leaf=is_none)
+
+        params = prune(self.params)
+        opt_state = self.opt_state
+        if reset_moments:
+            params_def = jax.tree.structure(self.params)
+            is_params = lambda x: (not isinstance(x, (jax.Array, np.ndarray))  # noqa: E731
+                                   and jax.tree.structure(x) == params_def)
+            opt_state = jax.tree.map(lambda x: prune(x) if is_params(x) else x, opt_state, is_leaf=is_params)
+        return self.replace(params=params, opt_state=opt_state, prepared=None)
+
     # ------------------------------------------------------------------------------------------
     # the update
     # ------------------------------------------------------------------------------------------

@@ -796,3 +796,93 @@ def test_fp8_flag_trains_and_is_checkpointed_config(tmp_path, capsys):
         train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": True}, tmp_path)
     assert run("--recipe", "ast", "--fp8", "--teacher", tmp_path, "--out", tmp_path / "a") == 2
     assert "--fp8 is not supported with --recipe ast" in capsys.readouterr().err
+
+
+def test_finetune_start(tmp_path, capsys):
+    """--finetune-start masked / masked-reset: at the first dense step (12 of 24 with --finetune-fraction
+    0.5) the srste kernels are pruned to their masks (masked-reset: their Adam moments too), nothing
+    else changes; it runs once: a resume at the switch or past it is bit-exact with the straight run;
+    the value is part of the checkpointed config."""
+    half = [*STEPS[:-2], "--mask-every", 4, "--finetune-fraction", 0.5]  # switch at 12 (a mask refresh step)
+
+    def go(start, out, *extra):
+        return run("--recipe", "srste", *half, "--finetune-start", start, "--out", tmp_path / out, *extra)
+
+    def load(out, step, start="weights"):
+        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
+            [*TINY, *map(str, half), "--finetune-start", start]), "srste")
+        exp = train_gpt.build_experiment(hp)
+        abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+        return exp, train_gpt.Checkpoints(tmp_path / out / "ckpt").restore(step, abstract)[0]
+
+    for start in ("weights", "masked", "masked-reset"):
+        assert go(start, f"{start}12", "--stop-at", 12) == 0
+    exp, a = load("weights12", 12)
+    assert exp.switch_step == 12 and exp.sparse_at(11, 0) and not exp.sparse_at(12, 0)
+    masks = train_gpt.s24nn.masks_for_params(a["params"], a["sparsity"])
+    n_pruned = 0
+
+    def sparse_kernel_mask(keys):
+        """The mask of a sparse layer's kernel whose path (in params, or in an Adam moment) ends ``keys``."""
+        for p in exp.sparse_paths:
+            if tuple(keys[-len(p) - 1:]) == (*p, "kernel"):
+                return np.asarray(train_gpt._get(masks, p)["kernel"])
+        return None
+
+    def check(start, b):
+        nonlocal n_pruned
+        flat_b = dict(jax.tree_util.tree_flatten_with_path(b)[0])
+        for path, x in jax.tree_util.tree_flatten_with_path(a)[0]:
+            keys = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+            x, y, m = np.asarray(x), np.asarray(flat_b[path]), sparse_kernel_mask(keys)
+            if m is not None and (keys[0] == "params" or (start == "masked-reset" and keys[0] == "opt_state")):
+                assert (x[~m] != 0).any(), keys  # something to prune
+                np.testing.assert_array_equal(y, np.where(m, x, 0), err_msg=str(keys))
+                n_pruned += 1
+            else:
+                np.testing.assert_array_equal(y, x, err_msg=str(keys))
+
+    for start in ("masked", "masked-reset"):
+        _, b = load(f"{start}12", 12, start)
+        check(start, b)
+    n_kernels = len(exp.sparse_paths)
+    assert n_pruned == n_kernels + 3 * n_kernels  # masked: params; masked-reset: params + mu + nu
+
+    # the val loss at the switch: the dense model of the pruned state = the 2:4 model of the unpruned one
+    tok = [train_gpt.ByteData(train_gpt.DEFAULT_DATA, 32, 8, 0, 1).val_batches[0]]
+    sparse_val = float(train_gpt.make_eval_step(exp, True)(a, tok[0]))
+    val12 = {s: [r["val_loss"] for r in history(tmp_path / f"{s}12") if r["step"] == 12 and "val_loss" in r][0]
+             for s in ("weights", "masked")}
+    assert abs(val12["masked"] - sparse_val) < 1e-5 and abs(val12["weights"] - sparse_val) > 1e-4
+
+    # once: straight == stopped at the switch + resumed == stopped past it + resumed, bit for bit
+    assert go("masked", "straight") == 0
+    assert go("masked", "masked12", "--resume") == 0
+    assert go("masked", "past", "--stop-at", 16) == 0
+    assert go("masked", "past", "--resume") == 0
+    _, s = load("straight", 24, "masked")
+    # pruned once, not at every dense step: the fine-tune grew the pruned weights back
+    end_masks = train_gpt.s24nn.masks_for_params(s["params"], s["sparsity"])
+    for p in exp.sparse_paths:
+        w, m = (np.asarray(train_gpt._get(t, p)["kernel"]) for t in (s["params"], end_masks))
+        assert (w[~m] != 0).mean() > 0.5, p
+    for out in ("masked12", "past"):
+        _, r = load(out, 24, "masked")
+        for x, y in zip(jax.tree.leaves(s), jax.tree.leaves(r)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        assert history(tmp_path / out) == history(tmp_path / "straight")
+    # and it changed the run: the straight weights run ends elsewhere
+    assert go("weights", "weights12", "--resume") == 0
+    assert history(tmp_path / "weights12")[-1] != history(tmp_path / "straight")[-1]
+
+    # part of the config: another value does not resume; older checkpoints resume as "weights"
+    capsys.readouterr()
+    assert go("masked-reset", "masked12", "--resume") == 2
+    assert "finetune_start='masked' in the checkpoint but 'masked-reset' now" in capsys.readouterr().err
+    now = {"recipe": "srste", "grad_accum": 1, "sparse_lr_scale": 1.0, "finetune_start": "weights"}
+    train_gpt.check_config({"recipe": "srste"}, now, tmp_path)
+    with pytest.raises(train_gpt.CLIError, match="finetune_start='weights' in the checkpoint but 'masked' now"):
+        train_gpt.check_config({"recipe": "srste"}, dict(now, finetune_start="masked"), tmp_path)
+    # recipes without a fine-tune store "weights" whatever the flag
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, "--finetune-start", "masked"]), "dense")
+    assert hp["finetune_start"] == "weights"

@@ -330,3 +330,66 @@ def test_no_rng_no_mvue_and_dense_only_model():
     assert state.variables() == {"params": state.params}
     state, loss = train_step(state, x, y)
     assert int(state.step) == 1 and np.isfinite(float(loss)) and float(state.flip_rate) == 0.0
+
+
+class _MixedMLP(nn.Module):
+    """An srste layer (stored masks) and an ste layer (mask recomputed each call, none stored)."""
+
+    @nn.compact
+    def __call__(self, x, sparse=None):
+        h = nn.gelu(s24.nn.Sparse24Dense(H, name="up", method="srste", mask_every=2, backend="dense")(x, sparse=sparse))
+        return s24.nn.Sparse24Dense(D, name="down", method="ste", backend="dense")(h, sparse=sparse)
+
+
+@pytest.mark.parametrize("reset_moments", [False, True])
+def test_prune_to_masks(reset_moments):
+    """prune_to_masks: srste kernels -> kernel * mask (the dense model then computes what the 2:4 model
+    computed), everything else untouched; reset_moments zeroes Adam's mu/nu at the pruned positions."""
+    tx = optax.chain(optax.clip_by_global_norm(1.0), s24.optim.masked_decay(0.05), optax.adamw(0.05))
+    x, y = _data()
+    state = _state(_MixedMLP(), tx, dense_after=3)
+    for _ in range(3):
+        state = _static_step(state, x, y, True)
+    assert not bool(state.is_sparse())
+    pruned = state.prune_to_masks(reset_moments=reset_moments)
+
+    m = state.sparsity["up"]["transposable_mask"]
+    assert 0 < float(jnp.mean(m)) < 1
+    w = state.params["up"]["kernel"]
+    assert float(jnp.abs(jnp.where(m, 0.0, w)).max()) > 0  # decayed, not zero: the pruning changes them
+    _assert_tree_equal(pruned.params["up"]["kernel"], jnp.where(m, w, 0.0))
+    for name in ("bias",):
+        _assert_tree_equal(pruned.params["up"][name], state.params["up"][name])
+    _assert_tree_equal(pruned.params["down"], state.params["down"])  # ste: no stored mask, not pruned
+    _assert_tree_equal(pruned.sparsity, state.sparsity)
+    assert int(pruned.step) == 3 and pruned.prepared is None
+    # continuity (a model of srste layers only): the dense model of the pruned state computes the
+    # 2:4 model of the state; the unpruned dense model does not
+    st = _state(MLP(), tx, dense_after=3)
+    for _ in range(3):
+        st = _static_step(st, x, y, True)
+    sparse_before = st.apply(x, sparse=True)
+    np.testing.assert_allclose(st.prune_to_masks().apply(x), sparse_before, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(st.apply(x) - sparse_before).max()) > 1e-4
+    adam = state.opt_state[2][0]
+    new_adam = pruned.opt_state[2][0]
+    assert isinstance(adam, optax.ScaleByAdamState)
+    for field in ("mu", "nu"):
+        old, new = getattr(adam, field), getattr(new_adam, field)
+        assert float(jnp.abs(jnp.where(m, 0.0, old["up"]["kernel"])).max()) > 0
+        if reset_moments:
+            _assert_tree_equal(new["up"]["kernel"], jnp.where(m, old["up"]["kernel"], 0.0))
+            _assert_tree_equal(new["up"]["bias"], old["up"]["bias"])
+            _assert_tree_equal(new["down"], old["down"])
+        else:
+            _assert_tree_equal(new, old)
+    _assert_tree_equal(new_adam.count, adam.count)
+    _assert_tree_equal(pruned.opt_state[1], state.opt_state[1])  # masked_decay's state
+    # idempotent (so a resumed run may apply it again)
+    _assert_tree_equal(pruned.prune_to_masks(reset_moments=reset_moments).params, pruned.params)
+    _assert_tree_equal(pruned.prune_to_masks(reset_moments=reset_moments).opt_state, pruned.opt_state)
+    # jits (the state is a pytree) to the same numbers
+    _assert_tree_equal(jax.jit(lambda s: s.prune_to_masks(reset_moments=reset_moments))(state).params, pruned.params)
+    # and a dense step from it trains
+    after = _static_step(pruned, x, y, False)
+    assert float(jnp.abs(jnp.where(m, 0.0, after.params["up"]["kernel"])).max()) > 0
