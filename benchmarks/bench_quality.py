@@ -372,7 +372,8 @@ def write_report(res: dict, out: Path) -> int:
     """``quality_<tag>.json`` / ``.md`` / ``.png`` in ``out``; prints the table."""
     tag = res["tag"]
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"quality_{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
+    # compact: the per-step histories of every recipe (several MB with indentation)
+    (out / f"quality_{tag}.json").write_text(json.dumps(res, separators=(",", ":")) + "\n")
     md = to_markdown(res)
     (out / f"quality_{tag}.md").write_text(md)
     plot(res, out / f"quality_{tag}.png")
