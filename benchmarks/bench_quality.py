@@ -167,9 +167,9 @@ def to_markdown(res: dict) -> str:
              f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
              f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
              f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
-             f"| recipe | flags | final val loss | vs dense | train loss, last {100 * TAIL_FRACTION:g}% of steps | vs dense "
-             "| tokens/s | spike (step) |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"| recipe | flags | final val loss | vs dense | full val | vs dense "
+             f"| train loss, last {100 * TAIL_FRACTION:g}% of steps | vs dense | tokens/s | spike (step) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     dense = res["runs"].get("dense")
     dense_tail = None if dense is None else tail_train_loss(dense["history"])
 
@@ -178,15 +178,23 @@ def to_markdown(res: dict) -> str:
 
     for label, r in res["runs"].items():
         vs = "-" if not dense or label == "dense" else ratio(r["final_val_loss"], dense["final_val_loss"])
+        full = r.get("final_val_loss_full")
+        vs_full = "-" if not dense or label == "dense" else ratio(full, dense.get("final_val_loss_full"))
+        full_s = "-" if full is None else f"{full:.4f}"
         tail = tail_train_loss(r["history"])
         vs_tail = "-" if not dense or label == "dense" else ratio(tail, dense_tail)
         flags = " ".join([r["recipe"], *r["extra"]])
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         sp = f"{r['spike']:.2f}" + ("" if r["spike_step"] is None else f" ({r['spike_step']})")
         tail_s = "-" if tail is None else f"{tail:.4f}"
-        lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {tail_s} | {vs_tail} | "
+        lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {full_s} | {vs_full} | "
+                     f"{tail_s} | {vs_tail} | "
                      f"{tps} | {sp} |")
-    lines += ["", f"`train loss, last {100 * TAIL_FRACTION:g}%`: the mean train loss of the last "
+    toks = sorted({r.get("final_eval_tokens") for r in res["runs"].values()} - {None})
+    lines += ["", "`full val`: one more evaluation after the last step on "
+              + (f"{', '.join(f'{t:,}' for t in toks)} val tokens" if toks else "many more val tokens")
+              + " (non-overlapping windows over the val text; `--final-eval-tokens`); `-`: a run without it.",
+              "", f"`train loss, last {100 * TAIL_FRACTION:g}%`: the mean train loss of the last "
               f"{100 * TAIL_FRACTION:g}% of the steps — the same batches for every recipe, so a paired comparison "
               "over far more tokens than the validation windows (but a train loss: it also counts memorisation "
               "when the budget covers the corpus more than once).",
@@ -208,6 +216,10 @@ def main(argv=None) -> int:
     ap.add_argument("--val-data", type=Path, default=None, help="validation text (the example's --val-data)")
     ap.add_argument("--evals", type=int, default=12, help="validation evaluations per run (besides step 0)")
     ap.add_argument("--eval-batches", type=int, default=None, help="val batches per evaluation (default: per size)")
+    ap.add_argument("--final-eval-tokens", type=float, default=2**20,
+                    help="a last evaluation of each recipe on about this many val tokens (non-overlapping windows, "
+                         "at most the whole val text; the example's --final-eval-tokens): the table's 'full val' "
+                         "column (0: off)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--flags", default="",
                     help="example flags for every recipe, e.g. '--batch-size 8 --n-layer 1' (quoted)")
@@ -287,7 +299,7 @@ def main(argv=None) -> int:
         for label, recipe, extra in entries:
             argv_r = ["--size", a.size, "--recipe", recipe, *common, "--steps", str(steps), "--seed", str(a.seed),
                       "--eval-every", str(eval_every), "--eval-batches", str(eval_batches), "--ckpt-every", "0",
-                      "--quiet", "--overwrite", *extra]
+                      "--final-eval-tokens", repr(a.final_eval_tokens), "--quiet", "--overwrite", *extra]
             args = train_gpt.build_parser().parse_args(argv_r)
             try:
                 s = train_gpt.train(args, recipe, runs_dir / _dir_name(label), data, None)
@@ -296,6 +308,7 @@ def main(argv=None) -> int:
             sp, at = spike(s["history"])
             res["runs"][label] = {
                 "recipe": recipe, "extra": extra, "final_val_loss": s["final_val_loss"],
+                "final_val_loss_full": s.get("final_val_loss_full"), "final_eval_tokens": s.get("final_eval_tokens"),
                 "final_train_loss": s["final_train_loss"], "tokens_per_s": s["tokens_per_s"],
                 "train_time_s": s["train_time_s"], "phase_step": s["phase_step"], "spike": sp, "spike_step": at,
                 "n_params": s["n_params"], "device": res["device"], "command": res["command"],

@@ -64,13 +64,22 @@ class ByteData:
         self.path, self.val_path = path, val_path
         self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
         self._train_win = np.lib.stride_tricks.sliding_window_view(self.train, seq_len + 1)
-        val_win = np.lib.stride_tricks.sliding_window_view(self.val, seq_len + 1)
-        n = eval_batches * batch_size
-        offsets = np.linspace(0, len(val_win) - 1, n).astype(np.int64)
-        self.val_batches = [
-            val_win[offsets[i * batch_size:(i + 1) * batch_size]].astype(np.int32)
-            for i in range(eval_batches)
-        ]
+        self._val_win = np.lib.stride_tricks.sliding_window_view(self.val, seq_len + 1)
+        self.val_batches = self._spread_val_batches(eval_batches)
+
+    def _spread_val_batches(self, n_batches: int) -> list[np.ndarray]:
+        """``n_batches`` batches of validation windows spread evenly over the validation text."""
+        offsets = np.linspace(0, len(self._val_win) - 1, n_batches * self.batch_size).astype(np.int64)
+        return [self._val_win[offsets[i * self.batch_size:(i + 1) * self.batch_size]].astype(np.int32)
+                for i in range(n_batches)]
+
+    def final_val_batches(self, tokens: int) -> list[np.ndarray]:
+        """Batches of validation windows for a final evaluation over about ``tokens`` predicted tokens:
+        non-overlapping windows spread over the whole validation text, at most as many as it holds
+        (at least one batch)."""
+        per_batch = self.batch_size * self.seq_len
+        whole = max(1, len(self.val) // ((self.seq_len + 1) * self.batch_size))
+        return self._spread_val_batches(max(1, min(whole, -(-int(tokens) // per_batch))))
 
     def batch(self, step: int) -> np.ndarray:
         """``(batch, seq_len + 1)`` int32 tokens of training step ``step`` (inputs + targets)."""

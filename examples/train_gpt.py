@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "kernels pruned to their masks at the switch: the dense model starts from the 2:4 model's "
                          "function; SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
                          "Adam moments zeroed)")
+    ap.add_argument("--final-eval-tokens", type=float, default=0,
+                    help="after the last step, also evaluate on about this many validation tokens (non-overlapping "
+                         "windows over the whole validation text at most): summary's final_val_loss_full; 0: off")
     ap.add_argument("--teacher", type=Path, default=None,
                     help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
     ap.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
@@ -348,6 +351,13 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             phase_step, phase_label = switched[0], "STEP: sparse phase"
     _write_jsonl(metrics_path, history)
     vals = [r["val_loss"] for r in history if "val_loss" in r]
+    full = {}
+    if not interrupted and args.final_eval_tokens > 0:  # outside the training loop: not in tokens/s
+        eval_step = rt.eval_step(exp.sparse_at(step, phase))
+        batches = data.final_val_batches(int(args.final_eval_tokens))
+        losses = jax.device_get([eval_step(state, put(b)) for b in batches])
+        full = {"final_val_loss_full": float(np.mean(losses)),
+                "final_eval_tokens": len(batches) * batches[0].shape[0] * (batches[0].shape[1] - 1)}
     summary = {
         "recipe": recipe, "size": hp["size"], "steps_done": step, "steps": steps,
         "final_val_loss": vals[-1] if vals else None,
@@ -355,7 +365,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         "tokens_per_s": (log.train_tokens / log.train_time) if log.train_time > 0 else None,
         "train_time_s": log.train_time, "n_params": n_params, "n_sparse_params": n_sparse,
         "phase_step": phase_step, "device": str(jax.devices()[0].device_kind),
-        "backend": jax.default_backend(), "config": config, "interrupted": interrupted,
+        "backend": jax.default_backend(), "config": config, "interrupted": interrupted, **full,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     flip_label = (f"mask flip rate (per refresh, every {hp['mask_every']} steps)" if exp.cfg.method == "srste"
@@ -392,6 +402,8 @@ def main(argv=None) -> int:
                 raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
+        if not args.final_eval_tokens >= 0:
+            raise CLIError(f"--final-eval-tokens must be >= 0 (0: off), got {args.final_eval_tokens:g}")
         if args.resume_from is not None:
             if args.resume_from < 1:
                 raise CLIError("--resume-from must be a checkpoint step (>= 1)")
@@ -434,7 +446,9 @@ def main(argv=None) -> int:
                 print(f"{PROG}: {r}: stopped at step {s['steps_done']} of {s['steps']} (--stop-at): {how} "
                       f"-> {outs[r]}", file=sys.stderr)
                 continue
-            print(f"{PROG}: {r}: final val loss {_fmt(s['final_val_loss'], '.4f')}, "
+            full = ("" if "final_val_loss_full" not in s else
+                    f" ({s['final_val_loss_full']:.4f} over {s['final_eval_tokens']:,} val tokens)")
+            print(f"{PROG}: {r}: final val loss {_fmt(s['final_val_loss'], '.4f')}{full}, "
                   f"{_fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
                   file=sys.stderr)
         if args.compare is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+
+import numpy as np
 import sys
 from pathlib import Path
 
@@ -215,6 +217,18 @@ def test_bench_quality_tiny(tmp_path):
     assert "Commands (2 processes" in md and "--recipes dense,srste,sste,ste" in md
     assert (tmp_path / "quality_t.png").stat().st_size > 0
     assert (tmp_path / "runs" / "srste-a0" / "metrics.jsonl").is_file()
+    # the final evaluation over the whole (small) val text: 4000 bytes hold 121 windows of 33 -> 30 batches of 4
+    assert all(r["final_eval_tokens"] == 30 * 4 * 32 for r in runs.values())
+    assert all(np.isfinite(r["final_val_loss_full"]) for r in runs.values())
+    assert runs["dense"]["final_val_loss_full"] != runs["dense"]["final_val_loss"]  # more windows than the 1 batch
+    full_vs = 100 * (runs["srste"]["final_val_loss_full"] / runs["dense"]["final_val_loss_full"] - 1)
+    tail_vs = 100 * (bench_quality.tail_train_loss(runs["srste"]["history"])
+                     / bench_quality.tail_train_loss(runs["dense"]["history"]) - 1)
+    assert f"| {runs['srste']['final_val_loss_full']:.4f} | {full_vs:+.2f}% |" in md and f"| {tail_vs:+.2f}% |" in md
+    assert "3,840 val tokens" in md
+    # the tail is the mean of the last 5% of the logged steps (at least one)
+    assert bench_quality.tail_train_loss([{"step": i, "loss": float(i)} for i in range(40)]) == 38.5
+    assert bench_quality.tail_train_loss([{"step": 0, "val_loss": 1.0}]) is None
     # --report-only: the table again from the saved results (a subset, in the order given), no training
     (tmp_path / "quality_t.json").unlink()
     assert bench_quality.main(["--report-only", "--runs", str(tmp_path / "runs"), "--recipes", "srste,dense",

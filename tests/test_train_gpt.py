@@ -147,6 +147,8 @@ def test_bad_recipe_and_size_exit_nonzero(capsys):
     with pytest.raises(SystemExit) as e:
         run("--recipe", "srste", "--sparse-backend", "fast", "--out", "unused")
     assert e.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
+    assert run("--final-eval-tokens", "-1", "--out", "unused") == 2
+    assert "--final-eval-tokens must be >= 0" in capsys.readouterr().err
     assert not Path("unused").exists()
 
 
