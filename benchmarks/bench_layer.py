@@ -444,6 +444,14 @@ def _device_times(variants, repeats: int = 3) -> dict:
     return out
 
 
+def _per_layer_label(batched: str, labels):
+    """The per-layer row of a ``"...: batched"`` row among ``labels`` (the same prefix), or None."""
+    if not batched.endswith("batched"):
+        return None
+    prefix = batched[: -len("batched")]
+    return next((b for b in labels if b.startswith(prefix) and b != batched), None)
+
+
 def bench_prepare(trials, layers=12, smoke=False):
     """``smoke``: a CPU run of the nn.prepare rows only (backend "auto": dense, W̃ per layer)."""
     ws, ms = _gpt2_weights(layers)
@@ -462,7 +470,7 @@ def bench_prepare(trials, layers=12, smoke=False):
         v["compress W~^T: batched"] = (jax.jit(lambda ws, ms: tuple(cc.masked_compress_many(
             ws, ms, direction="transposed"))), (ws, ms))
         for name in [k for k in v if k.endswith("batched")]:
-            base = next(k for k in v if k.startswith(name[: -len("batched")]) and k != name)
+            base = _per_layer_label(name, v)
             # a list per pair from masked_compress_many, made a tuple above: the same tree as per layer
             assert _same_bits(v[name][0](ws, ms), v[base][0](ws, ms)), f"{name}: not the per-layer bits"
     # nn.prepare of the model: f32 params (these weights), bf16 compute, their masks
@@ -485,12 +493,7 @@ def bench_prepare(trials, layers=12, smoke=False):
     same = _same_bits(prep[False], prep[True])
     med, _ = measure(v, 1, trials)
     us = {k: val * 1e6 for k, val in med.items()}
-    speedup = {}
-    for k in us:
-        if k.endswith("batched"):
-            base = next((b for b in us if b.startswith(k[: -len("batched")]) and b != k), None)
-            if base is not None:
-                speedup[k] = us[base] / us[k]
+    speedup = {k: us[b] / us[k] for k in us if (b := _per_layer_label(k, us)) is not None}
     device = {} if smoke else _device_times(v)
     rec = dict(section="prepare", layers=layers, weights=n, shapes=[list(w.shape) for w in ws[:4]],
                tokens=TOKENS, us=us, speedup=speedup, batched_equals_per_layer=same, device_us=device)
@@ -557,7 +560,7 @@ def markdown(meta, records):
         dev = r.get("device_us") or {}
 
         def dev_speedup(k):
-            base = next((b for b in dev if k.endswith("batched") and b.startswith(k[: -len("batched")]) and b != k), None)
+            base = _per_layer_label(k, dev)
             return "" if base is None or k not in dev else f"**{dev[base]['span_us'] / dev[k]['span_us']:.2f}×**"
 
         for k, val in r["us"].items():

@@ -272,9 +272,10 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
     n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
 
-    def evaluate(st) -> float:
+    def evaluate(st, batches=None) -> float:
+        """Mean val loss over ``batches`` (default: the evaluation batches of every ``--eval-every``)."""
         eval_step = rt.eval_step(exp.sparse_at(step, phase))
-        losses = [eval_step(st, put(b)) for b in data.val_batches]
+        losses = [eval_step(st, put(b)) for b in (data.val_batches if batches is None else batches)]
         return float(np.mean(jax.device_get(losses)))
 
     def save(st, step, log):
@@ -353,10 +354,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     vals = [r["val_loss"] for r in history if "val_loss" in r]
     full = {}
     if not interrupted and args.final_eval_tokens > 0:  # outside the training loop: not in tokens/s
-        eval_step = rt.eval_step(exp.sparse_at(step, phase))
         batches = data.final_val_batches(int(args.final_eval_tokens))
-        losses = jax.device_get([eval_step(state, put(b)) for b in batches])
-        full = {"final_val_loss_full": float(np.mean(losses)),
+        full = {"final_val_loss_full": evaluate(state, batches),
                 "final_eval_tokens": len(batches) * batches[0].shape[0] * (batches[0].shape[1] - 1)}
     summary = {
         "recipe": recipe, "size": hp["size"], "steps_done": step, "steps": steps,
