@@ -7,13 +7,16 @@
 #   llama: the three GEMMs of the LLaMA-1B / -7B layer shapes at 16384 tokens (bench_layer.py
 #          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
 #          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS="gemm table train"
-#          (default "gemm train"; table: rebuild the auto table with this run's layer results first)
+#          (default "gemm train"; table: rebuild the auto table with this run's layer results first);
+#          LLAMA_SIZES ("size:layers ..."), LLAMA_RECIPES, LLAMA_TRAIN_ARGS (e.g. "--batch-size 4" for
+#          8192 tokens per step) and LLAMA_TAG_SUFFIX (appended to the results' tag)
 #   fp8probe: scripts/probe_fp8.py (fp8 compress + GEMM correctness through the FFI targets, and
 #            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
 #   fp8: the fp8 GPU tests (tests/test_gpu_fp8.py) and benchmarks/bench_fp8_gemm.py
 #   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
 #   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_SIZE,
-#            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_RUNS = the --runs directory, returned as
+#            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_SEED, QUALITY_FLAGS (bench_quality's --flags),
+#            QUALITY_RUNS = the --runs directory, returned as
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
@@ -142,9 +145,10 @@ PYEOF
   if [[ " $LS " == *" train "* ]]; then
     for spec in ${LLAMA_SIZES:-llama-7b:4 llama-1b:4}; do
       size=${spec%%:*}; layers=${spec#*:}; t0=$(date +%s)
-      timeout ${LLAMA_TRAIN_TIMEOUT:-300} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "h100_${size}_l$layers" \
+      timeout ${LLAMA_TRAIN_TIMEOUT:-300} $PY benchmarks/bench_train_gpt.py --out "$OUT" \
+        --tag "h100_${size}_l$layers${LLAMA_TAG_SUFFIX:-}" \
         --size $size --n-layer $layers --quality-steps 0 --rounds ${LLAMA_ROUNDS:-5} --iters ${LLAMA_ITERS:-10} \
-        --compile-workers 4 --recipes ${LLAMA_RECIPES:-dense,srste,srste@cusparselt,srste@cutlass} \
+        --compile-workers 4 --recipes ${LLAMA_RECIPES:-dense,srste,srste@cusparselt,srste@cutlass} ${LLAMA_TRAIN_ARGS:-} \
         > "$OUT/logs/train_$size.log" 2>&1
       rc=$?; note "bench_train_gpt $size x$layers rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$size.log"; status=1; }
     done
@@ -178,6 +182,7 @@ if asked quality; then
   timeout ${QUALITY_TIMEOUT:-560} $PY benchmarks/bench_quality.py --size ${QUALITY_SIZE:-gpt2} --tokens ${QUALITY_TOKENS:-100e6} \
     --data runs/data/realtext_train.txt --val-data runs/data/realtext_val.txt --runs "$runs" \
     --recipes "${QUALITY_RECIPES:-dense,srste}" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
+    --seed ${QUALITY_SEED:-0} ${QUALITY_FLAGS:+--flags "$QUALITY_FLAGS"} \
     > "$OUT/logs/bench_quality.log" 2>&1
   rc=$?; note "bench_quality[${QUALITY_RECIPES:-dense,srste}] rc=$rc in $(( $(date +%s) - t0 )) s"
   [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_quality.log"; status=1; }
