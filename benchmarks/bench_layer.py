@@ -426,8 +426,7 @@ def _device_times(variants, repeats: int = 3) -> dict:
     """Per variant, the median over ``repeats`` traced calls of (kernel µs summed, device span µs from
     the call's first kernel to its last): what the preparation costs inside a jitted step, without
     the host's dispatch of ~100 arrays per call that the wall-clock column includes."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from profile_step import kernel_times
+    from bench_step_breakdown import kernel_times
 
     out = {}
     for name, (fn, args) in variants.items():
@@ -437,9 +436,9 @@ def _device_times(variants, repeats: int = 3) -> dict:
             with tempfile.TemporaryDirectory() as tdir:
                 with jax.profiler.trace(tdir):
                     jax.block_until_ready(fn(*args))
-                times, sp, _ = kernel_times(tdir)
-            kern.append(sum(times.values()))
-            span.append(sp)
+                kt = kernel_times(tdir)
+            kern.append(kt.total_us)
+            span.append(kt.span_us)
         out[name] = {"kernel_us": statistics.median(kern), "span_us": statistics.median(span)}
     return out
 

@@ -412,15 +412,17 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             kd = None
         # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
         # switch), the update, the mask refresh (srste layers refresh when (updates applied) %
-        # mask_every == 0; a model without masks has nothing to refresh), step + 1
+        # mask_every == 0; a model without masks has nothing to refresh), step + 1. The named scope
+        # marks the update's kernels in the compiled program (benchmarks/bench_step_breakdown.py).
         step = st.step
-        new = st.apply_gradients(grads=grads)
+        with jax.named_scope("optimizer"):
+            new = st.apply_gradients(grads=grads)
         if method == "srste":
             flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, new.flip_rate, jnp.nan)
         elif method in ("ste", "soft"):
             # Measured on logging steps only (one cond for the model; only the sparse kernels are its
             # operands): two magnitude masks of every sparse weight per step cost ~2% of a
-            # GPT-2-medium step on the H100 (profile_step: ste kernel time 43.9 -> 43.0 ms).
+            # GPT-2-medium step on the H100 (ste kernel time per step 43.9 -> 43.0 ms).
             every = exp.hp.get("flip_every", 1)
             flip = jax.lax.cond((step + 1) % every == 0,
                                 lambda p, q: s24nn.kernel_flip_rate(p, q, paths=exp.sparse_paths),

@@ -177,8 +177,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
         if cfg.arch == "llama":
             q, k = rotary(q, cfg.rope_theta), rotary(k, cfg.rope_theta)
-        y = jax.nn.dot_product_attention(
-            q, k, v, is_causal=True, implementation=attention_implementation(cfg.attention, q.dtype, hd))
+        # the named scope marks attention's kernels in the compiled program (XLA's attention is plain
+        # fusions and GEMMs; benchmarks/bench_step_breakdown.py counts them as attention)
+        with jax.named_scope("attention"):
+            y = jax.nn.dot_product_attention(
+                q, k, v, is_causal=True, implementation=attention_implementation(cfg.attention, q.dtype, hd))
         y = y.reshape(b, t, c)
         return _call(_linear(cfg, c, "proj", cfg.sparse_attn, proj_std, c), y, sparse)
 

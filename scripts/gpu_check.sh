@@ -3,6 +3,8 @@
 # Hopper machine; logs and JSON go to $OUT (default ./gpu_out).
 #
 #   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize|multigpu|llama ...]   (default: all)
+#   profile: Nsight Compute on the compressors, and a GPT step's kernel time by kind of kernel
+#            (benchmarks/bench_step_breakdown.py; PROFILE_SIZE, PROFILE_RECIPES)
 #   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU
 #   llama: the three GEMMs of the LLaMA-1B / -7B layer shapes at 16384 tokens (bench_layer.py
 #          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
@@ -14,6 +16,9 @@
 #            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
 #   fp8: the fp8 GPU tests (tests/test_gpu_fp8.py) and benchmarks/bench_fp8_gemm.py
 #   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
+#   breakdown: benchmarks/bench_step_breakdown.py (per-step time by kind of kernel and the gap to the
+#            1.6x GEMM ceiling) for BREAKDOWN_SPECS="size[:n_layer] ..." (default "llama-300m llama-7b:4"),
+#            BREAKDOWN_RECIPES (default dense,srste); results tagged h100_<size>[_l<n_layer>]
 #   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_SIZE,
 #            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_SEED, QUALITY_FLAGS (bench_quality's --flags),
 #            QUALITY_RUNS = the --runs directory, returned as
@@ -82,12 +87,24 @@ if want profile; then
       $PY scripts/profile_compress.py > "$OUT/logs/ncu_compress.txt" 2>&1
     rc=$?; note "ncu compress rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || status=1
   fi
-  # GPU kernel time of a GPT train step by kernel, dense vs 2:4 recipes (jax.profiler trace);
-  # PROFILE_RECIPES takes RECIPE[@ATTENTION] names (scripts/profile_step.py --help).
+  # GPU kernel time of a GPT train step by kernel and kind, dense vs 2:4 recipes (jax.profiler trace);
+  # PROFILE_RECIPES takes RECIPE[@ATTENTION] names (benchmarks/bench_step_breakdown.py --help).
   t0=$(date +%s)
-  timeout ${PROFILE_TIMEOUT:-180} $PY scripts/profile_step.py --size ${PROFILE_SIZE:-gpt2} \
-    --recipes ${PROFILE_RECIPES:-dense,srste} --out "$OUT" > "$OUT/logs/profile_step.log" 2>&1
-  rc=$?; note "profile_step rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -m2 'kernel time per step' "$OUT/logs/profile_step.log" | tr '\n' ' ')"; [ $rc -eq 0 ] || status=1
+  timeout ${PROFILE_TIMEOUT:-180} $PY benchmarks/bench_step_breakdown.py --size ${PROFILE_SIZE:-gpt2} \
+    --recipes ${PROFILE_RECIPES:-dense,srste} --out "$OUT" --tag "profile_${PROFILE_SIZE:-gpt2}" \
+    > "$OUT/logs/profile_breakdown.log" 2>&1
+  rc=$?; note "bench_step_breakdown (profile) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'kernel time .* per step' "$OUT/logs/profile_breakdown.log" | tr '\n' ' ')"; [ $rc -eq 0 ] || status=1
+fi
+
+if asked breakdown; then
+  for spec in ${BREAKDOWN_SPECS:-llama-300m llama-7b:4}; do
+    size=${spec%%:*}; layers=; [[ $spec == *:* ]] && layers=${spec#*:}
+    tag="h100_${size}${layers:+_l$layers}"; t0=$(date +%s)
+    timeout ${BREAKDOWN_TIMEOUT:-300} $PY benchmarks/bench_step_breakdown.py --size "$size" ${layers:+--n-layer $layers} \
+      --recipes ${BREAKDOWN_RECIPES:-dense,srste} --out "$OUT" --tag "$tag" > "$OUT/logs/breakdown_$tag.log" 2>&1
+    rc=$?; note "bench_step_breakdown $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E ': kernel time .*, ceiling ' "$OUT/logs/breakdown_$tag.log" | tr '\n' ' ')"
+    [ $rc -eq 0 ] || { tail -20 "$OUT/logs/breakdown_$tag.log"; status=1; }
+  done
 fi
 
 if want sanitize; then

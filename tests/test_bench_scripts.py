@@ -52,16 +52,6 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
-def test_profile_step_writes_report(tmp_path):
-    import profile_step
-
-    # tiny preset at full width (its shape overrides are not flags of profile_step): 2 steps each
-    assert profile_step.main(["--size", "tiny", "--recipes", "dense,srste@xla", "--steps", "2",
-                              "--compile-workers", "2", "--out", str(tmp_path)]) == 0
-    md = (tmp_path / "profile_step.md").read_text()
-    assert "| dense |" in md and "| srste@xla |" in md and "## srste@xla vs dense" in md
-
-
 _LOOP_HLO = """HloModule m
 
 %fused_computation.1 (a: bf16[8]) -> bf16[8] {
