@@ -157,6 +157,20 @@ def test_auto_backend_uses_the_exact_weight_grad_where_mvue_does_not_pay():
     assert np.abs(dws["dense"] - np.asarray(x.T @ g)).max() > 1e-2  # the MVUE sample differs
 
 
+def test_exact_weight_grad_materialises_its_operands():
+    """The exact weight gradient's GEMM reads materialised operands (an optimization barrier): XLA
+    otherwise fused the producer of ∇y into a slow Triton GEMM fusion on the H100 (issue 20)."""
+    x, w, b, m = _setup()
+
+    def dw(w):
+        return jax.grad(lambda w: jnp.sum(jnp.concatenate([s24.sparse24_linear(x, w, m)] * 2, axis=1) ** 2))(w)
+
+    text = jax.jit(dw).lower(w).as_text()
+    assert "optimization_barrier" in text
+    y_grad = 2 * 2 * (x @ (w * m))  # d/dy of sum(concat([y, y])**2)
+    np.testing.assert_allclose(np.asarray(dw(w)), np.asarray(x.T @ y_grad), rtol=1e-4, atol=1e-4)
+
+
 # --- prepared weights -------------------------------------------------------------------------
 
 
