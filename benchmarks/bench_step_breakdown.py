@@ -92,15 +92,18 @@ def _scope(name: str) -> re.Pattern:
 #: names are those of the trace, demangled (``CompressTileKernel<__nv_bfloat16, (...::Op)2, ...>``)
 #: or, where the profiler could not demangle them, mangled (``CompressTileKernelI13__nv_bfloat16LNS1_2OpE2E``).
 RULES = (
+    # memsets and copies are the runtime's, whatever HLO instruction they run for
+    (OTHER, "kernel", re.compile(r"^(memset|memcpy)", re.I)),
     # compress_kernels.cu: Op 2 = kMvue (0 prune, 1 mask, 3 soft threshold are weights);
     # mask_kernels.cu: GroupOp 2 = kMvue24
     (MVUE, "kernel", re.compile(r"CompressTileKernel<[^,]*, \([^,]*?::Op\)2,|CompressTileKernelI\w*?OpE2E"
                                 r"|GroupKernel<[^,]*, \([^,]*?::GroupOp\)2,|GroupKernelI\w*?GroupOpE2E|mvue", re.I)),
     (MASKS, "kernel", re.compile(r"mask_kernels|TransposableMaskKernel|GroupKernel|mask24", re.I)),
     (COMPRESS, "kernel", re.compile(r"jax_sparse24|compress|FixMetadataKernel", re.I)),
-    # this project's only CUTLASS kernels are its 2:4 GEMMs (XLA's dense GEMMs are cuBLAS's / Triton's)
-    (GEMM_SPARSE, "kernel", re.compile(r"cutlass13device_kernel|cutlass::device_kernel|sparse_?gemm|xmma_sparse"
-                                       r"|spmma|cusparselt", re.I)),
+    # this project's CUTLASS kernels are its 2:4 GEMMs, each with "Sparse" in its (mangled) name; a
+    # CUTLASS kernel of XLA's or cuBLAS's is a dense GEMM (the rule below)
+    (GEMM_SPARSE, "kernel", re.compile(r"cutlass13device_kernel\w*Sparse|cutlass::device_kernel<.*Sparse"
+                                       r"|sparse_?gemm|xmma_sparse|spmma|cusparselt", re.I)),
     (ATTENTION, "kernel", re.compile(r"sdpa|flash|fmha|cudnn", re.I)),
     (ATTENTION, "scope", _scope("attention")),
     (GEMM_DENSE, "kernel", re.compile(r"gemm|nvjet|xmma|cublas|cutlass|matmul|dot", re.I)),
@@ -367,6 +370,9 @@ def analyse(res: dict) -> None:
         return
     for label, r in recs.items():
         if r.get("sparse_layers") and label != base:
+            if not sum(r.get("categories_ms", {}).values()):  # its trace failed or came back empty
+                res.setdefault("comparisons_skipped", []).append(label)
+                continue
             res["comparisons"][label] = compare(recs[base], r, r["flops"]["fraction_sparse"])
 
 
@@ -462,6 +468,9 @@ def to_markdown(res: dict) -> str:
                           f"the bf16 2:4 GEMM's over bf16 dense, which fp8 GEMMs can beat (negative rows).")
     if res.get("comparisons_note"):
         lines += ["", res["comparisons_note"] + "."]
+    if res.get("comparisons_skipped"):
+        lines += ["", "No ceiling for " + ", ".join(res["comparisons_skipped"]) + ": no device kernel time in "
+                  "its trace."]
 
     for n in measured:
         r = recs[n]
@@ -645,6 +654,7 @@ def main(argv=None) -> int:
            "cuda_kernels": bool(jax_sparse24.cuda_kernels_available()),
            "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "command": "python benchmarks/bench_step_breakdown.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
            "baseline": a.baseline, "ceiling": SPARSE_GEMM_CEILING, "categories": CATEGORIES,
            "timing": {"warmup": a.warmup, "rounds": a.rounds, "iters": a.iters, "traced_steps": a.steps, "top": a.top},
            "recipes": {}}
