@@ -6,7 +6,7 @@
         --tag h100_llama-7b_l4
 
 Builds each recipe's train program exactly as ``bench_train_gpt.py`` does (sparse phase; the same
-``RECIPE@BACKEND``, ``RECIPE+fp8`` and ``RECIPE/per-call`` labels, plus ``RECIPE@xla`` /
+``RECIPE@BACKEND``, ``RECIPE+fp8``, ``RECIPE/per-call`` and ``RECIPE/prepared`` labels, plus ``RECIPE@xla`` /
 ``@cudnn`` / ``@auto`` for the attention kernel), then per recipe:
 
 * the wall-clock step time: median over ``--rounds`` rounds of ``--iters`` steps after warm-up;
@@ -538,11 +538,11 @@ def write(res: dict, out: Path, tag: str) -> None:
 # Measurement
 # ------------------------------------------------------------------------------------------------
 
-ATTENTION_LABEL = re.compile(r"([^@]+)@(auto|xla|cudnn)((?:\+fp8)?(?:/per-call)?)")
+ATTENTION_LABEL = re.compile(r"([^@]+)@(auto|xla|cudnn)((?:\+fp8)?(?:/per-call|/prepared)?)")
 
 
 def split_attention(label: str) -> tuple[str, str | None]:
-    """``RECIPE@ATTENTION[+fp8][/per-call]`` -> (the label without it, the attention kernel or None).
+    """``RECIPE@ATTENTION[+fp8][/per-call|/prepared]`` -> (the label without it, the attention kernel or None).
 
     >>> split_attention("dense@xla"), split_attention("srste@cutlass")
     (('dense', 'xla'), ('srste@cutlass', None))
@@ -607,7 +607,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="llama-300m", help=f"one of {list(train_gpt.SIZES)}")
     ap.add_argument("--recipes", default="dense,srste",
-                    help="comma-separated bench_train_gpt.py labels (RECIPE[@BACKEND][+fp8][/per-call]); "
+                    help="comma-separated bench_train_gpt.py labels (RECIPE[@BACKEND][+fp8][/per-call|/prepared]); "
                          "RECIPE@ATTENTION (auto|xla|cudnn) picks the attention kernel of that recipe")
     ap.add_argument("--baseline", default="dense", help="the dense recipe the 2:4 ones are compared with")
     ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
@@ -631,8 +631,7 @@ def main(argv=None) -> int:
 
     labels = [r for r in a.recipes.split(",") if r]
     parsed = {lb: split_attention(lb) for lb in labels}
-    bad = [lb for lb, (rl, _) in parsed.items() if btg._split_label(rl)[0] not in train_gpt.RECIPES
-           or btg._split_label(rl)[1] not in (None, *train_gpt.s24.BACKENDS)]
+    bad = btg.label_errors(rl for rl, _ in parsed.values())
     if a.size not in train_gpt.SIZES or bad or not labels or min(a.warmup, a.rounds, a.iters, a.steps) < 1:
         print(f"bench_step_breakdown.py: error: bad --size {a.size!r} / --recipes {bad} or a count < 1; sizes "
               f"{list(train_gpt.SIZES)}, recipes {sorted(train_gpt.RECIPES)}", file=sys.stderr)

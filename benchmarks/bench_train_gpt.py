@@ -14,6 +14,12 @@ fp8 dense GEMMs, same current scaling). Flax's delayed-scaling ``nn.Dense(dot_ge
 Fp8DirectDotGeneralOp)`` is timed at the layer level by ``bench_fp8_gemm.py`` (its amax/scale state
 lives in the ``_overwrite_with_gradient`` collection, which the example's train state does not carry).
 
+``RECIPE/prepared`` runs the example's ``--prepare-weights always`` (the 2:4 weights masked and
+compressed once per step, batched across layers, before the forward/backward, also at
+``--grad-accum 1``), ``RECIPE/per-call`` its ``off`` (each GEMM call prepares its weight, also per
+micro-batch): ``--recipes dense,srste,srste/prepared`` times srste's step with the weights prepared
+in its GEMM calls and once per step, without accumulation.
+
 Part 2 — quality at a fixed token budget (``--quality-size``, default the first size): every
 recipe trains ``--quality-steps`` steps from the same init on the same batches (the training
 loop of ``train_gpt.py``: srste's dense fine-tune, STEP's switch), then the final val loss.
@@ -40,6 +46,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -70,6 +77,13 @@ def _force_step_phase(opt_state, phase: int = 1):
 #: Suffix of a ``--recipes`` entry that runs the recipe with ``--prepare-weights off`` (with
 #: ``--grad-accum`` > 1: every micro-batch masks and compresses the weights again), e.g. ``srste/per-call``.
 PER_CALL = "/per-call"
+#: Suffix that runs the recipe with ``--prepare-weights always``: the 2:4 weights prepared once per step,
+#: batched across layers, also at ``--grad-accum 1`` (e.g. ``srste/prepared`` against ``srste``, whose
+#: GEMM calls mask and compress their weights). The program is the recipe's own where nothing is
+#: prepared (dense, ``+fp8``) and at ``--grad-accum`` > 1 (``on`` prepares there already).
+PREPARED = "/prepared"
+#: ``--prepare-weights`` of each suffix (at most one per label; without one the example's default, ``on``).
+PREPARE_SUFFIXES = {PER_CALL: "off", PREPARED: "always"}
 
 
 #: ``RECIPE@BACKEND`` runs RECIPE with ``--sparse-backend BACKEND`` (e.g. ``srste@cutlass``, and
@@ -79,29 +93,56 @@ AT_BACKEND = "@"
 #: and input-gradient GEMMs in fp8; ``dense+fp8``: the same layers as XLA's fp8 dense GEMMs with the
 #: same current scaling — the fp8 dense baseline), e.g. ``--recipes dense,dense+fp8,srste,srste+fp8``.
 FP8 = "+fp8"
+#: The form of a ``--recipes`` entry.
+LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}][{PER_CALL}|{PREPARED}]"
 
 
-def _split_label(label: str) -> tuple[str, str | None, bool]:
-    """``RECIPE[@BACKEND][+fp8][/per-call]`` -> (recipe, backend or None, per_call)."""
-    per_call = label.endswith(PER_CALL)
-    name = label[: -len(PER_CALL)] if per_call else label
-    name = name[: -len(FP8)] if name.endswith(FP8) else name
-    recipe, _, backend = name.partition(AT_BACKEND)
-    return recipe, backend or None, per_call
+class Label(NamedTuple):
+    recipe: str
+    backend: str | None  # --sparse-backend (None: the example's default)
+    fp8: bool
+    prepare_weights: str | None  # --prepare-weights (None: the example's default)
 
 
-def _is_fp8(label: str) -> bool:
-    return (label[: -len(PER_CALL)] if label.endswith(PER_CALL) else label).endswith(FP8)
+def _split_label(label: str) -> Label:
+    """``RECIPE[@BACKEND][+fp8][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
+    wrong for an unknown recipe or backend, or both suffixes."""
+    found = [suffix for suffix in PREPARE_SUFFIXES if suffix in label]
+    if len(found) > 1:
+        raise ValueError(f"{label!r}: {' and '.join(found)} exclude each other (each sets --prepare-weights)")
+    name, prepare = label, None
+    if found and label.endswith(found[0]):
+        name, prepare = label[: -len(found[0])], PREPARE_SUFFIXES[found[0]]
+    fp8 = name.endswith(FP8)
+    recipe, _, backend = (name[: -len(FP8)] if fp8 else name).partition(AT_BACKEND)
+    if recipe not in train_gpt.RECIPES:
+        raise ValueError(f"{label!r}: unknown recipe {recipe!r} (expected {LABEL_FORM}, RECIPE one of "
+                         f"{sorted(train_gpt.RECIPES)})")
+    if backend and backend not in train_gpt.s24.BACKENDS:
+        raise ValueError(f"{label!r}: unknown backend {backend!r} (one of {list(train_gpt.s24.BACKENDS)})")
+    return Label(recipe, backend or None, fp8, prepare)
+
+
+def label_errors(labels) -> list[str]:
+    """What :func:`_split_label` says about each label it refuses."""
+    errors = []
+    for label in labels:
+        try:
+            _split_label(label)
+        except ValueError as e:
+            errors.append(str(e))
+    return errors
 
 
 def _experiment(size, label, batch, seq, steps, extra):
-    recipe, backend, per_call = _split_label(label)
-    if _is_fp8(label):
+    lb = _split_label(label)
+    if lb.fp8:
         extra = [*extra, "--fp8"]
-    if per_call:
-        extra = [*extra, "--prepare-weights", "off"]
-    if backend:
-        extra = [*extra, "--sparse-backend", backend]
+    if lb.prepare_weights:
+        extra = [*extra, "--prepare-weights", lb.prepare_weights]
+    if lb.backend:
+        extra = [*extra, "--sparse-backend", lb.backend]
+    recipe = lb.recipe
     args = train_gpt.build_parser().parse_args(
         ["--size", size, "--recipe", recipe, "--steps", str(steps), "--batch-size", str(batch),
          "--seq-len", str(seq), "--warmup", str(max(1, steps // 10)), *extra])
@@ -312,8 +353,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="gpt2,gpt2-medium", help="comma-separated sizes")
     ap.add_argument("--recipes", default=",".join(ALL),
-                    help=f"comma-separated recipes; RECIPE{PER_CALL} runs RECIPE with --prepare-weights off "
-                         "(with --grad-accum > 1: weights masked and compressed per micro-batch), "
+                    help=f"comma-separated recipes, each {LABEL_FORM}: RECIPE{PER_CALL} runs RECIPE with "
+                         "--prepare-weights off (with --grad-accum > 1: weights masked and compressed per "
+                         f"micro-batch), RECIPE{PREPARED} with --prepare-weights always (weights prepared once "
+                         "per step, batched, also without --grad-accum; no change for dense and +fp8), "
                          f"RECIPE{AT_BACKEND}BACKEND with --sparse-backend BACKEND (e.g. srste@cutlass), RECIPE{FP8} "
                          "with the example's --fp8 (dense+fp8: the fp8 dense baseline, XLA's fp8 GEMMs with the "
                          "same current scaling)")
@@ -347,12 +390,13 @@ def main(argv=None) -> int:
     sizes = [s for s in a.size.split(",") if s]
     recipes = [r for r in a.recipes.split(",") if r]
     qsize = a.quality_size or sizes[0]
-    bad = [s for s in sizes + [qsize] if s not in train_gpt.SIZES] + [
-        r for r in recipes if _split_label(r)[0] not in train_gpt.RECIPES
-        or _split_label(r)[1] not in (None, *train_gpt.s24.BACKENDS)]
-    if bad or not sizes or not recipes or a.warmup < 1:
-        print(f"bench_train_gpt.py: error: bad --size/--recipes/--quality-size {bad} or --warmup < 1; sizes "
-              f"{list(train_gpt.SIZES)}, recipes {sorted(train_gpt.RECIPES)}", file=sys.stderr)
+    errors = [f"--size/--quality-size {s!r}: not one of {list(train_gpt.SIZES)}"
+              for s in dict.fromkeys(sizes + [qsize]) if s not in train_gpt.SIZES]
+    errors += [f"--recipes {e}" for e in label_errors(recipes)]
+    if not sizes or not recipes or a.warmup < 1:
+        errors.append("--size and --recipes need an entry, --warmup must be >= 1")
+    if errors:
+        print("bench_train_gpt.py: error: " + "; ".join(errors), file=sys.stderr)
         return 2
     backend = jax.default_backend()
     iters = a.iters or (3 if a.quick else 20)

@@ -342,12 +342,16 @@ def _sparse_kernels(exp: Experiment, params) -> dict:
 
 
 def prepares_weights(exp: "Experiment") -> bool:
-    """Whether the train step prepares the sparse weights once per step (``--grad-accum`` > 1 with
-    ``--prepare-weights on``, 2:4 ``Sparse24Dense`` layers): masks and compressions are then
-    computed once instead of once per micro-batch (``jax_sparse24.nn.prepare``)."""
-    return (int(exp.hp.get("grad_accum", 1)) > 1 and exp.hp.get("prepare_weights", "on") == "on"
-            and bool(exp.sparse_paths) and exp.cfg.linear == "sparse24" and exp.cfg.method != "dense")
-
+    """Whether the train step prepares the 2:4 weights once per step (``jax_sparse24.nn.prepare``:
+    masks and compressions of every layer computed together, batched, before the forward/backward,
+    and read by every GEMM of the step): ``--prepare-weights always``, or ``on`` with ``--grad-accum``
+    > 1 (then once instead of once per micro-batch). Only for 2:4 ``Sparse24Dense`` layers without
+    fp8 (``prepare`` skips fp8 layers); phases where the model runs dense (``sparse=False``: STEP's
+    first phase, srste's fine-tune) never prepare (:func:`make_train_step`)."""
+    how = exp.hp.get("prepare_weights", "on")
+    wanted = how == "always" or (how == "on" and int(exp.hp.get("grad_accum", 1)) > 1)
+    return (wanted and bool(exp.sparse_paths) and exp.cfg.linear == "sparse24" and exp.cfg.method != "dense"
+            and not exp.cfg.fp8)
 
 
 def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: Optional[int] = None):
@@ -386,19 +390,20 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         params = st.params
+        # Micro-batch j holds rows j, j + accum, ... (the leading axis keeps its data-parallel sharding).
+        micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
+        if prepare:
+            # Weight work (masks, compression) once per step, batched across layers, before the
+            # forward/backward; every GEMM of the step (of every micro-batch) reads it. XLA keeps
+            # only the preparation of this pass (the forward feeds nothing).
+            # (s24nn.prepare on the model, what SparseTrainState.prepare does with apply_fn)
+            st = st.replace(prepared=s24nn.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
+                                                   tokens=tokens_per_device, reuse=accum) or None)
         if accum == 1:
             (_, (loss, kd)), grads = grad_fn(params, tokens, st)
         else:
-            # Gradient accumulation: micro-batch j holds rows j, j + accum, ... (the leading axis
-            # keeps its data-parallel sharding), its own MVUE key; the mean over micro-batches is
-            # the gradient of the mean loss of the whole batch.
-            micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
-            if prepare:
-                # Weight work (masks, compression) once per step, not per micro-batch: XLA keeps
-                # only the preparation of this pass (the forward feeds nothing).
-                # (s24nn.prepare on the model, what SparseTrainState.prepare does with apply_fn)
-                st = st.replace(prepared=s24nn.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
-                                                       tokens=tokens_per_device, reuse=accum) or None)
+            # Gradient accumulation: each micro-batch its own MVUE key; the mean over micro-batches
+            # is the gradient of the mean loss of the whole batch.
 
             def body(acc, inp):
                 j, tok = inp

@@ -194,7 +194,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         return {}
     hp, cfg = exp.hp, exp.cfg
     tokens = micro_tokens_per_device(rt)
-    reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) and not cfg.fp8 else None
+    reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) else None
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:

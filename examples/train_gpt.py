@@ -60,7 +60,10 @@ linear layers Megatron-style over ``model`` (column-parallel ``qkv``/``fc``, row
 gradients averaged, each micro-batch its own MVUE key): the same update with 1/N of the activation
 memory. The 2:4 weights are then prepared once per step (``jax_sparse24.nn.prepare``: masks, soft
 threshold, compression) and shared by the micro-batches; ``--prepare-weights off`` redoes that work
-per micro-batch (same math, for comparison).
+per micro-batch (same math, for comparison). ``--prepare-weights always`` prepares once per step at
+``--grad-accum 1`` too: one batched pass over the weights writes the operands of the forward and the
+backward, instead of each GEMM call masking and compressing its weight (same math). Dense models,
+``--fp8`` layers and dense phases (STEP's first, srste's fine-tune) never prepare.
 
 ``--fp8`` runs the forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with
 per-tensor current scaling (``Sparse24Dense(fp8=True)``; the sparse fp8 kernel on a GPU built with
@@ -127,7 +130,7 @@ from gpt_runtime import format_plan, kernel_plan, make_runtime, parse_mesh  # no
 # Not used below; reached as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
 from jax_sparse24 import nn as s24nn  # noqa: E402,F401
 from gpt_checkpoints import check_config  # noqa: E402,F401
-from gpt_experiment import CONFIG_KEYS, init_state, make_eval_step, make_train_step  # noqa: E402,F401
+from gpt_experiment import CONFIG_KEYS, init_state, make_eval_step, make_train_step, prepares_weights  # noqa: E402,F401
 from gpt_model import attention_implementation  # noqa: E402,F401
 from gpt_report import _nan_to_none  # noqa: E402,F401
 from gpt_runtime import Runtime  # noqa: E402,F401
@@ -164,9 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
                          "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
                          "dense GEMMs. The weight gradient stays 16-bit")
-    ap.add_argument("--prepare-weights", choices=("on", "off"), default="on",
-                    help="with --grad-accum > 1: mask and compress each 2:4 weight once per step instead of "
-                         "once per micro-batch (jax_sparse24.nn.prepare; same math)")
+    ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
+                    help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
+                         "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
+                         "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
+                         "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")

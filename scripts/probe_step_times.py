@@ -31,7 +31,8 @@ import train_gpt  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="gpt2-medium", choices=sorted(train_gpt.SIZES))
-    ap.add_argument("--recipe", default="srste", help="RECIPE[@BACKEND][/per-call], as in bench_train_gpt.py")
+    ap.add_argument("--recipe", default="srste",
+                    help="RECIPE[@BACKEND][+fp8][/per-call|/prepared], as in bench_train_gpt.py")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--slow", type=float, default=1.2, help="report steps slower than this x the median")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import sys
 from pathlib import Path
 
@@ -262,3 +263,29 @@ def test_bench_train_gpt_fp8_labels():
     exp = bench_train_gpt._experiment("tiny", "dense+fp8/per-call", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.method == "dense" and exp.hp["prepare_weights"] == "off"
     assert not bench_train_gpt._experiment("tiny", "srste@dense", 4, 32, 10, []).cfg.fp8
+
+
+def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
+    """RECIPE[@BACKEND][+fp8]/prepared runs the example's --prepare-weights always (weights prepared once
+    per step at --grad-accum 1 too); fp8 and dense layers prepare nothing, so there it changes nothing;
+    /prepared and /per-call exclude each other."""
+    prepares = bench_train_gpt.train_gpt.prepares_weights
+    exp = bench_train_gpt._experiment("tiny", "srste/prepared", 4, 32, 10, [])
+    assert (exp.hp["recipe"], exp.hp["prepare_weights"], exp.hp["grad_accum"]) == ("srste", "always", 1)
+    assert prepares(exp) and not prepares(bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, []))
+    exp = bench_train_gpt._experiment("tiny", "srste@cutlass/prepared", 4, 32, 10, [])
+    assert (exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.fp8) == ("cutlass", "always", False)
+    exp = bench_train_gpt._experiment("tiny", "srste+fp8/prepared", 4, 32, 10, [])
+    assert exp.cfg.fp8 and exp.hp["prepare_weights"] == "always" and not prepares(exp)
+    assert not prepares(bench_train_gpt._experiment("tiny", "dense/prepared", 4, 32, 10, []))
+    assert bench_train_gpt._split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always")
+    for label in ("srste/prepared/per-call", "srste/per-call/prepared"):
+        with pytest.raises(ValueError, match="/per-call and /prepared exclude each other"):
+            bench_train_gpt._split_label(label)
+    assert bench_train_gpt.main(["--size", "tiny", "--recipes", "dense,srste/prepared/per-call",
+                                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "'srste/prepared/per-call': /per-call and /prepared exclude each other" in err and "'dense'" not in err
+    assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste/prepared+fp8", "--out", str(tmp_path)]) == 2
+    assert "unknown recipe 'srste/prepared'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before anything ran

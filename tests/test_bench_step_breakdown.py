@@ -294,6 +294,7 @@ def test_report_files(tmp_path):
 def test_split_attention():
     assert sb.split_attention("dense@xla") == ("dense", "xla")
     assert sb.split_attention("srste@cudnn+fp8/per-call") == ("srste+fp8/per-call", "cudnn")
+    assert sb.split_attention("srste@xla/prepared") == ("srste/prepared", "xla")
     assert sb.split_attention("srste@cutlass+fp8") == ("srste@cutlass+fp8", None)
 
 
@@ -330,3 +331,4 @@ def test_main_on_the_cpu(tmp_path, monkeypatch):
     assert "/optimizer/" in hlo and "/attention/" in hlo
     assert sb.main(["--size", "huge", "--out", str(tmp_path)]) == 2
     assert sb.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
+    assert sb.main(["--size", "tiny", "--recipes", "srste@xla/prepared/per-call", "--out", str(tmp_path)]) == 2

@@ -586,37 +586,94 @@ def test_grad_accum_sparse_recipe_trains(tmp_path):
     assert vals[-1] < vals[0] - 0.3, vals
 
 
-@pytest.mark.parametrize("recipe", ["srste", "sste"])
-def test_grad_accum_prepared_weights_change_nothing(recipe, monkeypatch):
-    """--prepare-weights on (the default with --grad-accum > 1) prepares every sparse layer once per
-    step and trains as off does (same math, done once instead of per micro-batch). Equal up to float
-    rounding, not bit for bit: XLA may fuse the weight work differently once it is outside the
-    micro-batch loop (sste's β·S(w) differed by one ulp in the loss on jax 0.10.2's CPU backend)."""
+def experiment(recipe: str, *flags):
+    """The TINY experiment of ``recipe`` with extra command-line ``flags``."""
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags)]), recipe)
+    hp["data_sha256"] = "test"
+    return train_gpt.build_experiment(hp)
+
+
+def params_after_steps(recipe: str, *flags, steps: int = 3):
+    """(params, loss of the last step) after ``steps`` jitted train steps of the TINY model (sparse
+    phase, 64 tokens per device planned) on one fixed batch."""
     import jax.numpy as jnp
 
+    exp = experiment(recipe, "--steps", steps, *flags)
+    step = jax.jit(train_gpt.make_train_step(exp, exp.sparse_at(0, 1), 64))
+    state = train_gpt.init_state(exp, 0)
+    tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
+    for _ in range(steps):
+        state, m = step(state, tok)
+    return state["params"], float(m["loss"])
+
+
+@pytest.fixture
+def prepare_calls(monkeypatch):
+    """The keyword arguments of every ``s24nn.prepare`` call the train steps trace."""
     calls = []
     real = train_gpt.s24nn.prepare
     monkeypatch.setattr(train_gpt.s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
+    return calls
 
-    def params_after(prepare):
-        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
-            [*TINY, "--steps", "3", "--grad-accum", "2", "--prepare-weights", prepare]), recipe)
-        hp["data_sha256"] = "test"
-        exp = train_gpt.build_experiment(hp)
-        step = jax.jit(train_gpt.make_train_step(exp, True, 64))
-        state = train_gpt.init_state(exp, 0)
-        tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
-        for _ in range(3):
-            state, m = step(state, tok)
-        return state["params"], float(m["loss"])
 
-    (p_on, l_on) = params_after("on")
-    assert calls == [{"sparse": True, "tokens": 64, "reuse": 2}]  # traced once, in the step
-    (p_off, l_off) = params_after("off")
-    assert len(calls) == 1
-    np.testing.assert_allclose(l_on, l_off, rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(p_on), jax.tree.leaves(p_off)):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-5, atol=1e-6)
+def assert_same_training(a, b):
+    """Equal up to float rounding, not bit for bit: XLA may fuse the weight work differently once it
+    is outside the GEMM calls (sste's β·S(w) differed by one ulp in the loss on jax 0.10.2's CPU
+    backend)."""
+    (p_a, l_a), (p_b, l_b) = a, b
+    np.testing.assert_allclose(l_a, l_b, rtol=1e-6)
+    for x, y in zip(jax.tree.leaves(p_a), jax.tree.leaves(p_b)):
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", ["srste", "sste"])
+def test_grad_accum_prepared_weights_change_nothing(recipe, prepare_calls):
+    """--prepare-weights on (the default with --grad-accum > 1) prepares every sparse layer once per
+    step and trains as off does (same math, done once instead of per micro-batch)."""
+    on = params_after_steps(recipe, "--grad-accum", 2, "--prepare-weights", "on")
+    assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 2}]  # traced once, in the step
+    off = params_after_steps(recipe, "--grad-accum", 2, "--prepare-weights", "off")
+    assert len(prepare_calls) == 1
+    assert_same_training(on, off)
+
+
+@pytest.mark.parametrize("recipe", ["srste", "ste"])
+def test_prepare_weights_always_without_grad_accum(recipe, prepare_calls):
+    """--prepare-weights always prepares the weights once per step at --grad-accum 1 too (reuse 1:
+    read by the forward and the backward GEMMs) and trains as off does (each GEMM call masking and
+    compressing its weight). srste reads its stored masks, ste recomputes them from |W|."""
+    always = params_after_steps(recipe, "--prepare-weights", "always")
+    assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 1}]
+    off = params_after_steps(recipe, "--prepare-weights", "off")
+    assert len(prepare_calls) == 1
+    assert_same_training(always, off)
+
+
+def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, tmp_path):
+    """always prepares nothing where nothing is 2:4 in the step: dense models (the same program as
+    off), fp8 layers (nn.prepare skips them), ast's low-rank layers, and the dense phases (srste's
+    fine-tune, STEP's first phase: sparse=False); on keeps needing --grad-accum > 1."""
+    import jax.numpy as jnp
+
+    def traced(exp, sparse):
+        st = jax.eval_shape(lambda: train_gpt.init_state(exp, 0))
+        tok = jax.ShapeDtypeStruct((8, 33), jnp.int32)
+        return str(jax.make_jaxpr(train_gpt.make_train_step(exp, sparse, 64))(st, tok))
+
+    dense = {how: traced(experiment("dense", "--prepare-weights", how), None) for how in ("always", "off")}
+    assert dense["always"] == dense["off"]
+    srste = experiment("srste", "--prepare-weights", "always")
+    traced(srste, False)  # the dense fine-tune
+    traced(experiment("step", "--prepare-weights", "always"), False)  # STEP before its switch
+    fp8 = experiment("srste", "--prepare-weights", "always", "--fp8")
+    traced(fp8, True)
+    assert prepare_calls == []
+    ast = experiment("ast", "--prepare-weights", "always", "--teacher", tmp_path)
+    assert not any(map(train_gpt.prepares_weights, (fp8, ast, experiment("dense", "--prepare-weights", "always"))))
+    assert train_gpt.prepares_weights(srste) and not train_gpt.prepares_weights(experiment("srste"))
+    assert train_gpt.prepares_weights(experiment("srste", "--grad-accum", 2))
+    traced(srste, True)  # the sparse phase does prepare: the spy sees it
+    assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 1}]
 
 
 def test_checkpoint_config_without_grad_accum(tmp_path):
@@ -676,10 +733,11 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
     assert {k["reuse"] for *_, k in seen} == {2}  # weights prepared once per step of 2 micro-batches
     seen.clear()
-    hp_off = dict(hp, prepare_weights="off")
-    train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(hp_off)))
-    assert {k["reuse"] for *_, k in seen} == {None}
-    seen.clear()
+    for changes, reuse in ((dict(prepare_weights="off"), None), (dict(grad_accum=1), None),
+                           (dict(grad_accum=1, prepare_weights="always"), 1), (dict(fp8=True), None)):
+        train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(dict(hp, **changes))))
+        assert {k["reuse"] for *_, k in seen} == {reuse}, changes  # as the train step prepares
+        seen.clear()
 
     code = f"""
 import json, sys
