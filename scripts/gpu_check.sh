@@ -26,6 +26,9 @@
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
+# At the end the logs become $OUT/logs.tgz, and more than 7 other files in $OUT are packed into
+# $OUT/results.tgz (a device call returns at most 8 files).
+#
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -229,4 +232,10 @@ fi
 
 echo; cat "$OUT/logs/summary.txt"
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$OUT/logs"
+# The device tool returns at most 8 files from $OUT: past 7 besides logs.tgz, pack the plain files
+# into results.tgz (unpack with `tar -xzf results.tgz -C benchmarks/results`; folders stay as they are).
+files=$(cd "$OUT" && find . -maxdepth 1 -type f ! -name logs.tgz ! -name results.tgz -printf '%f\n' | sort)
+if [ "$(echo "$files" | grep -c .)" -gt 7 ]; then
+  (cd "$OUT" && tar -czf results.tgz $files && rm -f $files) && echo "== packed $(echo "$files" | wc -l) files into results.tgz"
+fi
 exit $status
