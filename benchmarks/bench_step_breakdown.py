@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import datetime
 import glob
 import gzip
@@ -111,6 +112,7 @@ RULES = (
 )
 
 
+@functools.lru_cache(maxsize=None)  # a trace repeats few distinct (name, op_name) pairs many times
 def category(name: str, op_name: str = "") -> str:
     """The category of a kernel from its name and its HLO instruction's ``op_name`` (:data:`RULES`).
 
@@ -568,11 +570,8 @@ def measure(rec: dict, label: str, rt, exes: dict, data, a, log) -> None:
     times = []
     with btg.collector("freeze"):
         for _ in range(a.rounds):
-            t0 = time.perf_counter()
-            for i in range(a.iters):
-                state, _ = exe(state, batches[i % len(batches)])
-            jax.block_until_ready(state)
-            times.append((time.perf_counter() - t0) / a.iters)
+            state, t = btg.timed_steps(exe, state, batches, a.iters)
+            times.append(t)
     rec["wall_ms"] = 1e3 * statistics.median(times)
     rec["wall_rounds_ms"] = [1e3 * t for t in times]
     safe = re.sub(r"[^\w.+-]", "_", label)

@@ -223,6 +223,16 @@ def collector(mode: str):
             gc.unfreeze()
 
 
+def timed_steps(exe, state, batches, iters: int):
+    """``iters`` steps of ``exe`` from ``state`` over ``batches`` (cycled), then one sync:
+    ``(state, seconds per step)``."""
+    t0 = time.perf_counter()
+    for i in range(iters):
+        state, _ = exe(state, batches[i % len(batches)])
+    jax.block_until_ready(state)
+    return state, (time.perf_counter() - t0) / iters
+
+
 def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze") -> dict:
     """Interleaved timing rounds, with Python's collector as :func:`collector` ``(gc_mode)`` sets it."""
     runs = {}
@@ -236,13 +246,8 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         for rnd in range(rounds):
             for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
                 r = runs[label]
-                state = r["state"]
-                t0 = time.perf_counter()
-                for i in range(iters):
-                    state, _ = r["exe"](state, r["batches"][i % 4])
-                jax.block_until_ready(state)
-                r["times"].append((time.perf_counter() - t0) / iters)
-                r["state"] = state
+                r["state"], t = timed_steps(r["exe"], r["state"], r["batches"], iters)
+                r["times"].append(t)
     gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
                              "total_s": sum(t for q, t in pauses if q == g),
                              "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}
