@@ -202,7 +202,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
         plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
-            mvue=cfg.mvue, reuse=reuse, fp8=cfg.fp8))
+            mvue=cfg.mvue, reuse=reuse, batched=reuse is not None, fp8=cfg.fp8))
     return plan
 
 

@@ -187,10 +187,12 @@ class Sparse24Dense(nn.Module):
                 tokens = ctx["tokens"] or max(1, math.prod(jnp.shape(inputs)[:-1]))
                 w_used, mask, transposable = _layer.effective(self.method, kernel_c, state.get("mask"),
                                                               state.get("beta"), self.transposable)
-                plan = plan_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
-                                   backend=self.backend, transposable=transposable, reuse=ctx["reuse"])
                 batch = ctx["batch"]
-                if batch is not None and batch.collecting():
+                collecting = batch is not None and batch.collecting()
+                plan = plan_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
+                                   backend=self.backend, transposable=transposable, reuse=ctx["reuse"],
+                                   batched=collecting)
+                if collecting:
                     # `prepare` does the weight work of every layer together once the pass is over
                     # (one compressor launch for many layers); the pass computes with W̃ (its output
                     # is dropped).
@@ -331,7 +333,10 @@ def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, 
       batch: run the weight work of all layers together — the masked compressions as one kernel
         launch per (dtype, operand format, direction) and 64 weights
         (:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress_many`) instead of one or two
-        small launches per layer — with the same result bit for bit. ``"auto"`` (default): batch on
+        small launches per layer — with the same operands bit for bit for the same plan. The plan
+        counts the batched pass's lower cost per weight
+        (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`), so with ``backend="auto"`` a GEMM
+        near the break-even may run sparse batched and dense unbatched. ``"auto"`` (default): batch on
         a single device, or where every weight is known at trace time to be whole on each device
         (inside ``shard_map``, or ``Explicit`` mesh axes with the weights replicated); elsewhere
         (sharding decided by the partitioner) one call per layer, since the compressor has no

@@ -180,8 +180,9 @@ def test_auto_prepared_weights_weigh_both_backends_amortized(gpu_stubs, monkeypa
     gpu_stubs([lt_amortized, cutlass_gemm, no_lt])
     assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"  # per call: both ≤ 1.0
     assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=8) == "cusparselt"
+    share = autotune.PREPARE_COST_SHARE["per_layer"]
     assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8, backend="cusparselt") == pytest.approx(
-        1 / (1 / 1.45 + (1 / 0.95 - 1 / 1.45) / 8))
+        1 / (1 / 1.45 + share * (1 / 0.95 - 1 / 1.45) / 8))
     assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=8) == "cutlass"  # CUTLASS's GEMM faster
     assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16) == "cusparselt"  # per call cuSPARSELt 1.05
     assert autotune.choose("auto", 2048, 8192, 512, jnp.bfloat16, reuse=8) == "cutlass"  # not measured: CUTLASS
@@ -245,22 +246,39 @@ def test_tile_order_arguments_are_checked_before_any_kernel():
 
 
 def test_prepared_weights_amortize_the_compression(gpu_stubs):
-    """A prepared weight pays its compression once per `reuse` calls: auto weighs it by 1/reuse."""
+    """A prepared weight pays a share of the per-call compression (PREPARE_COST_SHARE: one pass per
+    layer, or batched over all layers) once per `reuse` calls, and that cost does not grow with the
+    tokens of the call while the GEMM does: auto weighs it accordingly."""
     import jax_sparse24 as s24
 
-    # GEMM alone 1.25x, 0.9x with the compression on every call (compression = 0.311 of dense)
-    e = dict(_entry(4096, 8192, 1024, 0.9), gemm_speedup=1.25)
+    # GEMM alone 1.25x, 0.85x with the compression on every call (compression = 0.376 of dense)
+    e = dict(_entry(4096, 8192, 1024, 0.85), gemm_speedup=1.25)
     gpu_stubs([e, dict(_entry(1024, 8192, 4096, 1.02), gemm_speedup=1.02)])
-    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1) == pytest.approx(0.9)
-    want4 = 1 / (1 / 1.25 + (1 / 0.9 - 1 / 1.25) / 4)
+    c = 1 / 0.85 - 1 / 1.25
+    per_layer, batched = autotune.PREPARE_COST_SHARE["per_layer"], autotune.PREPARE_COST_SHARE["batched"]
+    assert 0 < batched < per_layer < 1
+    want1 = 1 / (1 / 1.25 + per_layer * c)
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1) == pytest.approx(want1)
+    want4 = 1 / (1 / 1.25 + per_layer * c / 4)
     assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 4) == pytest.approx(want4)
+    want_b = 1 / (1 / 1.25 + batched * c)
+    assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 1, batched=True) == pytest.approx(want_b)
+    # twice the tokens of the measured shape: the GEMM doubles, the preparation does not
+    want_t = 1 / (1 / 1.25 + per_layer * c / 2)
+    assert autotune.amortized_speedup(4096, 16384, 1024, jnp.bfloat16, 1) == pytest.approx(want_t)
+    assert want1 < 1.03 < want_b  # one pass per layer: dense; batched: sparse
     assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16) == "dense"
     assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=1) == "dense"
+    assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=1, batched=True) == "cutlass"
     assert autotune.choose("auto", 4096, 8192, 1024, jnp.bfloat16, reuse=4) == "cutlass"
     assert autotune.choose("auto", 1024, 8192, 4096, jnp.bfloat16, reuse=64) == "dense"  # GEMM alone 1.02x
     assert s24.linear_plan(8192, 1024, 4096, reuse=4)["forward"] == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096)["forward"] == "dense"
+    assert s24.linear_plan(8192, 1024, 4096, reuse=1)["forward"] == "dense"
+    assert s24.linear_plan(8192, 1024, 4096, reuse=1, batched=True)["forward"] == "cutlass"
     assert s24.linear_plan(8192, 1024, 4096, reuse=4, transposable=False)["input_grad"] == "dense"
+    with pytest.raises(ValueError, match="batched=True plans a prepared weight"):
+        s24.linear_plan(8192, 1024, 4096, batched=True)
     # an older table without the GEMM-only ratio: nothing to amortize
     gpu_stubs([_entry(4096, 8192, 1024, 0.9)])
     assert autotune.amortized_speedup(4096, 8192, 1024, jnp.bfloat16, 8) == pytest.approx(0.9)

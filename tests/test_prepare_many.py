@@ -104,13 +104,22 @@ PLANS = {
 }
 
 
+#: The ``batched`` argument of every weight plan the stubbed planner was asked for.
+PLANNED_BATCHED = []
+
+
 @pytest.fixture
 def stubs(monkeypatch):
     """Kernels "available": the planner's choices from PLANS, the extension's shape rules, cuSPARSELt's
     checks (fused layout for bfloat16 only, as the library's version check allows)."""
     monkeypatch.setattr(cs, "cutlass_compressed_shapes", _shapes)
-    monkeypatch.setattr(autotune, "weight_gemms_plan",
-                        lambda backend, tokens, i, o, dtype, transposable, reuse=None: PLANS[(i, o)])
+    PLANNED_BATCHED.clear()
+
+    def plan(backend, tokens, i, o, dtype, transposable, reuse=None, batched=False):
+        PLANNED_BATCHED.append(batched)
+        return PLANS[(i, o)]
+
+    monkeypatch.setattr(autotune, "weight_gemms_plan", plan)
     monkeypatch.setattr(lt, "fused_compress_ok", lambda m, n, k, dtype, b_layout=lt.B_NK: jnp.dtype(dtype) == BF16)
     monkeypatch.setattr(lt, "cusparselt_compressed_size", lambda m, n, k, dtype, a, b: m * k * 9 // 8)
     monkeypatch.setattr(lt, "cusparselt_compress", _fake_lt_library)
@@ -175,8 +184,12 @@ def test_batched_prepare_is_the_per_layer_prepare_bit_for_bit(device):
     per_layer = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=False))(v, x)
     n_single = len(device.calls)
     assert not device.many_calls() and n_single > 10
+    # the planner is told how the weights will be prepared (a batched pass costs less per weight)
+    assert PLANNED_BATCHED and not any(PLANNED_BATCHED)
+    PLANNED_BATCHED.clear()
     device.calls.clear()
     batched = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=True))(v, x)
+    assert PLANNED_BATCHED and all(PLANNED_BATCHED)
     _assert_same_tree(batched, per_layer)
     # every format of PLANS is there
     w = batched["h_0"]

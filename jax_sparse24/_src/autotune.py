@@ -9,8 +9,8 @@ GEMM and shape from the measured table (``spmm_autotune.json``, next to this fil
 
 * forward and input gradient (:func:`choose`, D(m×n) = A(m×k, 2:4)·B(k×n)): the nearest measured
   shape (log distance, same dtype) gives CUTLASS's speedup over XLA's dense GEMM with the per-call
-  compression counted (or, for a weight prepared for ``reuse`` calls, amortized:
-  :func:`amortized_speedup`); ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
+  compression counted (or, for a weight prepared once for ``reuse`` calls, the preparation's
+  share of it: :func:`amortized_speedup`); ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
   the table measured it (operand from our fused compressor) faster still, near this shape
   (:data:`CUSPARSELT_RADIUS`) and for the loaded library version (bfloat16), else ``dense``;
   :func:`weight_gemms_plan` is that choice for both GEMMs of a layer;
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from jax_sparse24._src import ffi
 
-__all__ = ["BACKENDS", "MIN_GAIN", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
+__all__ = ["BACKENDS", "MIN_GAIN", "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
            "amortized_speedup", "cutlass_config", "choose", "choose_weight_grad", "weight_grad_path",
            "weight_gemms_plan"]
 
@@ -73,33 +73,51 @@ def lookup(m: int, n: int, k: int, dtype):
     return None if e is None else (e["speedup_with_compress"], _config_id(e["config"]))
 
 
-def _amortized(s_g, s_c, reuse: int) -> float:
-    """Time per call ``1/s_g + (1/s_c - 1/s_g)/reuse`` (dense GEMM = 1) as a speedup."""
-    return 1.0 / (1.0 / s_g + (1.0 / s_c - 1.0 / s_g) / max(int(reuse), 1))
+#: Cost of preparing one 2:4 operand of a weight (:func:`~jax_sparse24._src.prepared_weight.prepare_many`),
+#: relative to the per-call compression the table's ``speedup_with_compress`` counts, by how the
+#: preparation runs. Measured on the H100 at GPT-2's 48 weights (``prepare_gpt2.md``, kernel time):
+#: a per-call compression of one operand 6.4 µs per weight; one pass writing both operands of a
+#: layer 4.0 µs per operand (0.63); the batched pass over all layers 2.5 µs for one operand (0.39)
+#: and 1.8 µs per operand for both (0.28). The per-call cost inside the layer table is larger than
+#: its kernel (launch gaps), so these kernel-time ratios are on the safe side.
+PREPARE_COST_SHARE = {"per_layer": 0.63, "batched": 0.39}
 
 
-def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str = "cutlass"):
-    """Speedup of the sparse GEMM over XLA's dense one when one compression serves ``reuse`` calls.
+def _amortized(s_g, s_c, reuse: int, share: float = 1.0, token_ratio: float = 1.0) -> float:
+    """Time per call ``1/s_g + share·token_ratio·(1/s_c - 1/s_g)/reuse`` (dense GEMM = 1) as a speedup."""
+    c = (1.0 / s_c - 1.0 / s_g) * share * token_ratio
+    return 1.0 / (1.0 / s_g + c / max(int(reuse), 1))
+
+
+def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str = "cutlass",
+                      batched: bool = False):
+    """Speedup of the sparse GEMM over XLA's dense one for a weight prepared once for ``reuse`` calls.
 
     From the nearest measured shape: with ``s_g`` the GEMM-only speedup and ``s_c`` the speedup
-    with the compression paid on every call, the time per call is ``1/s_g + (1/s_c - 1/s_g)/reuse``
-    (in units of the dense GEMM). ``backend``: ``"cutlass"`` or ``"cusparselt"`` (operand from our
-    fused compressor). ``None`` without a table entry (or without a cuSPARSELt measurement).
+    with the compression paid on every call, the time per call is
+    ``1/s_g + share · (n_table / n) · (1/s_c - 1/s_g) / reuse`` (in units of the dense GEMM):
+    the compression of a prepared weight costs :data:`PREPARE_COST_SHARE` of a per-call one
+    (``batched``: prepared together with other layers, ``nn.prepare``'s default), and it does not
+    grow with the tokens ``n`` while the GEMM does. ``backend``: ``"cutlass"`` or ``"cusparselt"``
+    (operand from our fused compressor). ``None`` without a table entry (or without a cuSPARSELt
+    measurement).
     """
     e = _nearest_entry(m, n, k, dtype)
-    return None if e is None else _entry_amortized(e, reuse, backend)
+    return None if e is None else _entry_amortized(e, n, reuse, backend, batched)
 
 
-def _entry_amortized(e, reuse: int, backend: str):
+def _entry_amortized(e, n: int, reuse: int, backend: str, batched: bool):
     """:func:`amortized_speedup` from the table entry ``e``."""
+    share = PREPARE_COST_SHARE["batched" if batched else "per_layer"]
+    ratio = e["n"] / n
     if backend == "cusparselt":
         s_c = e.get("cusparselt_speedup_with_compress")
         if not s_c:
             return None
-        return _amortized(e.get("cusparselt_gemm_speedup") or s_c, s_c, reuse)
+        return _amortized(e.get("cusparselt_gemm_speedup") or s_c, s_c, reuse, share, ratio)
     s_c = e["speedup_with_compress"]
     s_g = e.get("gemm_speedup") or s_c  # layer-only entries of older tables lack the GEMM-only ratio
-    return _amortized(s_g, s_c, reuse)
+    return _amortized(s_g, s_c, reuse, share, ratio)
 
 
 def _config_id(name: str) -> int:
@@ -200,14 +218,14 @@ def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
     return "cusparselt"
 
 
-def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = None) -> str:
+def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = None, batched: bool = False) -> str:
     """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"``, ``"cusparselt"`` or
     ``"dense"``/``"reference"``.
 
-    ``reuse``: the 2:4 operand is compressed once and used by ``reuse`` calls (a prepared weight,
-    :func:`~jax_sparse24._src.prepared_weight.prepare`); ``auto`` then weighs the compression by
-    ``1/reuse`` (:func:`amortized_speedup`, for CUTLASS and cuSPARSELt). ``None``: compressed on
-    every call.
+    ``reuse``: the 2:4 operand is prepared once and used by ``reuse`` calls (a prepared weight,
+    :func:`~jax_sparse24._src.prepared_weight.prepare_many`; ``batched``: together with other
+    layers); ``auto`` then counts the preparation's cost (:func:`amortized_speedup`, for CUTLASS
+    and cuSPARSELt). ``None``: compressed on every call.
     """
     if backend in ("dense", "reference"):
         return backend
@@ -231,8 +249,8 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
         if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n, k, dtype):
             return "cusparselt"
         return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
-    s_cutlass = _entry_amortized(e, reuse, "cutlass")
-    if _cusparselt_wins(e, _entry_amortized(e, reuse, "cusparselt"), s_cutlass, m, n, k, dtype):
+    s_cutlass = _entry_amortized(e, n, reuse, "cutlass", batched)
+    if _cusparselt_wins(e, _entry_amortized(e, n, reuse, "cusparselt", batched), s_cutlass, m, n, k, dtype):
         return "cusparselt"
     return "cutlass" if s_cutlass > MIN_GAIN else "dense"
 
@@ -290,12 +308,13 @@ def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
 
 
 def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
-                      reuse: int | None = None):
+                      reuse: int | None = None, batched: bool = False):
     """``(forward, input_grad)`` kernels of a layer ``(i, o)`` at ``tokens`` rows (:func:`choose`;
-    ``reuse``: a weight prepared for that many calls). Without a transposable mask ``∇x`` is dense."""
-    fwd = choose(backend, o, tokens, i, dtype, reuse=reuse)
+    ``reuse``: a weight prepared for that many calls, ``batched`` with other layers). Without a
+    transposable mask ``∇x`` is dense."""
+    fwd = choose(backend, o, tokens, i, dtype, reuse=reuse, batched=batched)
     if transposable:
-        dx = choose(backend, i, tokens, o, dtype, reuse=reuse)
+        dx = choose(backend, i, tokens, o, dtype, reuse=reuse, batched=batched)
     else:
         dx = "reference" if backend == "reference" else "dense"
     return fwd, dx

@@ -261,9 +261,10 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
 
 
 def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
-                reuse: int = 1) -> prepared_weight.WeightPlan:
+                reuse: int = 1, batched: bool = False) -> prepared_weight.WeightPlan:
     """:func:`prepare_weight`'s argument checks and plan, without the work: the plans of many weights
-    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``)."""
+    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``;
+    ``batched``: plan for that batched preparation's lower cost per weight)."""
     op = "prepare_weight"
     v.check_float(w, "w", op)
     v.check_rank(w, 2, op, "w")
@@ -280,7 +281,7 @@ def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", tran
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
     return prepared_weight.plan(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
-                                transposable=bool(transposable), reuse=int(reuse))
+                                transposable=bool(transposable), reuse=int(reuse), batched=bool(batched))
 
 
 def _is_transposable(mask, shape) -> bool:
@@ -292,7 +293,8 @@ def _is_transposable(mask, shape) -> bool:
 
 
 def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bfloat16, *, backend: str = "auto",
-                transposable: bool = True, mvue: bool = True, reuse: int | None = None, fp8: bool = False) -> dict:
+                transposable: bool = True, mvue: bool = True, reuse: int | None = None, batched: bool = False,
+                fp8: bool = False) -> dict:
     """Which kernel each GEMM of :func:`sparse24_linear` runs for this layer shape on this machine.
 
     The same choices the op makes at trace time (``backend="auto"``: the measured table
@@ -308,6 +310,9 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
       reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its compression paid
         once); ``None``: the weight compressed on every call.
+      batched: with ``reuse``: the preparation runs batched with the other layers' (``nn.prepare``'s
+        default on one device), which costs less per weight
+        (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`).
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
         then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot).
 
@@ -327,6 +332,8 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     for name, n in (("tokens", tokens), ("features_in", features_in), ("features_out", features_out)):
         v.check_positive_int(n, name, op)
     v.check_positive_int(reuse, "reuse", op, allow_none=True)
+    if batched and reuse is None:
+        raise ValueError(f"{op}: batched=True plans a prepared weight: pass reuse (calls per preparation, e.g. 1)")
     if features_in % 4:
         raise ValueError(f"{op}: features_in must be a multiple of 4 (2:4 groups), got {features_in}")
     t, i, o = int(tokens), int(features_in), int(features_out)
@@ -336,7 +343,8 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         forward, input_grad = (f"{k} (fp8)" for k in fp8_gemm.plan(backend, t, i, o, transposable=transposable))
     else:
         forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
-                                                         reuse=None if reuse is None else int(reuse))
+                                                         reuse=None if reuse is None else int(reuse),
+                                                         batched=bool(batched))
     if not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:

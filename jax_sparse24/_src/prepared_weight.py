@@ -5,8 +5,9 @@ Within one optimizer step the weight, its mask and therefore W̃ = W ⊙ M do no
 micro-batch of a gradient-accumulation loop calls the layer again — and XLA does not hoist the
 compression out of the loop (scripts/probe_hoist.py). :func:`prepare` does that weight work once:
 the compressed W̃ᵀ (forward operand) and W̃ (input-gradient operand) where the sparse GEMM is
-chosen (:func:`~jax_sparse24._src.autotune.weight_gemms_plan` with the compression amortized over
-``reuse`` calls), the masked dense W̃ in the compute dtype where a dense GEMM is.
+chosen (:func:`~jax_sparse24._src.autotune.weight_gemms_plan` with the preparation's cost, a share
+of a per-call compression, amortized over ``reuse`` calls), the masked dense W̃ in the compute dtype
+where a dense GEMM is.
 :func:`check_prepared` checks one at trace time; :func:`forward_prepared` and
 :func:`input_grad_prepared` run the GEMMs on its compressed operands (the per-call GEMMs are in
 :mod:`jax_sparse24._src.gemm`).
@@ -75,10 +76,13 @@ class _Unit(NamedTuple):
     shapes: tuple
 
 
-def plan(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int) -> WeightPlan:
-    """Which operands the prepared weight of ``w ⊙ mask`` holds (the GEMMs' plan); nothing computed yet."""
+def plan(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse: int,
+         batched: bool = False) -> WeightPlan:
+    """Which operands the prepared weight of ``w ⊙ mask`` holds (the GEMMs' plan; ``batched``: it will
+    be prepared together with other layers); nothing computed yet."""
     i, o = w.shape
-    fwd, dx = autotune.weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse)
+    fwd, dx = autotune.weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse,
+                                         batched=batched)
     kinds = {"forward": fwd, "input_grad": dx}
     return WeightPlan(jnp.asarray(w).astype(dtype), bool_mask(mask), jnp.dtype(dtype), int(tokens),
                       tuple(n for n, kd in kinds.items() if kd == "cutlass"),
