@@ -2,7 +2,9 @@
 """Train-step speedup vs model width: one point per recipe and result file, dense at 1.0.
 
 Reads the throughput records of ``bench_train_gpt.py`` result files (``tokens/s`` and ``vs_dense``
-per variant; the recipes on ``backend="auto"``: rows without ``@backend`` or ``/per-call``) and plots
+per variant; the recipes on ``backend="auto"``: rows without ``@backend`` or ``/per-call``, and
+``RECIPE/prepared`` in place of ``RECIPE`` where a file has both: the example's default prepares the
+weights once per step, ``--prepare-weights always``) and plots
 tokens/s vs dense over the model width d, GPT-shaped and LLaMA-shaped models as separate lines.
 Prints the same numbers as a markdown table.
 
@@ -21,15 +23,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 #: The current train-step result of each model size, all on backend="auto", one micro-batch per step.
 DEFAULT_FILES = [
-    "train_gpt_h100_gpt2_throughput.json",
+    "train_gpt_h100_gpt2_l12_prepared.json",
     "train_gpt_h100_gpt2-medium.json",
     "train_gpt_h100_width2048.json",
     "train_gpt_h100_width4096.json",
-    "train_gpt_h100_llama-300m.json",
-    "train_gpt_h100_llama-1b_l4.json",
-    "train_gpt_h100_llama-7b_l4.json",
+    "train_gpt_h100_llama-300m_l24_prepared.json",
+    "train_gpt_h100_llama-1b_l4_prepared.json",
+    "train_gpt_h100_llama-7b_l4_prepared.json",
 ]
 RECIPES = ["srste", "sste", "ste", "step"]
+PREPARED = "/prepared"  # bench_train_gpt.py's label suffix for --prepare-weights always
 _WIDTH = {"gpt2": 768, "gpt2-medium": 1024}  # older records leave n_embd out when it is the size's own
 _COLORS = {"srste": "tab:blue", "sste": "tab:orange", "ste": "tab:green", "step": "tab:red"}
 
@@ -44,6 +47,8 @@ def load_points(paths):
                 continue
             size = tp["size"]
             speedup = {r["variant"]: r["vs_dense"] for r in tp["rows"] if r["variant"] in RECIPES}
+            speedup.update({r["variant"].removesuffix(PREPARED): r["vs_dense"] for r in tp["rows"]
+                            if r["variant"].removesuffix(PREPARED) in RECIPES and r["variant"].endswith(PREPARED)})
             points.append({
                 "file": Path(path).name,
                 "family": "LLaMA" if size.startswith("llama") else "GPT",
