@@ -78,11 +78,11 @@ def _force_step_phase(opt_state, phase: int = 1):
 #: ``--grad-accum`` > 1: every micro-batch masks and compresses the weights again), e.g. ``srste/per-call``.
 PER_CALL = "/per-call"
 #: Suffix that runs the recipe with ``--prepare-weights always``: the 2:4 weights prepared once per step,
-#: batched across layers, also at ``--grad-accum 1`` — the example's default since this version, so
-#: ``srste/prepared`` is ``srste``; the suffix keeps older comparisons (``srste/prepared`` against
-#: ``srste/per-call``) explicit. The program is the recipe's own where nothing is prepared (dense, ``+fp8``).
+#: batched across layers, also at ``--grad-accum 1`` (e.g. ``srste/prepared`` against ``srste``, whose
+#: GEMM calls mask and compress their weights). The program is the recipe's own where nothing is
+#: prepared (dense, ``+fp8``) and at ``--grad-accum`` > 1 (``on`` prepares there already).
 PREPARED = "/prepared"
-#: ``--prepare-weights`` of each suffix (at most one per label; without one the example's default, ``always``).
+#: ``--prepare-weights`` of each suffix (at most one per label; without one the example's default, ``on``).
 PREPARE_SUFFIXES = {PER_CALL: "off", PREPARED: "always"}
 
 

@@ -2,9 +2,8 @@
 """Train-step speedup vs model width: one point per recipe and result file, dense at 1.0.
 
 Reads the throughput records of ``bench_train_gpt.py`` result files (``tokens/s`` and ``vs_dense``
-per variant; the recipes on ``backend="auto"``: rows without ``@backend`` or ``/per-call``, and
-``RECIPE/prepared`` in place of ``RECIPE`` where a file has both: the example's default prepares the
-weights once per step, ``--prepare-weights always``) and plots
+per variant; the recipes on ``backend="auto"`` with the example's defaults: rows without
+``@backend``, ``/per-call`` or ``/prepared``) and plots
 tokens/s vs dense over the model width d, GPT-shaped and LLaMA-shaped models as separate lines.
 Prints the same numbers as a markdown table.
 
@@ -21,7 +20,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-#: The current train-step result of each model size, all on backend="auto", one micro-batch per step.
+#: The current train-step result of each model size, all on backend="auto", one micro-batch per step
+#: (the ``*_prepared`` files also time ``RECIPE/prepared``; their plain rows are the default).
 DEFAULT_FILES = [
     "train_gpt_h100_gpt2_l12_prepared.json",
     "train_gpt_h100_gpt2-medium.json",
@@ -32,7 +32,6 @@ DEFAULT_FILES = [
     "train_gpt_h100_llama-7b_l4_prepared.json",
 ]
 RECIPES = ["srste", "sste", "ste", "step"]
-PREPARED = "/prepared"  # bench_train_gpt.py's label suffix for --prepare-weights always
 _WIDTH = {"gpt2": 768, "gpt2-medium": 1024}  # older records leave n_embd out when it is the size's own
 _COLORS = {"srste": "tab:blue", "sste": "tab:orange", "ste": "tab:green", "step": "tab:red"}
 
@@ -47,8 +46,6 @@ def load_points(paths):
                 continue
             size = tp["size"]
             speedup = {r["variant"]: r["vs_dense"] for r in tp["rows"] if r["variant"] in RECIPES}
-            speedup.update({r["variant"].removesuffix(PREPARED): r["vs_dense"] for r in tp["rows"]
-                            if r["variant"].removesuffix(PREPARED) in RECIPES and r["variant"].endswith(PREPARED)})
             points.append({
                 "file": Path(path).name,
                 "family": "LLaMA" if size.startswith("llama") else "GPT",

@@ -344,11 +344,11 @@ def _sparse_kernels(exp: Experiment, params) -> dict:
 def prepares_weights(exp: "Experiment") -> bool:
     """Whether the train step prepares the 2:4 weights once per step (``jax_sparse24.nn.prepare``:
     masks and compressions of every layer computed together, batched, before the forward/backward,
-    and read by every GEMM of the step): ``--prepare-weights always`` (the default), or ``on`` with
-    ``--grad-accum`` > 1 (then once instead of once per micro-batch). Only for 2:4 ``Sparse24Dense`` layers without
+    and read by every GEMM of the step): ``--prepare-weights always``, or ``on`` with ``--grad-accum``
+    > 1 (then once instead of once per micro-batch). Only for 2:4 ``Sparse24Dense`` layers without
     fp8 (``prepare`` skips fp8 layers); phases where the model runs dense (``sparse=False``: STEP's
     first phase, srste's fine-tune) never prepare (:func:`make_train_step`)."""
-    how = exp.hp.get("prepare_weights", "always")
+    how = exp.hp.get("prepare_weights", "on")
     wanted = how == "always" or (how == "on" and int(exp.hp.get("grad_accum", 1)) > 1)
     return (wanted and bool(exp.sparse_paths) and exp.cfg.linear == "sparse24" and exp.cfg.method != "dense"
             and not exp.cfg.fp8)

@@ -58,13 +58,12 @@ linear layers Megatron-style over ``model`` (column-parallel ``qkv``/``fc``, row
 
 ``--grad-accum N`` splits each step's batch into N micro-batches (a ``lax.scan`` inside the step;
 gradients averaged, each micro-batch its own MVUE key): the same update with 1/N of the activation
-memory. The 2:4 weights are prepared once per step (``jax_sparse24.nn.prepare``: masks, soft
-threshold, compression; ``--prepare-weights always``, the default) and shared by the micro-batches
-and by the forward and backward GEMMs: one batched pass over the weights writes the operands of both
-instead of each GEMM call masking and compressing its weight (same math; measured faster on the H100,
-``docs/performance.md``). ``--prepare-weights on`` prepares only with ``--grad-accum`` > 1, ``off``
-redoes that work in every GEMM call (for comparison). Dense models, ``--fp8`` layers and dense phases
-(STEP's first, srste's fine-tune) never prepare.
+memory. The 2:4 weights are then prepared once per step (``jax_sparse24.nn.prepare``: masks, soft
+threshold, compression) and shared by the micro-batches; ``--prepare-weights off`` redoes that work
+per micro-batch (same math, for comparison). ``--prepare-weights always`` prepares once per step at
+``--grad-accum 1`` too: one batched pass over the weights writes the operands of the forward and the
+backward, instead of each GEMM call masking and compressing its weight (same math). Dense models,
+``--fp8`` layers and dense phases (STEP's first, srste's fine-tune) never prepare.
 
 ``--fp8`` runs the forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with
 per-tensor current scaling (``Sparse24Dense(fp8=True)``; the sparse fp8 kernel on a GPU built with
@@ -168,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
                          "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
                          "dense GEMMs. The weight gradient stays 16-bit")
-    ap.add_argument("--prepare-weights", choices=("always", "on", "off"), default="always",
-                    help="always (default): mask and compress each 2:4 weight once per step, before the "
-                         "forward/backward, all layers batched (jax_sparse24.nn.prepare; same math), instead of "
-                         "in each GEMM call; on: only with --grad-accum > 1 (once per step instead of once per "
-                         "micro-batch); off: in each GEMM call. Not for dense models, --fp8 or dense phases")
+    ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
+                    help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
+                         "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
+                         "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
+                         "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")

@@ -44,7 +44,7 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "fast/per-call", "--out", str(tmp_path)]) == 2
     exp = bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
     assert exp.hp["prepare_weights"] == "off" and exp.hp["recipe"] == "srste"
-    assert bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "always"
+    assert bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "on"
     # RECIPE@BACKEND: the example's --sparse-backend, combinable with /per-call
     exp = bench_train_gpt._experiment("tiny", "srste@dense/per-call", 4, 32, 10, ["--grad-accum", "2"])
     assert (exp.hp["recipe"], exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.backend) == (
@@ -272,8 +272,7 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     prepares = bench_train_gpt.train_gpt.prepares_weights
     exp = bench_train_gpt._experiment("tiny", "srste/prepared", 4, 32, 10, [])
     assert (exp.hp["recipe"], exp.hp["prepare_weights"], exp.hp["grad_accum"]) == ("srste", "always", 1)
-    assert prepares(exp) and prepares(bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, []))  # the default
-    assert not prepares(bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, []))
+    assert prepares(exp) and not prepares(bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, []))
     exp = bench_train_gpt._experiment("tiny", "srste@cutlass/prepared", 4, 32, 10, [])
     assert (exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.fp8) == ("cutlass", "always", False)
     exp = bench_train_gpt._experiment("tiny", "srste+fp8/prepared", 4, 32, 10, [])

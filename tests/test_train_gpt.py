@@ -628,8 +628,8 @@ def assert_same_training(a, b):
 
 @pytest.mark.parametrize("recipe", ["srste", "sste"])
 def test_grad_accum_prepared_weights_change_nothing(recipe, prepare_calls):
-    """--prepare-weights on (only with --grad-accum > 1) prepares every sparse layer once per step and
-    trains as off does (same math, done once instead of per micro-batch)."""
+    """--prepare-weights on (the default with --grad-accum > 1) prepares every sparse layer once per
+    step and trains as off does (same math, done once instead of per micro-batch)."""
     on = params_after_steps(recipe, "--grad-accum", 2, "--prepare-weights", "on")
     assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 2}]  # traced once, in the step
     off = params_after_steps(recipe, "--grad-accum", 2, "--prepare-weights", "off")
@@ -670,9 +670,8 @@ def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, 
     assert prepare_calls == []
     ast = experiment("ast", "--prepare-weights", "always", "--teacher", tmp_path)
     assert not any(map(train_gpt.prepares_weights, (fp8, ast, experiment("dense", "--prepare-weights", "always"))))
-    assert train_gpt.prepares_weights(srste) and train_gpt.prepares_weights(experiment("srste"))  # the default
-    assert not train_gpt.prepares_weights(experiment("srste", "--prepare-weights", "on"))
-    assert train_gpt.prepares_weights(experiment("srste", "--prepare-weights", "on", "--grad-accum", 2))
+    assert train_gpt.prepares_weights(srste) and not train_gpt.prepares_weights(experiment("srste"))
+    assert train_gpt.prepares_weights(experiment("srste", "--grad-accum", 2))
     traced(srste, True)  # the sparse phase does prepare: the spy sees it
     assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 1}]
 
@@ -734,10 +733,9 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
     assert {k["reuse"] for *_, k in seen} == {2}  # weights prepared once per step of 2 micro-batches
     assert {k["batched"] for *_, k in seen} == {True}  # nn.prepare batches them (planned at its cost)
-    assert hp["prepare_weights"] == "always"  # the default
     seen.clear()
-    for changes, reuse in ((dict(prepare_weights="off"), None), (dict(grad_accum=1), 1),
-                           (dict(grad_accum=1, prepare_weights="on"), None), (dict(fp8=True), None)):
+    for changes, reuse in ((dict(prepare_weights="off"), None), (dict(grad_accum=1), None),
+                           (dict(grad_accum=1, prepare_weights="always"), 1), (dict(fp8=True), None)):
         train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(dict(hp, **changes))))
         assert {k["reuse"] for *_, k in seen} == {reuse}, changes  # as the train step prepares
         assert {k["batched"] for *_, k in seen} == {reuse is not None}, changes
