@@ -27,7 +27,10 @@
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
 # At the end the logs become $OUT/logs.tgz, and more than 7 other files in $OUT are packed into
-# $OUT/results.tgz (a device call returns at most 8 files).
+# $OUT/results.tgz (a device call returns at most 8 files). The limit counts every file under the
+# device's output folder: when one device command runs this script several times with OUT set to
+# subfolders of it, the subfolders' files add up (a session lost a step breakdown's three files so);
+# pack them yourself at the end (e.g. `tar -czf $OUT/all.tgz -C $OUT a b c && rm -rf $OUT/{a,b,c}`).
 #
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
 set -uo pipefail
