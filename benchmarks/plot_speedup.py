@@ -21,7 +21,8 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 #: The current train-step result of each model size, all on backend="auto", one micro-batch per step
-#: (the ``*_prepared`` files also time ``RECIPE/prepared``; their plain rows are the default).
+#: (the ``*_prepared`` files also time ``RECIPE/prepared``; their plain rows are the default;
+#: ``*_all-prepared`` files ran every recipe prepared and are not listed).
 DEFAULT_FILES = [
     "train_gpt_h100_gpt2_l12_prepared.json",
     "train_gpt_h100_gpt2-medium.json",

@@ -184,6 +184,10 @@ def make_runtime(exp: Experiment, mesh=None, teacher_params=None) -> Runtime:
     return Runtime(exp, mesh, teacher_params)
 
 
+def _single_device() -> bool:
+    return jax.device_count() == 1
+
+
 def kernel_plan(rt: "Runtime") -> dict:
     """``{"IxO": jax_sparse24.linear_plan(...)}`` per distinct sparse layer shape: which kernel each
     GEMM of the layer runs. ``backend="auto"`` decides on the per-device shapes, so they come from
@@ -195,6 +199,8 @@ def kernel_plan(rt: "Runtime") -> dict:
     hp, cfg = exp.hp, exp.cfg
     tokens = micro_tokens_per_device(rt)
     reuse = int(hp.get("grad_accum", 1)) if prepares_weights(exp) else None
+    # nn.prepare(batch="auto") batches on one device (under a mesh of Auto axes it prepares per layer)
+    batched = reuse is not None and _single_device()
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
@@ -202,7 +208,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
         plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
-            mvue=cfg.mvue, reuse=reuse, batched=reuse is not None, fp8=cfg.fp8))
+            mvue=cfg.mvue, reuse=reuse, batched=batched, fp8=cfg.fp8))
     return plan
 
 

@@ -191,7 +191,7 @@ class Sparse24Dense(nn.Module):
                 collecting = batch is not None and batch.collecting()
                 plan = plan_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
                                    backend=self.backend, transposable=transposable, reuse=ctx["reuse"],
-                                   batched=collecting)
+                                   batched=collecting and batch.will_batch([w_used, mask]))
                 if collecting:
                     # `prepare` does the weight work of every layer together once the pass is over
                     # (one compressor launch for many layers); the pass computes with W̃ (its output
@@ -262,6 +262,12 @@ class _PrepareBatch:
     def collecting(self) -> bool:
         return _trace_state() == self.trace
 
+    def will_batch(self, arrays) -> bool:
+        """Whether :meth:`finish` runs these arrays' preparation batched (``mode=True``, or ``"auto"``
+        where :func:`~jax_sparse24._src.sharding.unpartitioned_batch_ok` allows it): what the planner
+        is told, so it counts the batched pass's cost only where that pass runs."""
+        return self.mode is True or _sharding.unpartitioned_batch_ok(arrays)
+
     def add(self, plan) -> _Pending:
         self.plans.append(plan)
         return _Pending(len(self.plans) - 1)
@@ -273,7 +279,7 @@ class _PrepareBatch:
         if not used:
             return collection
         plans = [self.plans[i] for i in used]  # (a layer called twice keeps its last call's, as without batching)
-        batched = self.mode is True or _sharding.unpartitioned_batch_ok([a for p in plans for a in (p.wc, p.mk)])
+        batched = self.will_batch([a for p in plans for a in (p.wc, p.mk)])
         done = dict(zip(used, _prepared_weight.prepare_many(plans, batched=batched)))
         return jax.tree_util.tree_map(lambda x: done[x.index] if is_pending(x) else x, collection, is_leaf=is_pending)
 
@@ -329,7 +335,8 @@ def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, 
       tokens: rows per call the kernels are planned for (default: the layer input's size; under
         data parallelism pass the per-device count).
       reuse: calls that share the preparation (micro-batches per step); ``backend="auto"`` layers
-        then count the compression once per ``reuse`` GEMMs.
+        then count the preparation's cost (a share of a per-call compression,
+        :data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`) once per ``reuse`` GEMMs.
       batch: run the weight work of all layers together — the masked compressions as one kernel
         launch per (dtype, operand format, direction) and 64 weights
         (:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress_many`) instead of one or two

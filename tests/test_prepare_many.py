@@ -202,6 +202,13 @@ def test_batched_prepare_is_the_per_layer_prepare_bit_for_bit(device):
     assert set(batched["dense"]["weight"]) == {"masked"}
     # one launch per (dtype, format, direction) group (test below), 21 calls per layer
     assert n_single == 20 and len(device.calls) == 7
+    # batch="auto" plans batched exactly where it then runs batched (here: 8 host devices, weights
+    # of unknown sharding under jit -> per layer)
+    PLANNED_BATCHED.clear()
+    calls = len(device.calls)
+    jax.jit(lambda v, x: s24nn.prepare(m, v, x))(v, x)
+    ran_batched = any(c[0].endswith("_many") for c in device.calls[calls:])
+    assert PLANNED_BATCHED and set(PLANNED_BATCHED) == {ran_batched}
 
 
 def test_batched_prepare_groups_by_dtype_format_and_direction(device):

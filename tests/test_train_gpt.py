@@ -732,13 +732,19 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     assert {s[0] for s in seen} == {8 // 2 * 32}  # tokens of one micro-batch
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
     assert {k["reuse"] for *_, k in seen} == {2}  # weights prepared once per step of 2 micro-batches
-    assert {k["batched"] for *_, k in seen} == {True}  # nn.prepare batches them (planned at its cost)
+    # nn.prepare(batch="auto") batches them on one device only (planned at that pass's cost); this
+    # process has 8 host devices
+    assert {k["batched"] for *_, k in seen} == {False}
+    seen.clear()
+    monkeypatch.setattr(sys.modules["gpt_runtime"], "_single_device", lambda: True)
+    train_gpt.kernel_plan(train_gpt.make_runtime(exp))
+    assert {k["batched"] for *_, k in seen} == {True}
     seen.clear()
     for changes, reuse in ((dict(prepare_weights="off"), None), (dict(grad_accum=1), None),
                            (dict(grad_accum=1, prepare_weights="always"), 1), (dict(fp8=True), None)):
         train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(dict(hp, **changes))))
         assert {k["reuse"] for *_, k in seen} == {reuse}, changes  # as the train step prepares
-        assert {k["batched"] for *_, k in seen} == {reuse is not None}, changes
+        assert {k["batched"] for *_, k in seen} == {reuse is not None}, changes  # (one device, patched)
         seen.clear()
 
     code = f"""

@@ -76,11 +76,13 @@ def lookup(m: int, n: int, k: int, dtype):
 #: Cost of preparing one 2:4 operand of a weight (:func:`~jax_sparse24._src.prepared_weight.prepare_many`),
 #: relative to the per-call compression the table's ``speedup_with_compress`` counts, by how the
 #: preparation runs. Measured on the H100 at GPT-2's 48 weights (``prepare_gpt2.md``, kernel time):
-#: a per-call compression of one operand 6.4 µs per weight; one pass writing both operands of a
-#: layer 4.0 µs per operand (0.63); the batched pass over all layers 2.5 µs for one operand (0.39)
-#: and 1.8 µs per operand for both (0.28). The per-call cost inside the layer table is larger than
-#: its kernel (launch gaps), so these kernel-time ratios are on the safe side.
-PREPARE_COST_SHARE = {"per_layer": 0.63, "batched": 0.39}
+#: a per-call compression of one operand 6.4 µs per weight; the batched pass over all layers 2.5 µs
+#: per weight for one operand (0.39), 1.8 µs per operand for both (0.28). Per layer, a preparation
+#: is one compressor launch per operand like a per-call one (1.0; one launch writing both operands
+#: of a layer, 4.0 µs per operand, is not counted). The planner decides each GEMM on its own, so it
+#: takes the one-operand shares; and the per-call cost in the layer table is larger than its kernel
+#: (launch gaps), so these kernel-time ratios are on the safe side.
+PREPARE_COST_SHARE = {"per_layer": 1.0, "batched": 0.39}
 
 
 def _amortized(s_g, s_c, reuse: int, share: float = 1.0, token_ratio: float = 1.0) -> float:
@@ -106,9 +108,12 @@ def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str
     return None if e is None else _entry_amortized(e, n, reuse, backend, batched)
 
 
-def _entry_amortized(e, n: int, reuse: int, backend: str, batched: bool):
-    """:func:`amortized_speedup` from the table entry ``e``."""
-    share = PREPARE_COST_SHARE["batched" if batched else "per_layer"]
+def _entry_amortized(e, n: int, reuse: int | None, backend: str, batched: bool = False):
+    """:func:`amortized_speedup` from the table entry ``e``; ``reuse=None``: the compression paid on
+    every call (share 1). Either way the compression's cost is scaled to ``n`` tokens (it does not
+    grow with them, the GEMM does), so per-call and prepared plans follow one cost model."""
+    share = 1.0 if reuse is None else PREPARE_COST_SHARE["batched" if batched else "per_layer"]
+    reuse = 1 if reuse is None else reuse
     ratio = e["n"] / n
     if backend == "cusparselt":
         s_c = e.get("cusparselt_speedup_with_compress")
@@ -245,10 +250,6 @@ def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = N
     e = _nearest_entry(m, n, k, dtype)
     if e is None:
         return "dense"
-    if reuse is None:
-        if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n, k, dtype):
-            return "cusparselt"
-        return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
     s_cutlass = _entry_amortized(e, n, reuse, "cutlass", batched)
     if _cusparselt_wins(e, _entry_amortized(e, n, reuse, "cusparselt", batched), s_cutlass, m, n, k, dtype):
         return "cusparselt"

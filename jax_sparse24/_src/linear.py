@@ -221,7 +221,8 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
             loss, g = jax.value_and_grad(loss_fn)(w, xb, pw)   # sparse24_linear(..., prepared=pw)
 
     With ``backend="auto"`` each of the forward and input-gradient GEMMs runs sparse where the
-    measured table says the sparse GEMM, with the compression paid once per ``reuse`` calls,
+    measured table says the sparse GEMM, with the preparation's cost (a share of a per-call
+    compression, :data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`) spread over ``reuse`` calls,
     beats XLA's dense GEMM for ``tokens`` rows; the prepared weight then holds the compressed operand
     (``W̃ᵀ`` for the forward, ``W̃`` for ``∇x``) of the faster sparse backend — CUTLASS's, or
     cuSPARSELt's written by our fused compressor (bfloat16) — else the masked dense ``W̃`` in ``dtype``.
@@ -308,7 +309,7 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       dtype: compute dtype of the GEMMs.
       backend, transposable: as in :func:`sparse24_linear`.
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
-      reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its compression paid
+      reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its preparation paid
         once); ``None``: the weight compressed on every call.
       batched: with ``reuse``: the preparation runs batched with the other layers' (``nn.prepare``'s
         default on one device), which costs less per weight
