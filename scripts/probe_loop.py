@@ -35,16 +35,14 @@ LOOPS = ("aot", "jit", "jit+put", "jit+put+fetch")
 
 
 def run_round(loop, exe, jitted, state, batches, data, rt, step0, iters):
-    """``iters`` steps of ``loop`` from ``state``: (state, seconds per step)."""
+    """``iters`` steps of ``loop`` from ``state``: (state, seconds per step). ``aot`` and ``jit`` are
+    the benchmark's own timed round (:func:`bench_train_gpt.timed_steps`) on either callable."""
+    if loop in ("aot", "jit"):
+        return bench_train_gpt.timed_steps(exe if loop == "aot" else jitted, state, batches, iters)
     t0 = time.perf_counter()
     metrics = []
     for i in range(iters):
-        if loop == "aot":
-            state, m = exe(state, batches[i % len(batches)])
-        elif loop == "jit":
-            state, m = jitted(state, batches[i % len(batches)])
-        else:
-            state, m = jitted(state, rt.put(data.batch(step0 + i)))
+        state, m = jitted(state, rt.put(data.batch(step0 + i)))
         metrics.append(m)
     if loop == "jit+put+fetch":
         jax.device_get(metrics)

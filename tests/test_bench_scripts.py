@@ -289,3 +289,20 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste/prepared+fp8", "--out", str(tmp_path)]) == 2
     assert "unknown recipe 'srste/prepared'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # refused before anything ran
+
+
+def test_probe_loop_times_every_loop_style(capsys):
+    """scripts/probe_loop.py: one row per recipe, a column pair per loop style, dense's ratios 1;
+    a first recipe other than dense is refused (it is the ratios' reference)."""
+    import probe_loop
+
+    assert probe_loop.main(["--size", "tiny", "--recipes", "dense,srste", "--n-layer", "1", "--rounds", "1",
+                            "--iters", "1", "--warmup", "1"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    assert rows[0].startswith("| recipe |") and all(f"{lp} ms" in rows[0] for lp in probe_loop.LOOPS)
+    dense, srste = ([c.strip() for c in r.strip("|").split("|")] for r in rows[1:3])
+    assert dense[0] == "dense" and srste[0] == "srste" and len(srste) == 1 + 2 * len(probe_loop.LOOPS)
+    assert dense[2::2] == ["1.000x"] * len(probe_loop.LOOPS)
+    assert all(float(c) > 0 for c in srste[1::2])  # ms per step of each loop
+    with pytest.raises(SystemExit):
+        probe_loop.main(["--size", "tiny", "--recipes", "srste,dense"])

@@ -10,7 +10,7 @@ GEMM and shape from the measured table (``spmm_autotune.json``, next to this fil
 * forward and input gradient (:func:`choose`, D(m×n) = A(m×k, 2:4)·B(k×n)): the nearest measured
   shape (log distance, same dtype) gives CUTLASS's speedup over XLA's dense GEMM with the per-call
   compression counted (or, for a weight prepared once for ``reuse`` calls, the preparation's
-  share of it: :func:`amortized_speedup`); ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
+  share of it: :func:`amortized_speedup`), the compression's cost rescaled to the call's tokens; ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
   the table measured it (operand from our fused compressor) faster still, near this shape
   (:data:`CUSPARSELT_RADIUS`) and for the loaded library version (bfloat16), else ``dense``;
   :func:`weight_gemms_plan` is that choice for both GEMMs of a layer;
