@@ -73,7 +73,7 @@ CATEGORIES = {
     GEMM_DENSE: "cuBLAS (nvjet, xmma), XLA's GEMM fusions (Triton)",
     COMPRESS: "our compressors of the weights: mask + compress, fused fp8 quantize + compress, "
               "the batched MaskCompressMany, CUTLASS's compressor",
-    MVUE: "our MVUE kernels: the draw of ∇y and its compression",
+    MVUE: "our MVUE kernels: the draw of ∇y and its compression (fp8 quantized too)",
     MASKS: "our mask kernels (2:4 masks, transposable masks, soft threshold)",
     ATTENTION: "cuDNN's attention kernels, and XLA's under the model's `attention` scope",
     OPTIMIZER: "XLA's kernels under the train step's `optimizer` scope (clipping, decay, AdamW, "

@@ -84,10 +84,11 @@ def test_every_kernel_of_the_extension_is_ours():
     names = set()
     for f in (ROOT / "xla_ffi").glob("*.cu*"):
         names |= set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\)?\s*)?(\w+)", f.read_text()))
-    assert {"CompressTileKernel", "CompressManyKernel", "Fp8MaskCompressKernel", "TransposableMaskKernel",
-            "ContiguousGroupKernel", "StridedGroupKernel", "FixMetadataKernel"} <= names
+    assert {"CompressTileKernel", "CompressManyKernel", "Fp8MaskCompressKernel", "Fp8Mvue24CompressKernel",
+            "TransposableMaskKernel", "ContiguousGroupKernel", "StridedGroupKernel", "FixMetadataKernel"} <= names
     expected = {"CompressTileKernel": sb.COMPRESS, "CompressManyKernel": sb.COMPRESS,
-                "Fp8MaskCompressKernel": sb.COMPRESS, "FixMetadataKernel": sb.COMPRESS,
+                "Fp8MaskCompressKernel": sb.COMPRESS, "Fp8Mvue24CompressKernel": sb.MVUE,
+                "FixMetadataKernel": sb.COMPRESS,
                 "TransposableMaskKernel": sb.MASKS, "ContiguousGroupKernel": sb.MASKS, "StridedGroupKernel": sb.MASKS}
     for n in names:  # by the kernel's own name, without the namespace (which alone would match)
         assert sb.category(f"void {n}<float>(float const*)") == expected.get(n, sb.COMPRESS), n

@@ -175,13 +175,78 @@ def test_fp8_linear_forward_backward_match_restatement(dtype, transposable):
     dx, dw, db = vjp(g)
     ex, tx = _np_input_grad(g, wm, s_w)
     _assert_gemm_close(dx, ex, tx, w.shape[1], "dx")
-    # weight and bias gradients: the 16-bit path, unchanged by fp8
+    # the weight gradient in fp8 too: q(x)ᵀ·q(∇y) with the forward's s_x and ∇y's own scale
+    ew, tw = _np_weight_grad(x, g)
+    assert dw.dtype == w.dtype
+    _assert_gemm_close(dw, ew, tw, x.shape[0], "dw")
+    # the bias gradient: the 16-bit path, unchanged by fp8
     _, vjp16 = jax.vjp(lambda x, w, b: s24.sparse24_linear(x, w, mask, b), x, w, bias)
     _, dw16, db16 = vjp16(g)
-    np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw16))
     np.testing.assert_array_equal(np.asarray(db), np.asarray(db16))
+    assert not np.array_equal(np.asarray(dw), np.asarray(dw16))  # fp8 changed the weight gradient
     plan = s24.linear_plan(x.shape[0], *w.shape, dtype, transposable=transposable, fp8=True)
     assert plan["forward"] == plan["input_grad"] == "xla (fp8)"  # CPU: XLA's fp8 math
+    assert plan["weight_grad"] == "xla (fp8, exact)"  # auto on a CPU: no MVUE without the sparse kernel
+
+
+def _np_weight_grad(x, g, mvue_sample=None):
+    """q(x)ᵀ·q(∇y) (or q(MVUE(∇y)) with twice ∇y's scale): the exact product and the |terms|."""
+    xn, gn = np.asarray(x.astype(jnp.float32)), np.asarray(g.astype(jnp.float32))
+    s_x, s_g = _np_scale(xn), _np_scale(gn)
+    if mvue_sample is not None:
+        gn, s_g = np.asarray(mvue_sample.astype(jnp.float32)), np.float32(2.0) * s_g
+    return _np_gemm(_np_quantize(xn, s_x).T, _np_quantize(gn, s_g), np.float32(s_x * s_g))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
+    """With a key and backend='reference' the weight gradient is q(x)ᵀ·q(MVUE(∇y)) with the MVUE
+    sample's scale twice ∇y's; its mean over draws is the exact fp8 gradient's up to the
+    quantization (unbiased sample, deterministic rounding). 'auto' on a CPU takes the exact one."""
+    from jax_sparse24._src import reference
+
+    x, w, mask = _layer_case(dtype, t=44)  # T % 4 but not % 32: the padding of the token axis
+    w = w.astype(dtype)
+    g = _rand(7, (x.shape[0], w.shape[1]), dtype, 1e-3)
+    key = jax.random.key(3)
+
+    def dw_of(key, backend):
+        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend=backend), w)
+        return vjp(g)[0]
+
+    dw = jax.jit(dw_of, static_argnums=1)(key, "reference")
+    sample = reference.mvue24(key, g, axis=0)
+    ew, tw = _np_weight_grad(x, g, sample)
+    _assert_gemm_close(dw, ew, tw, x.shape[0], "dw (MVUE)")
+    plan = s24.linear_plan(x.shape[0], *w.shape, dtype, fp8=True, backend="reference")
+    assert plan["weight_grad"] == "xla (fp8, MVUE)"
+    # auto on a CPU: the exact fp8 gradient (the sample pays only through the sparse kernel)
+    exact = jax.jit(dw_of, static_argnums=1)(key, "auto")
+    _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, fp8=True), w)
+    np.testing.assert_array_equal(np.asarray(exact), np.asarray(vjp(g)[0]))
+    # unbiased: the mean of 512 draws approaches the exact fp8 product (within 4 standard errors)
+    keys = jax.random.split(jax.random.key(11), 512)
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: dw_of(k, "reference")))(keys).astype(jnp.float32))
+    se = draws.std(0) / np.sqrt(len(keys)) + 2e-3 * np.abs(np.asarray(exact, np.float32)) + 1e-7
+    z = np.abs(draws.mean(0) - np.asarray(exact, np.float32)) / se
+    assert np.quantile(z, 0.99) < 4.0, np.quantile(z, 0.99)
+    assert draws.std(0).max() > 0  # the draws differ (a test that ignored the key would fail above)
+
+
+def test_mvue_scale_bounds_every_sample():
+    """|MVUE(g)| <= MVUE_SCALE_FACTOR · max|g| (the fp8 sample's scale), reached by equal magnitudes."""
+    from jax_sparse24._src import fp8 as f
+    from jax_sparse24._src import reference
+
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((4096, 64)).astype(np.float32) * rng.choice([1e-3, 1.0, 30.0], (4096, 1))
+    g[:1024] = np.sign(g[:1024]) * 0.75  # groups of four equal magnitudes: each kept value is 2·|g|
+    out = np.asarray(reference.mvue24(jax.random.key(0), jnp.asarray(g), axis=0))
+    assert np.abs(out).max() <= f.MVUE_SCALE_FACTOR * np.abs(g).max() * (1 + 1e-6)
+    np.testing.assert_allclose(np.abs(out[:1024][out[:1024] != 0]), 1.5, rtol=1e-6)
+    s = float(f.mvue_scale(jnp.asarray(g)))
+    assert s == 2 * float(f.current_scale(jnp.asarray(g)))
+    assert float(f.mvue_scale(jnp.zeros((8, 8)))) == 2.0
 
 
 def test_fp8_linear_leading_axes_and_reference_backend_agree():
@@ -238,11 +303,18 @@ def test_sparse24dense_fp8_every_method(method):
     y = model.apply(v, x)
     exact, terms, _ = _np_forward(x.reshape(-1, 32), w_eff)
     _assert_gemm_close(np.asarray(y.reshape(-1, 16) - bias, np.float64), exact, terms + 1e-6, 32, method)
-    # ∇kernel (straight through) is the 16-bit xᵀ·∇y: the same as without fp8 for a loss linear in y
+    # ∇kernel is the fp8 q(x)ᵀ·q(∇y) (∇y = c for this loss), straight through to the kernel (S-STE's
+    # soft threshold: through its scale β as without fp8)
     c = _rand(12, y.shape)
     grad = lambda mdl: jax.grad(lambda p: jnp.sum(mdl.apply({**v, "params": p}, x) * c))(v["params"])  # noqa: E731
     g8, g16 = grad(model), grad(model.clone(fp8=False))
-    np.testing.assert_allclose(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]), rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]))
+    if method == "soft":
+        np.testing.assert_allclose(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]), rtol=0.1,
+                                   atol=0.05 * float(jnp.abs(g16["kernel"]).max()))
+    else:
+        ew, tw = _np_weight_grad(x.reshape(-1, 32), c.reshape(-1, 16))
+        _assert_gemm_close(g8["kernel"], ew, tw, 32, f"{method} dW")
     assert "sparse24_prepared" not in jax.tree.leaves(s24.nn.prepare(model, v, x)) and not s24.nn.prepare(model, v, x)
     if method != "dense":  # the dense phase of a sparse layer is the fp8 dense op
         y_dense = model.apply(v, x, sparse=False)
@@ -347,6 +419,18 @@ def test_fp8_wrappers_shapes_and_checks(fake_ext):
     raises("`meta` must be uint8", cf.cutlass_spmm_fp8, v, jax.ShapeDtypeStruct((128, 2), jnp.int8), b, s, m=96, k=64)
     raises("must be a scalar", cf.cutlass_spmm_fp8, v, m, b, jax.ShapeDtypeStruct((1, 2), jnp.float32), m=96, k=64)
     raises("k % 32 == 0", cs.cutlass_compress, jax.ShapeDtypeStruct((64, 48), jnp.float8_e4m3fn))
+    # the MVUE compressor: A = q(MVUE(g))ᵀ (C, R), groups along g's rows
+    key = jax.random.key(0)
+    v, m = jax.eval_shape(cf.fp8_mvue24_compress, key, x, s)
+    assert (v.shape, v.dtype, m.shape, m.dtype) == ((64, 48), jnp.float8_e4m3fn, (64, 16), jnp.uint8)
+    raises(r"A = g.T needs M % 8 == 0 and K % 32 == 0", cf.fp8_mvue24_compress, key,
+           jax.ShapeDtypeStruct((48, 64), jnp.bfloat16), s)
+    raises("M % 8 == 0", cf.fp8_mvue24_compress, key, jax.ShapeDtypeStruct((64, 44), jnp.bfloat16), s)
+    raises("g must be bfloat16, float16 or float32", cf.fp8_mvue24_compress, key,
+           jax.ShapeDtypeStruct((64, 64), jnp.int8), s)
+    raises("fp8_mvue24_compress: a raw key must be uint32", cf.fp8_mvue24_compress,
+           jax.ShapeDtypeStruct((2,), jnp.int32), x, s)
+    raises("must be a scalar", cf.fp8_mvue24_compress, key, x, jax.ShapeDtypeStruct((2,), jnp.float32))
     # the 16-bit GEMM refuses fp8 operands and says where they go
     raises("cutlass_spmm_fp8", cs.cutlass_spmm, v, m, b, m=96, k=64)
 
@@ -370,6 +454,41 @@ def test_fp8_dispatch_traces_the_kernel_branch_and_runs_the_reference_on_cpu(fak
 
     lowered = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2).lower(x, w, "auto")
     assert sorted((k["m"], k["k"]) for k in calls) == [(32, 64), (64, 32)]  # forward (O, I) and ∇x (I, O)
+    got = lowered.compile()(x, w)
+    want = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2)(x, w, "reference")
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fp8_mvue_weight_grad_traces_the_kernel_branch(fake_ext, monkeypatch):
+    """With a key and the kernels 'available', auto plans the sparse fp8 weight gradient: the MVUE
+    compressor on ∇y padded to 32 tokens and the fp8 GEMM with m = O, k = padded T, b = q(x)ᵀ;
+    a CPU runs the XLA branch of the same op (backend='reference''s numbers, same draws).
+    Unaligned shapes plan the exact fp8 gradient."""
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+    x, w, mask = _layer_case(jnp.bfloat16, t=48, i=64, o=32)
+    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, mvue=True) == "cutlass"
+    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 36, mvue=True) == "exact"  # O % 8
+    assert fp8_gemm.plan_weight_grad("auto", 48, 72, 32, mvue=True) == "exact"  # I % 16
+    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, mvue=False) == "exact"
+    assert fp8_gemm.plan_weight_grad("dense", 48, 64, 32, mvue=True) == "mvue"
+    assert s24.linear_plan(48, 64, 32, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
+    with pytest.raises(RuntimeError, match="n % 16"):
+        fp8_gemm.plan_weight_grad("cutlass", 48, 72, 32, mvue=True)
+    gemm_calls, mvue_calls = [], []
+    real_gemm, real_mvue = cf.cutlass_spmm_fp8, cf.fp8_mvue24_compress
+    monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda *a, **k: gemm_calls.append((a[2].shape, k)) or real_gemm(*a, **k))
+    monkeypatch.setattr(cf, "fp8_mvue24_compress", lambda *a: mvue_calls.append(a[1].shape) or real_mvue(*a))
+    key = jax.random.key(5)
+
+    def loss(x, w, backend):
+        y = s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend=backend)
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    lowered = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2).lower(x, w, "auto")
+    assert mvue_calls == [(64, 32)]  # ∇y (48, 32) padded to 64 tokens
+    wgrad = [(b, k) for b, k in gemm_calls if k["m"] == 32 and k["k"] == 64 and b == (64, 64)]
+    assert len(wgrad) == 1, gemm_calls  # b = q(x)ᵀ (I, padded T)
     got = lowered.compile()(x, w)
     want = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2)(x, w, "reference")
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):

@@ -8,6 +8,9 @@ Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
 * ``fp8_masked_compress`` against CUTLASS's own compressor on float8_e4m3fn applied to the reference
   quantization, ``cutlass_compress(quantize(x ⊙ mask, s))`` — **bit for bit** (values and metadata,
   padding included), outputs written into donated buffers poisoned first (NaN values, 0xFF metadata).
+* ``fp8_mvue24_compress`` against CUTLASS's compressor applied to the reference quantization of the
+  element-wise MVUE kernel's sample, ``cutlass_compress(quantize(mvue24_cuda(key, g, axis=0), s).T)``
+  (same draws) — bit for bit, poisoned outputs.
 * ``cutlass_spmm_fp8`` against a float64 product of the same e4m3 operands times alpha: the kernel's
   errors are its accumulation and the one rounding to bfloat16 (2^-8 relative). Hopper's fp8 tensor
   cores accumulate with fewer bits than float32 between promotions to float32 registers (about 14,
@@ -16,7 +19,9 @@ Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
   tile gives. Checked elementwise plus the relative Frobenius error, every configuration, poisoned
   outputs.
 * ``sparse24_linear(fp8=True)`` on the GPU against the same op lowered to the CPU reference (XLA's fp8
-  math on the CPU device): same quantized operands, so the same elementwise bound.
+  math on the CPU device): same quantized operands, so the same elementwise bound. With an MVUE key
+  the GPU's sparse fp8 weight gradient against ``backend="dense"`` on the GPU (the same draws through
+  XLA's fp8 dot), the same bound.
 """
 
 from __future__ import annotations
@@ -164,6 +169,23 @@ def test_fp8_compress_then_gemm_round_trip():
     np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)), np.asarray(want), err_msg=f"seed={seed}")
 
 
+@pytest.mark.parametrize("dtype", IN_DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_fp8_mvue24_compress_bit_exact(shape, dtype):
+    rng, seed = _rng()
+    g = _x(rng, shape, dtype)
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    sample = jax.jit(functools.partial(cm.mvue24_cuda, axis=0))(key, g)  # the element-wise kernel's draws
+    for s in (f8.mvue_scale(g), jnp.float32(rng.uniform(1e-3, 0.3)), jnp.float32(1.0)):
+        ref = jax.jit(cs.cutlass_compress)(jax.jit(f8.quantize)(sample, s).T)
+        got = poisoned(cf.fp8_mvue24_compress)(key, g, s)
+        assert_same_fp8_compressed(got, ref, f"seed={seed} shape={shape} {jnp.dtype(dtype).name} s={float(s)}")
+    # the sample's scale covers it: nothing saturates at 448 except a value of exactly 2·max|g|
+    q = np.abs(np.asarray(f8.quantize(sample, f8.mvue_scale(g)).astype(jnp.float32)))
+    big = np.abs(np.asarray(sample, np.float32)) >= 0.999 * 2 * float(jnp.max(jnp.abs(g.astype(jnp.float32))))
+    assert not ((q == 448) & ~big).any(), f"seed={seed}"
+
+
 # --- the layer on the GPU vs the same op on the CPU -------------------------------------------------
 
 
@@ -194,16 +216,54 @@ def test_sparse24_linear_fp8_gpu_matches_cpu_reference(tio, transposable):
         np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)) * s_x * s_w
     terms_dx = np.abs(np.asarray(f8.quantize(g, s_g).astype(jnp.float32), np.float64)) @ np.abs(
         np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)).T * s_g * s_w
-    for got, ref, terms, k, name in ((y, yc, terms_y, i, "y"), (dx, dxc, terms_dx, o, "dx")):
-        got = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
-        ref = np.asarray(jnp.asarray(ref).astype(jnp.float32), np.float64)
-        # both are one bf16 rounding of the same exact value: 2 bf16 ulps + both accumulations
-        tol = 2.0**-7 * np.abs(ref) + (ACC_REL + (k + 2) * 2.0**-24) * terms + 1e-30
-        bad = np.abs(got - ref) > tol
-        assert not bad.any(), f"seed={seed} {name}: {bad.sum()} of {bad.size} elements off"
-    # the weight gradient is the 16-bit GEMM (cuBLAS vs CPU): bf16 tolerance
-    np.testing.assert_allclose(np.asarray(dw, np.float32), np.asarray(dwc, np.float32), rtol=2e-2,
-                               atol=2e-2 * float(jnp.max(jnp.abs(dwc.astype(jnp.float32)))), err_msg=f"seed={seed}")
+    terms_dw = _terms(x, s_x, g, s_g)
+    for got, ref, terms, k, name in ((y, yc, terms_y, i, "y"), (dx, dxc, terms_dx, o, "dx"), (dw, dwc, terms_dw, t, "dw")):
+        _assert_same_product(got, ref, terms, k, f"seed={seed} {name}")
+    assert plan["weight_grad"] == "xla (fp8, exact)", plan  # no key: XLA's fp8 dot
+
+
+def _terms(x, s_x, g, s_g):
+    """|q(x)|ᵀ·|q(g)|·s_x·s_g in float64: the scale of the weight gradient's accumulation error."""
+    qx = np.abs(np.asarray(f8.quantize(x, s_x).astype(jnp.float32), np.float64))
+    qg = np.abs(np.asarray(f8.quantize(g, s_g).astype(jnp.float32), np.float64))
+    return qx.T @ qg * float(s_x) * float(s_g)
+
+
+def _assert_same_product(got, ref, terms, k, what):
+    """Two bf16 roundings of the same exact fp8 product: 2 bf16 ulps + both accumulations."""
+    got = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
+    ref = np.asarray(jnp.asarray(ref).astype(jnp.float32), np.float64)
+    tol = 2.0**-7 * np.abs(ref) + (ACC_REL + (k + 2) * 2.0**-24) * terms + 1e-30
+    bad = np.abs(got - ref) > tol
+    assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} elements off"
+
+
+@pytest.mark.parametrize("tio", [(256, 512, 384), (272, 160, 96)], ids=["aligned", "padded-tokens"])
+def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio):
+    """With a key, auto runs the fused MVUE compressor + sparse fp8 GEMM (T padded to 32); the same
+    sample through XLA's fp8 dot (backend='dense' on the GPU: same draws) gives the same product."""
+    t, i, o = tio
+    rng, seed = _rng()
+    w = jnp.asarray(rng.standard_normal((i, o)).astype(np.float32) * 0.05)
+    mask = s24.transposable_mask24(w)
+    x = jnp.asarray(rng.standard_normal((t, i)).astype(np.float32)).astype(jnp.bfloat16)
+    g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(jnp.bfloat16)
+    w = w.astype(jnp.bfloat16)
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    assert s24.linear_plan(t, i, o, jnp.bfloat16, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
+
+    def dw_of(x, w, g, backend):
+        _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend=backend), w)
+        return vjp(g)[0]
+
+    x, w, g = jax.device_put((x, w, g), gpu())
+    got = jax.jit(dw_of, static_argnums=3)(x, w, g, "auto")
+    ref = jax.jit(dw_of, static_argnums=3)(x, w, g, "dense")
+    sample = cm.mvue24_cuda(key, g, axis=0)
+    _assert_same_product(got, ref, _terms(x, f8.current_scale(x), sample, f8.mvue_scale(g)), t, f"seed={seed} dw")
+    # and it is an MVUE gradient, not the exact one (a path that ignored the key would fail here)
+    _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, fp8=True), w)
+    assert not np.array_equal(np.asarray(got), np.asarray(vjp(g)[0]))
 
 
 def test_fp8_kernel_errors_name_the_constraint():

@@ -4,11 +4,17 @@
 //
 //   Sparse24Fp8MaskCompress: x (R, C), mask (R, C) bool, scale () f32 -> values (M, K/2) e4m3, meta u8
 //                            attr transposed: A = x^T (M = C, K = R) if true, else A = x (M = R, K = C).
+//   Sparse24Fp8Mvue24Compress: key (n,) u32, g (R, C), scale () f32 -> values (M, K/2) e4m3, meta u8 of
+//                            A = q(MVUE(g))^T (M = C, K = R): the unbiased MVUE 2:4 sample of g with its
+//                            groups of 4 along g's rows (the token axis of dy), drawn with the element-wise
+//                            MVUE kernel's Philox stream and group numbering (mvue_rng.cuh), each kept
+//                            value rounded to g's dtype (as that kernel writes it), then quantized.
 //
 // Math (the reference is jax_sparse24/_src/fp8.py): q = e4m3(saturate(x * (1 / scale))) where mask is
 // set, else 0, rounded to nearest even; 1 / scale is the correctly rounded float32 reciprocal. The
 // output equals CUTLASS's compressor (+ the all-zero-group fix-up, spmm_cutlass.cu) applied to the
-// dense quantized A: the GPU tests check it bit for bit.
+// dense quantized A: the GPU tests check it bit for bit. The MVUE one equals
+// Sparse24Fp8MaskCompress(Sparse24Mvue24(key, g, axis 0), all-true mask, scale, transposed) bit for bit.
 //
 // Layout of the fp8 operand (Sm90GemmSparseConfig with 8-bit A, tile K >= 128; checked against CuTe's
 // fill_layoutE): values row-major (M, K/2), the two kept bytes of each group of 4 in order; metadata
@@ -21,7 +27,10 @@
 // elements with 16-byte loads and compresses them from registers. Transposed (A = x^T): the tile of x
 // (128 rows x 64 columns) is loaded row-wise (16-byte loads along x's rows), quantized, and staged as
 // bytes in shared memory (row pitch 65 bytes: the column reads of the second phase hit distinct banks).
-// Command-buffer compatible: no allocation, no synchronisation; the scale is read on the device.
+// MVUE (transposed only): the first phase instead draws the tile's 32 x 64 groups (thread: 4 rows x 8
+// columns, 8 groups, one Philox call) and stages their quantized dense result; the second phase is
+// the same.
+// Command-buffer compatible: no allocation, no synchronisation; the scale and key are read on the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -32,6 +41,7 @@
 
 #include "compress_layout.h"
 #include "ffi_common.h"
+#include "mvue_rng.cuh"
 #include "spmm_cutlass.h"
 
 namespace jax_sparse24 {
@@ -125,6 +135,32 @@ __device__ __forceinline__ int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al
   return (k >> 7) * m_al * 16 + m * 16 + ((k & 127) >> 3);
 }
 
+// Phase 2 of the transposed kernels: the staged tile (128 k-rows x 64 m-columns of quantized bytes)
+// -> values and metadata of A's rows m0 .. m0+63, columns k0 .. k0+127. Thread t: chunk c = t & 15
+// (8 k), rows (t >> 4) + 16 pass.
+__device__ __forceinline__ void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k0,
+                                                uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
+                                                int64_t K, int64_t m_al) {
+  const int c = t & 15, r = t >> 4;
+#pragma unroll
+  for (int pass = 0; pass < 4; ++pass) {
+    const int lm = pass * 16 + r;
+    const int64_t m = m0 + lm;
+    const int64_t k = k0 + 8 * c;
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      lo |= uint32_t(staged[(8 * c + e) * kPitch + lm]) << (8 * e);
+      hi |= uint32_t(staged[(8 * c + 4 + e) * kPitch + lm]) << (8 * e);
+    }
+    uint32_t vals;
+    uint8_t mbyte;
+    CompressChunk(lo, hi, &vals, &mbyte);
+    if (m < m_al) meta[MetaOffset(m, k, m_al)] = mbyte;  // padding rows / columns too
+    if (m < M && k < K) *reinterpret_cast<uint32_t*>(values + m * (K / 2) + k / 2) = vals;
+  }
+}
+
 template <typename T, bool TRANS>
 __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __restrict__ x,
                                                                   const bool* __restrict__ mask,
@@ -137,8 +173,6 @@ __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __res
   const int64_t m0 = int64_t(blockIdx.x) * kTileM;
   const int64_t k0 = int64_t(blockIdx.y) * kTileK;
   const int t = threadIdx.x;
-  const int c = t & 15;  // chunk of 8 along k
-  const int r = t >> 4;  // row within a pass of 16 rows
 
   if constexpr (TRANS) {
     // x rows k0 .. k0+127, columns m0 .. m0+63: 8 chunks of 8 columns per row, 1024 chunks.
@@ -167,37 +201,95 @@ __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __res
       for (int e = 0; e < 8; ++e) staged[row * kPitch + col + e] = keep[e] ? Quantize(v[e], inv) : uint8_t(0);
     }
     __syncthreads();
-  }
-
+    StoreStagedTile(staged, t, m0, k0, values, meta, M, K, m_al);
+  } else {
+    const int c = t & 15;  // chunk of 8 along k
+    const int r = t >> 4;  // row within a pass of 16 rows
 #pragma unroll
-  for (int pass = 0; pass < 4; ++pass) {
-    const int lm = pass * 16 + r;
-    const int64_t m = m0 + lm;
-    const int64_t k = k0 + 8 * c;
-    uint32_t lo = 0, hi = 0;
-    if constexpr (TRANS) {
+    for (int pass = 0; pass < 4; ++pass) {
+      const int64_t m = m0 + pass * 16 + r;
+      const int64_t k = k0 + 8 * c;
+      uint32_t lo = 0, hi = 0;
+      if (m < M && k < K) {  // K % 32 == 0: a chunk is entirely inside or outside
+        float v[8];
+        Load8<T>::Run(x + m * C + k, v);
+        const uint2 mk = *reinterpret_cast<const uint2*>(mask + m * C + k);
+        const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mk);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo |= uint32_t(staged[(8 * c + e) * kPitch + lm]) << (8 * e);
-        hi |= uint32_t(staged[(8 * c + 4 + e) * kPitch + lm]) << (8 * e);
+        for (int e = 0; e < 4; ++e) {
+          lo |= uint32_t(mb[e] ? Quantize(v[e], inv) : 0) << (8 * e);
+          hi |= uint32_t(mb[4 + e] ? Quantize(v[4 + e], inv) : 0) << (8 * e);
+        }
       }
-    } else if (m < M && k < K) {  // K % 32 == 0: a chunk is entirely inside or outside
-      float v[8];
-      Load8<T>::Run(x + m * C + k, v);
-      const uint2 mk = *reinterpret_cast<const uint2*>(mask + m * C + k);
-      const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mk);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo |= uint32_t(mb[e] ? Quantize(v[e], inv) : 0) << (8 * e);
-        hi |= uint32_t(mb[4 + e] ? Quantize(v[4 + e], inv) : 0) << (8 * e);
-      }
+      uint32_t vals;
+      uint8_t mbyte;
+      CompressChunk(lo, hi, &vals, &mbyte);
+      if (m < m_al) meta[MetaOffset(m, k, m_al)] = mbyte;  // padding rows / columns too
+      if (m < M && k < K) *reinterpret_cast<uint32_t*>(values + m * (K / 2) + k / 2) = vals;
     }
-    uint32_t vals;
-    uint8_t mbyte;
-    CompressChunk(lo, hi, &vals, &mbyte);
-    if (m < m_al) meta[MetaOffset(m, k, m_al)] = mbyte;  // padding rows / columns too
-    if (m < M && k < K) *reinterpret_cast<uint32_t*>(values + m * (K / 2) + k / 2) = vals;
   }
+}
+
+// float -> T -> float: the rounding of the element-wise MVUE kernel's output to g's dtype.
+template <typename T>
+__device__ __forceinline__ float RoundTo(float v);
+template <>
+__device__ __forceinline__ float RoundTo<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+template <>
+__device__ __forceinline__ float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
+
+// A = q(MVUE(g))^T, g (R, C) = (K, M): groups of 4 along g's rows; group (row group gr, column c) has
+// index gr * C + c in the Philox stream (the element-wise kernel's numbering along axis 0).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) Fp8Mvue24CompressKernel(const uint32_t* __restrict__ key, int nkw,
+                                                                    const T* __restrict__ g,
+                                                                    const float* __restrict__ scale, int64_t R,
+                                                                    int64_t C, uint8_t* __restrict__ values,
+                                                                    uint8_t* __restrict__ meta, int64_t M, int64_t K,
+                                                                    int64_t m_al) {
+  namespace mk = mask_kernels;
+  __shared__ uint8_t staged[kTileK * kPitch];
+  const float inv = 1.0f / __ldg(scale);
+  const mk::KeyWords kw = mk::MakeKey(__ldg(key), nkw > 1 ? __ldg(key + 1) : 0u, nkw > 2 ? __ldg(key + 2) : 0u,
+                                      nkw > 3 ? __ldg(key + 3) : 0u);
+  const int64_t m0 = int64_t(blockIdx.x) * kTileM;
+  const int64_t k0 = int64_t(blockIdx.y) * kTileK;
+  const int t = threadIdx.x;
+  const int rg = t >> 3;         // row group 0..31 of the tile: g rows k0 + 4 rg .. + 3
+  const int col = (t & 7) * 8;   // columns m0 + col .. + 7
+  const int64_t gr = k0 + 4 * rg, gc = m0 + col;
+  uint8_t q[4][8];
+  if (gr < R && gc < C) {  // R % 4 == 0, C % 8 == 0: the 4 x 8 patch is all in or all out
+    float v[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) Load8<T>::Run(g + (gr + i) * C + gc, v[i]);
+    uint32_t bits[8];
+    mk::GroupBitsRun<8>(kw, (gr / 4) * C + gc, bits);  // gc % 8 == 0: one Philox octet
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float grp[4] = {v[0][e], v[1][e], v[2][e], v[3][e]};
+      const mk::Mvue24Kept2 kept = mk::Mvue24Pick(grp, bits[e]);
+      const int lo = kept.lo(), hi = kept.hi();
+      const uint8_t q_lo = Quantize(RoundTo<T>(kept.v_lo), inv), q_hi = Quantize(RoundTo<T>(kept.v_hi), inv);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i][e] = i == lo ? q_lo : (i == hi ? q_hi : uint8_t(0));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[i][e] = 0;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) staged[(4 * rg + i) * kPitch + col + e] = q[i][e];
+  }
+  __syncthreads();
+  StoreStagedTile(staged, t, m0, k0, values, meta, M, K, m_al);
 }
 
 const char* Name(ffi::DataType t) {
@@ -205,17 +297,79 @@ const char* Name(ffi::DataType t) {
   return DataTypeName(t);
 }
 
+// The checked operand of one fp8 compressor call: x (R, C), A = x^T or x, the kernel's grid.
+struct Operand {
+  int64_t R = 0, C = 0, M = 0, K = 0, m_al = 0, k_al = 0;
+  const float* scale = nullptr;
+  uint8_t* values = nullptr;
+  uint8_t* meta = nullptr;
+  dim3 grid() const { return dim3(static_cast<unsigned>(m_al / kTileM), static_cast<unsigned>(k_al / kTileK)); }
+};
+
+// Checks shared by both compressors (dtypes, shapes, CUTLASS's fp8 layout, grid, alignment).
+ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
+                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed, Operand* out) {
+  const ffi::DataType xt = x.element_type();
+  if (xt != ffi::DataType::BF16 && xt != ffi::DataType::F16 && xt != ffi::DataType::F32) {
+    return InvalidArgument(op + ": x must be bfloat16, float16 or float32, got " + Name(xt));
+  }
+  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1) {
+    return InvalidArgument(op + ": scale must be one float32, got " + Name(scale.element_type()) + " of shape " +
+                           DimsString(scale.dimensions()));
+  }
+  if (values.element_type() != ffi::DataType::F8E4M3FN || meta.element_type() != ffi::DataType::U8) {
+    return InvalidArgument(op + ": values must be float8_e4m3fn and meta uint8, got " + Name(values.element_type()) +
+                           " and " + Name(meta.element_type()));
+  }
+  const auto dims = x.dimensions();
+  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D, got shape " + DimsString(dims));
+  Operand o;
+  o.R = dims[0];
+  o.C = dims[1];
+  o.M = transposed ? o.C : o.R;
+  o.K = transposed ? o.R : o.C;
+  CompressedShapes s;
+  std::string error;
+  if (!CutlassCompressedShapes(o.M, o.K, 2, &s, &error)) return InvalidArgument(op + ": " + error);
+  if (!Is2D(values.dimensions(), s.values_rows, s.values_cols)) {
+    return InvalidArgument(op + ": values must have shape " + Shape2(s.values_rows, s.values_cols) + ", got " +
+                           DimsString(values.dimensions()));
+  }
+  if (!Is2D(meta.dimensions(), s.meta_rows, s.meta_cols)) {
+    return InvalidArgument(op + ": meta must have shape " + Shape2(s.meta_rows, s.meta_cols) + ", got " +
+                           DimsString(meta.dimensions()));
+  }
+  // The kernels' closed-form layout: values exactly (M, K/2), metadata (round_up(M, 64), round_up(K, 128) / 8).
+  o.m_al = (o.M + kTileM - 1) / kTileM * kTileM;
+  o.k_al = (o.K + kTileK - 1) / kTileK * kTileK;
+  if (s.values_rows != o.M || s.values_cols != o.K / 2 || s.meta_rows != o.m_al || s.meta_cols != o.k_al / 8) {
+    return Internal(op + ": CUTLASS's fp8 compressed shapes differ from the kernel's layout");
+  }
+  if (o.m_al / kTileM > 0x7FFFFFFF || o.k_al / kTileK > 65535) {
+    return InvalidArgument(op + ": operand too large for the kernel's grid: M=" + std::to_string(o.M) +
+                           " K=" + std::to_string(o.K));
+  }
+  const uintptr_t align = reinterpret_cast<uintptr_t>(x.untyped_data()) |
+                          reinterpret_cast<uintptr_t>(values.untyped_data()) |
+                          reinterpret_cast<uintptr_t>(meta.untyped_data());
+  if (align & 15u) return InvalidArgument(op + ": buffers must be 16-byte aligned");
+  // 16-byte row loads: rows of x must keep 16-byte alignment (C % 8 elements; 8-byte mask loads).
+  if (o.C % 8) return InvalidArgument(op + ": x's last axis must be a multiple of 8, got " + std::to_string(o.C));
+  o.scale = static_cast<const float*>(scale.untyped_data());
+  o.values = static_cast<uint8_t*>(values.untyped_data());
+  o.meta = static_cast<uint8_t*>(meta.untyped_data());
+  *out = o;
+  return ffi::Error::Success();
+}
+
 template <typename T>
-ffi::Error Launch(cudaStream_t stream, bool transposed, const void* x, const bool* mask, const float* scale,
-                  int64_t R, int64_t C, uint8_t* values, uint8_t* meta, int64_t M, int64_t K, int64_t m_al,
-                  int64_t k_al) {
-  const dim3 grid(static_cast<unsigned>(m_al / kTileM), static_cast<unsigned>(k_al / kTileK));
+ffi::Error LaunchMask(cudaStream_t stream, bool transposed, const void* x, const bool* mask, const Operand& o) {
   if (transposed) {
-    Fp8MaskCompressKernel<T, true><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), mask, scale, R, C, values,
-                                                                   meta, M, K, m_al);
+    Fp8MaskCompressKernel<T, true><<<o.grid(), kThreads, 0, stream>>>(static_cast<const T*>(x), mask, o.scale, o.R,
+                                                                       o.C, o.values, o.meta, o.M, o.K, o.m_al);
   } else {
-    Fp8MaskCompressKernel<T, false><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), mask, scale, R, C,
-                                                                    values, meta, M, K, m_al);
+    Fp8MaskCompressKernel<T, false><<<o.grid(), kThreads, 0, stream>>>(static_cast<const T*>(x), mask, o.scale, o.R,
+                                                                        o.C, o.values, o.meta, o.M, o.K, o.m_al);
   }
   SP24_CHECK_LAUNCH("Fp8MaskCompressKernel");
   return ffi::Error::Success();
@@ -224,66 +378,51 @@ ffi::Error Launch(cudaStream_t stream, bool transposed, const void* x, const boo
 ffi::Error Fp8MaskCompressImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::AnyBuffer scale,
                                ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, bool transposed) {
   const std::string op = "fp8_masked_compress";
-  const ffi::DataType xt = x.element_type();
-  if (xt != ffi::DataType::BF16 && xt != ffi::DataType::F16 && xt != ffi::DataType::F32) {
-    return InvalidArgument(op + ": x must be bfloat16, float16 or float32, got " + Name(xt));
-  }
   if (mask.element_type() != ffi::DataType::PRED) {
     return InvalidArgument(op + ": mask must be bool, got " + Name(mask.element_type()));
   }
-  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1) {
-    return InvalidArgument(op + ": scale must be one float32, got " + Name(scale.element_type()) + " of shape " +
-                           DimsString(scale.dimensions()));
-  }
-  if (values->element_type() != ffi::DataType::F8E4M3FN || meta->element_type() != ffi::DataType::U8) {
-    return InvalidArgument(op + ": values must be float8_e4m3fn and meta uint8, got " +
-                           Name(values->element_type()) + " and " + Name(meta->element_type()));
-  }
-  const auto dims = x.dimensions();
-  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D, got shape " + DimsString(dims));
-  const auto mdims = mask.dimensions();
-  if (mdims.size() != 2 || mdims[0] != dims[0] || mdims[1] != dims[1]) {
+  const auto dims = x.dimensions(), mdims = mask.dimensions();
+  if (mdims.size() != dims.size() || (dims.size() == 2 && (mdims[0] != dims[0] || mdims[1] != dims[1]))) {
     return InvalidArgument(op + ": mask must have x's shape " + DimsString(dims) + ", got " + DimsString(mdims));
   }
-  const int64_t R = dims[0], C = dims[1];
-  const int64_t M = transposed ? C : R, K = transposed ? R : C;
-  CompressedShapes s;
-  std::string error;
-  if (!CutlassCompressedShapes(M, K, 2, &s, &error)) return InvalidArgument(op + ": " + error);
-  if (!Is2D(values->dimensions(), s.values_rows, s.values_cols)) {
-    return InvalidArgument(op + ": values must have shape " + Shape2(s.values_rows, s.values_cols) + ", got " +
-                           DimsString(values->dimensions()));
+  if (reinterpret_cast<uintptr_t>(mask.untyped_data()) & 15u) {
+    return InvalidArgument(op + ": buffers must be 16-byte aligned");
   }
-  if (!Is2D(meta->dimensions(), s.meta_rows, s.meta_cols)) {
-    return InvalidArgument(op + ": meta must have shape " + Shape2(s.meta_rows, s.meta_cols) + ", got " +
-                           DimsString(meta->dimensions()));
-  }
-  // The kernel's closed-form layout: values exactly (M, K/2), metadata (round_up(M, 64), round_up(K, 128) / 8).
-  const int64_t m_al = (M + kTileM - 1) / kTileM * kTileM, k_al = (K + kTileK - 1) / kTileK * kTileK;
-  if (s.values_rows != M || s.values_cols != K / 2 || s.meta_rows != m_al || s.meta_cols != k_al / 8) {
-    return Internal(op + ": CUTLASS's fp8 compressed shapes differ from the kernel's layout");
-  }
-  if (m_al / kTileM > 0x7FFFFFFF || k_al / kTileK > 65535) {
-    return InvalidArgument(op + ": operand too large for the kernel's grid: M=" + std::to_string(M) +
-                           " K=" + std::to_string(K));
-  }
-  const uintptr_t align = reinterpret_cast<uintptr_t>(x.untyped_data()) | reinterpret_cast<uintptr_t>(mask.untyped_data()) |
-                          reinterpret_cast<uintptr_t>(values->untyped_data()) |
-                          reinterpret_cast<uintptr_t>(meta->untyped_data());
-  if (align & 15u) return InvalidArgument(op + ": buffers must be 16-byte aligned");
-  // 16-byte row loads: rows of x must keep 16-byte alignment (C % 8 elements; 8-byte mask loads).
-  if (C % 8) return InvalidArgument(op + ": x's last axis must be a multiple of 8, got " + std::to_string(C));
+  Operand o;
+  if (ffi::Error e = CheckOperand(op, x, scale, *values, *meta, transposed, &o); e.failure()) return e;
   const bool* mp = static_cast<const bool*>(mask.untyped_data());
-  const float* sp = static_cast<const float*>(scale.untyped_data());
-  uint8_t* vp = static_cast<uint8_t*>(values->untyped_data());
-  uint8_t* meta_p = static_cast<uint8_t*>(meta->untyped_data());
-  if (xt == ffi::DataType::BF16) {
-    return Launch<__nv_bfloat16>(stream, transposed, x.untyped_data(), mp, sp, R, C, vp, meta_p, M, K, m_al, k_al);
+  switch (x.element_type()) {
+    case ffi::DataType::BF16: return LaunchMask<__nv_bfloat16>(stream, transposed, x.untyped_data(), mp, o);
+    case ffi::DataType::F16: return LaunchMask<__half>(stream, transposed, x.untyped_data(), mp, o);
+    default: return LaunchMask<float>(stream, transposed, x.untyped_data(), mp, o);
   }
-  if (xt == ffi::DataType::F16) {
-    return Launch<__half>(stream, transposed, x.untyped_data(), mp, sp, R, C, vp, meta_p, M, K, m_al, k_al);
+}
+
+template <typename T>
+ffi::Error LaunchMvue(cudaStream_t stream, const uint32_t* key, int nkw, const void* g, const Operand& o) {
+  Fp8Mvue24CompressKernel<T><<<o.grid(), kThreads, 0, stream>>>(key, nkw, static_cast<const T*>(g), o.scale, o.R, o.C,
+                                                                 o.values, o.meta, o.M, o.K, o.m_al);
+  SP24_CHECK_LAUNCH("Fp8Mvue24CompressKernel");
+  return ffi::Error::Success();
+}
+
+ffi::Error Fp8Mvue24CompressImpl(cudaStream_t stream, ffi::AnyBuffer key, ffi::AnyBuffer g, ffi::AnyBuffer scale,
+                                 ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta) {
+  const std::string op = "fp8_mvue24_compress";
+  const auto kd = key.dimensions();
+  if (key.element_type() != ffi::DataType::U32 || kd.size() != 1 || kd[0] < 1 || kd[0] > 4) {
+    return InvalidArgument(op + ": key must be uint32 key data of shape (n,), 1 <= n <= 4, got " +
+                           Name(key.element_type()) + " of shape " + DimsString(kd));
   }
-  return Launch<float>(stream, transposed, x.untyped_data(), mp, sp, R, C, vp, meta_p, M, K, m_al, k_al);
+  Operand o;
+  if (ffi::Error e = CheckOperand(op, g, scale, *values, *meta, /*transposed=*/true, &o); e.failure()) return e;
+  const uint32_t* kp = static_cast<const uint32_t*>(key.untyped_data());
+  const int nkw = static_cast<int>(kd[0]);
+  switch (g.element_type()) {
+    case ffi::DataType::BF16: return LaunchMvue<__nv_bfloat16>(stream, kp, nkw, g.untyped_data(), o);
+    case ffi::DataType::F16: return LaunchMvue<__half>(stream, kp, nkw, g.untyped_data(), o);
+    default: return LaunchMvue<float>(stream, kp, nkw, g.untyped_data(), o);
+  }
 }
 
 }  // namespace
@@ -299,4 +438,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8MaskCompress, jax_sparse24::fp8::Fp8Mas
                                   .Ret<::xla::ffi::AnyBuffer>()  // values (M, K/2) e4m3
                                   .Ret<::xla::ffi::AnyBuffer>()  // meta
                                   .Attr<bool>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// key (n,) uint32, g (R, C), scale () f32 -> values (C, R/2) e4m3, meta of q(MVUE(g))^T.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8Mvue24Compress, jax_sparse24::fp8::Fp8Mvue24CompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // key (n,) u32
+                                  .Arg<::xla::ffi::AnyBuffer>()  // g (R, C)
+                                  .Arg<::xla::ffi::AnyBuffer>()  // scale () f32
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values (C, R/2) e4m3
+                                  .Ret<::xla::ffi::AnyBuffer>(),  // meta
                               {::xla::ffi::Traits::kCmdBufferCompatible});

@@ -8,11 +8,16 @@ Math: :mod:`jax_sparse24._src.fp8` (the single definition). Formulation as for t
 
 with float32 accumulation and a bfloat16 ``d``. For a layer ``y = x·W̃`` the forward is
 ``A = q(W̃)ᵀ`` (M = O, K = I), ``b = q(x)``, ``alpha = s_x·s_w``; the input gradient
-``A = q(W̃)`` (M = I, K = O; needs a transposable mask), ``b = q(∇y)``, ``alpha = s_g·s_w``.
+``A = q(W̃)`` (M = I, K = O; needs a transposable mask), ``b = q(∇y)``, ``alpha = s_g·s_w``; the weight
+gradient ``A = q(MVUE(∇y))ᵀ`` (M = O, K = T), ``b = q(x)ᵀ`` (N = I: x transposed by XLA), ``alpha = s_m·s_x``.
 
 * :func:`fp8_masked_compress` — ``quantize(x ⊙ mask, s)`` compressed into CUTLASS's SM90 fp8 layout
   in one pass over ``x`` and ``mask`` (bit-identical to ``cutlass_compress(quantize(x⊙mask, s))``,
   CUTLASS's own compressor on float8_e4m3fn: the oracle of the GPU tests);
+* :func:`fp8_mvue24_compress` — ``quantize(MVUE(g), s)`` of an output gradient ``g (T, O)`` compressed as
+  the weight-gradient GEMM's A operand ``q(MVUE(g))ᵀ`` (groups along the token axis) in one pass, with
+  the element-wise MVUE kernel's draws (bit-identical to
+  ``fp8_masked_compress(mvue24_cuda(key, g, axis=0), ones, s, transposed=True)``);
 * :func:`cutlass_spmm_fp8` — the sparse fp8 GEMM.
 
 Every argument is checked at trace time and a violation raises ``ValueError`` naming the
@@ -42,11 +47,13 @@ __all__ = [
     "fp8_compress_supports",
     "fp8_gemm_supports",
     "fp8_masked_compress",
+    "fp8_mvue24_compress",
     "cutlass_spmm_fp8",
 ]
 
 _T_COMPRESS = "jax_sparse24_fp8_masked_compress"
 _T_SPMM = "jax_sparse24_cutlass_spmm_fp8"
+_T_MVUE = "jax_sparse24_fp8_mvue24_compress"
 #: dtypes :func:`fp8_masked_compress` quantizes from.
 INPUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 #: The compressor's own shape rule (also the GEMM's m and k alignment).
@@ -90,16 +97,16 @@ def _operand_mk(shape, transposed: bool) -> tuple[int, int]:
     return (c, r) if transposed else (r, c)
 
 
-def _compress_reason(shape, dtype, transposed: bool) -> str | None:
+def _compress_reason(shape, dtype, transposed: bool, name: str = "x") -> str | None:
     if len(shape) != 2:
-        return f"x must be 2-D (rows, cols), got shape {tuple(shape)}"
+        return f"{name} must be 2-D (rows, cols), got shape {tuple(shape)}"
     if jnp.dtype(dtype) not in INPUT_DTYPES:
-        return f"x must be bfloat16, float16 or float32, got {jnp.dtype(dtype)}"
+        return f"{name} must be bfloat16, float16 or float32, got {jnp.dtype(dtype)}"
     m, k = _operand_mk(shape, transposed)
-    a = "x.T" if transposed else "x"
+    a = f"{name}.T" if transposed else name
     if m <= 0 or k <= 0 or m % _COMPRESS_M or k % _COMPRESS_K:
         return (f"the fp8 operand A = {a} needs M % {_COMPRESS_M} == 0 and K % {_COMPRESS_K} == 0 (M, K > 0), "
-                f"got M={m}, K={k} (x of shape {tuple(shape)}, transposed={bool(transposed)})")
+                f"got M={m}, K={k} ({name} of shape {tuple(shape)}, transposed={bool(transposed)})")
     return None
 
 
@@ -173,6 +180,46 @@ def fp8_masked_compress(x, mask, scale, *, transposed: bool = False):
         raise ValueError(f"{op}: {e} (is the extension built with the fp8 kernels?)") from None
     out_types = (jax.ShapeDtypeStruct(values_shape, FP8_DTYPE), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
     values, meta = _ffi.ffi_call(_T_COMPRESS, out_types, x, mask, scale, transposed=np.bool_(bool(transposed)))
+    return values, meta
+
+
+def fp8_mvue24_compress(key, g, scale):
+    """``quantize(MVUE(g), scale)`` compressed as ``A = q(MVUE(g))ᵀ`` (M = C, K = R), in one pass over ``g``.
+
+    The unbiased MVUE 2:4 sample of ``g`` with its groups of 4 along ``g``'s rows (the token axis of
+    an output gradient ``∇y (T, O)``), drawn with the same Philox stream and group numbering as
+    ``mvue24_cuda(key, g, axis=0)``; each kept value is rounded to ``g``'s dtype (as that op writes
+    it) and then quantized: the result is bit-identical to
+    ``fp8_masked_compress(mvue24_cuda(key, g, axis=0), ones, scale, transposed=True)``.
+
+    Args:
+      key: a single PRNG key (typed or raw uint32 key data).
+      g: (R, C) bfloat16, float16 or float32; R % 32 == 0 and C % 8 == 0.
+      scale: float32 scalar (array, read on the device). The sample's values reach up to twice
+        ``max |g|`` (:data:`jax_sparse24._src.fp8.MVUE_SCALE_FACTOR`); larger ones saturate at ±448.
+
+    Returns:
+      ``(values, meta)``: values (C, R/2) float8_e4m3fn, meta uint8 of :func:`fp8_compressed_shapes` (C, R).
+    """
+    from jax_sparse24._src import cuda_mask_ops
+
+    op = "fp8_mvue24_compress"
+    shape, dtype = tuple(int(s) for s in np.shape(g)), jnp.result_type(g)
+    reason = _compress_reason(shape, dtype, True, "g")
+    if reason is not None:
+        raise ValueError(f"{op}: {reason}")
+    try:
+        words = cuda_mask_ops._key_words(key)
+    except ValueError as e:
+        raise ValueError(str(e).replace("mvue24_cuda", op)) from None
+    scale = check_scale(scale, op)
+    m, k = _operand_mk(shape, True)
+    try:
+        values_shape, meta_shape = fp8_compressed_shapes(m, k)
+    except ValueError as e:
+        raise ValueError(f"{op}: {e} (is the extension built with the fp8 kernels?)") from None
+    out_types = (jax.ShapeDtypeStruct(values_shape, FP8_DTYPE), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
+    values, meta = _ffi.ffi_call(_T_MVUE, out_types, words, jnp.asarray(g), scale)
     return values, meta
 
 

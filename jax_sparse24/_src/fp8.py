@@ -23,8 +23,12 @@ The fp8 2:4 linear layer (``sparse24_linear(..., fp8=True)``, :mod:`jax_sparse24
 * forward ``y = scaled_matmul(q(x, s_x), q(W̃, s_w), s_x·s_w)``;
 * input gradient ``∇x = scaled_matmul(q(∇y, s_g), q(W̃, s_w)ᵀ, s_g·s_w)`` (``∇y`` in e4m3 with its
   own current scale ``s_g``; ``s_w`` is the forward's);
-* weight gradient unchanged (``xᵀ·∇y`` or ``xᵀ·MVUE(∇y)`` in the compute dtype): only the two
-  weight-sparse GEMMs run in fp8 in this version.
+* weight gradient ``∇W = scaled_matmul(q(x, s_x)ᵀ, q(∇y, s_g), s_x·s_g)`` (exact), or with an MVUE
+  key ``scaled_matmul(q(x, s_x)ᵀ, q(MVUE(∇y), s_m), s_x·s_m)`` with ``s_m = 2·s_g``
+  (:func:`mvue_scale`): the MVUE sample (each kept value rounded to the compute dtype) never exceeds
+  twice ``max |∇y|`` (:data:`MVUE_SCALE_FACTOR`), so its scale comes from ``∇y``'s amax without a
+  pass over the sample. ``s_x`` is the forward's. The weight gradient is written in bfloat16 like
+  every fp8 GEMM and cast to the weight's dtype.
 
 Operands are quantized from the compute dtype (``x`` and ``W`` promoted to their result dtype
 first, as the 16-bit path does), so a bfloat16 model quantizes bfloat16 values.
@@ -35,8 +39,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "amax", "scale_from_amax", "current_scale", "quantize",
-           "dequantize", "scaled_matmul", "check_scale"]
+__all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "MVUE_SCALE_FACTOR", "amax", "scale_from_amax",
+           "current_scale", "mvue_scale", "quantize", "dequantize", "scaled_matmul", "check_scale"]
 
 #: The fp8 format of every operand (weights, activations, output gradients).
 FP8_DTYPE = jnp.dtype(jnp.float8_e4m3fn)
@@ -44,6 +48,11 @@ FP8_DTYPE = jnp.dtype(jnp.float8_e4m3fn)
 FP8_MAX = 448.0
 #: dtype the fp8 GEMMs write (the kernel's epilogue: float32 accumulator · alpha, rounded once).
 GEMM_OUT_DTYPE = jnp.dtype(jnp.bfloat16)
+#: Bound of an MVUE 2:4 sample relative to its input: ``|MVUE(g)| <= 2·max|g|``. A kept value is
+#: ``g_k / p_k`` with inclusion probability ``p_k >= (|g_k|/S)(1 + Σ_{m≠k} |g_m|/(S − |g_m|))``
+#: (``S = Σ|g|`` of the group), which makes ``|g_k|/p_k`` largest, ``2|g_k|``, for a group of four
+#: equal magnitudes (each kept with probability 1/2).
+MVUE_SCALE_FACTOR = 2.0
 
 
 def amax(t):
@@ -64,6 +73,15 @@ def scale_from_amax(a):
 def current_scale(t):
     """The current-scaling scale of ``t``: ``scale_from_amax(amax(t))`` (float32 scalar)."""
     return scale_from_amax(amax(t))
+
+
+def mvue_scale(g):
+    """The scale of ``q(MVUE(g))``: ``MVUE_SCALE_FACTOR · current_scale(g)`` (float32 scalar).
+
+    Exact in float32 (a power of two); with ``g`` all zero or not finite it is 2 (the sample is then
+    all zero, or carries the NaN / saturates as :func:`quantize` says).
+    """
+    return jnp.float32(MVUE_SCALE_FACTOR) * current_scale(g)
 
 
 def check_scale(s, op: str, name: str = "scale"):
@@ -134,3 +152,10 @@ def reference_linear_input_grad(g2, wm, s_w):
     s_g = current_scale(g2)
     return scaled_matmul(quantize(g2, s_g), quantize(wm, s_w), s_g * s_w, transpose_b=True), s_g
 
+
+def reference_linear_weight_grad(x2, g2, s_x, *, mvue=None):
+    """The fp8 weight gradient ``∇W (I, O)`` bfloat16 from ``x2 (T, I)``, ``∇y (T, O)`` and the forward's
+    ``s_x`` (tests' oracle). ``mvue``: ``None`` (exact, ``q(∇y)`` with its current scale) or the
+    sample ``MVUE(∇y)`` already drawn (quantized with :func:`mvue_scale` of ``g2``)."""
+    g, s_g = (g2, current_scale(g2)) if mvue is None else (mvue, mvue_scale(g2))
+    return scaled_matmul(quantize(x2, s_x).T, quantize(g, s_g), s_x * s_g)

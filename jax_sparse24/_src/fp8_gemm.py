@@ -1,7 +1,9 @@
-"""The two weight GEMMs of a 2:4 linear layer in fp8 (``sparse24_linear(..., fp8=True)``).
+"""The three GEMMs of a 2:4 linear layer in fp8 (``sparse24_linear(..., fp8=True)``).
 
-``forward``     y  = q(x)·q(W̃) · (s_x·s_w)        (T, I) · (I, O)
-``input_grad``  ∇x = q(∇y)·q(W̃)ᵀ · (s_g·s_w)      (T, O) · (O, I)
+``forward``           y  = q(x)·q(W̃) · (s_x·s_w)              (T, I) · (I, O)
+``input_grad``        ∇x = q(∇y)·q(W̃)ᵀ · (s_g·s_w)            (T, O) · (O, I)
+``weight_grad``       ∇W = q(x)ᵀ·q(∇y) · (s_x·s_g)             (I, T) · (T, O), exact
+``weight_grad_mvue``  ∇W = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)       s_m = 2·s_g (``fp8.mvue_scale``)
 
 Math and scales: :mod:`jax_sparse24._src.fp8` (current scaling; GEMM outputs bfloat16). Each GEMM
 runs as :func:`choose` says:
@@ -17,7 +19,13 @@ runs as :func:`choose` says:
   aligned (m % 8, n % 16, k % 32), and for ``∇x`` without a transposable mask. Never a silent
   bfloat16 GEMM.
 
-The weight gradient is not here: it stays the 16-bit GEMM of :mod:`jax_sparse24._src.gemm`.
+The weight gradient (:func:`plan_weight_grad`): the exact one is XLA's fp8 dot (a dense GEMM). With
+an MVUE key the sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE +
+quantize + compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by
+``q(x)ᵀ`` (XLA transposes the quantized ``x``: the kernel's dense operand must be K-major), where
+the shape is aligned (O % 8, I % 16, T % 32 after padding T with zero rows). ``auto`` takes the
+exact fp8 gradient where that kernel cannot run; ``dense`` / ``reference`` draw the same sample
+(``ops.mvue24``: on a GPU the same draws as the kernel) and multiply with XLA's fp8 dot.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from jax_sparse24._src import ffi
 from jax_sparse24._src import fp8
 from jax_sparse24._src.gemm import bool_mask, masked_weight
 
-__all__ = ["choose", "weight_scale", "forward", "input_grad", "plan"]
+__all__ = ["choose", "weight_scale", "forward", "input_grad", "weight_grad", "weight_grad_mvue", "plan",
+           "plan_weight_grad"]
 
 
 def _fp8_reason(m: int, n: int, k: int) -> str | None:
@@ -65,11 +74,36 @@ def choose(backend: str, m: int, n: int, k: int) -> str:
     return "cutlass" if reason is None and ffi.cuda_kernels_available() else "xla"
 
 
+#: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment.
+WGRAD_TOKEN_ALIGN = 32
+
+
+def _padded_tokens(t: int) -> int:
+    return t + (-t) % WGRAD_TOKEN_ALIGN
+
+
 def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tuple[str, str]:
     """``(forward, input_grad)`` of :func:`choose` for a layer ``(i, o)`` at ``tokens`` rows."""
     fwd = choose(backend, o, tokens, i)
     dx = choose(backend, i, tokens, o) if transposable else "xla"
     return fwd, dx
+
+
+def plan_weight_grad(backend: str, tokens: int, i: int, o: int, *, mvue: bool) -> str:
+    """The fp8 weight gradient's path, as for the 16-bit one (``gemm.weight_grad_mvue``):
+
+    * ``"exact"``: XLA's fp8 dot of ``q(x)ᵀ·q(∇y)`` — without an MVUE key, and with ``auto`` where
+      the sparse fp8 kernel cannot run (the MVUE sample only pays through the sparse GEMM);
+    * ``"cutlass"``: the MVUE sample through the fused compressor and the sparse fp8 GEMM (``auto``
+      where it can run; ``cutlass``: RuntimeError where it cannot);
+    * ``"mvue"``: the same sample through XLA's fp8 dot (``dense`` / ``reference``: the sparse
+      path's math, for tests and quality studies).
+    """
+    if not mvue:
+        return "exact"
+    if backend in ("dense", "reference"):
+        return "mvue"
+    return "cutlass" if choose(backend, o, i, _padded_tokens(tokens)) == "cutlass" else "exact"
 
 
 def weight_scale(w, mask, dtype):
@@ -98,7 +132,7 @@ def _gemm(chosen: str, b2, w, mask, s_b, s_w, *, m: int, k: int, transposed: boo
 
 
 def forward(x2, w, mask, *, backend: str):
-    """``(y (T, O) bfloat16, s_w)``: the fp8 forward, and the weight scale for :func:`input_grad`."""
+    """``(y (T, O) bfloat16, s_x, s_w)``: the fp8 forward, and the scales the backward reuses."""
     dtype = jnp.result_type(x2, w)
     x2, wc, mk = x2.astype(dtype), w.astype(dtype), bool_mask(mask)
     t, i = x2.shape
@@ -106,7 +140,7 @@ def forward(x2, w, mask, *, backend: str):
     s_x, s_w = fp8.current_scale(x2), weight_scale(wc, mk, dtype)
     chosen = choose(backend, o, t, i)
     # y (T, O) = q(x)·q(W̃): D (T, O) with A = q(W̃)ᵀ (O, I), 2:4 along I
-    return _gemm(chosen, x2, wc, mk, s_x, s_w, m=o, k=i, transposed=True), s_w
+    return _gemm(chosen, x2, wc, mk, s_x, s_w, m=o, k=i, transposed=True), s_x, s_w
 
 
 def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
@@ -120,3 +154,53 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
     chosen = choose(backend, i, t, o) if transposable else "xla"
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
     return _gemm(chosen, g2, wc, mk, s_g, s_w, m=i, k=o, transposed=False)
+
+
+def _pad_rows(a, multiple: int):
+    pad = (-a.shape[0]) % multiple
+    return jnp.pad(a, ((0, pad), (0, 0))) if pad else a
+
+
+def weight_grad(x2, g2, s_x):
+    """``∇W (I, O)`` bfloat16 = q(x)ᵀ·q(∇y) · (s_x·s_g): the exact fp8 weight gradient (XLA's fp8 dot)."""
+    dtype = jnp.result_type(x2, g2)
+    x2, g2 = x2.astype(dtype), g2.astype(dtype)
+    s_g = fp8.current_scale(g2)
+    return fp8.scaled_matmul(fp8.quantize(x2, s_x).T, fp8.quantize(g2, s_g), s_x * s_g)
+
+
+def weight_grad_mvue(key, x2, g2, s_x, *, backend: str):
+    """``∇W (I, O)`` bfloat16 = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m), MVUE groups of 4 along the tokens.
+
+    Tokens are padded with zero rows (to 32 for the kernel, 4 otherwise; a zero row changes
+    nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``.
+    """
+    from jax_sparse24._src import ops
+
+    dtype = jnp.result_type(x2, g2)
+    x2, g2 = x2.astype(dtype), g2.astype(dtype)
+    t, i = x2.shape
+    o = g2.shape[1]
+    s_m = fp8.mvue_scale(g2)
+    alpha = s_x * s_m
+    chosen = plan_weight_grad(backend, t, i, o, mvue=True)
+    if chosen == "exact":
+        return weight_grad(x2, g2, s_x)
+
+    def xla(key, x2, g2, s_x, s_m, alpha):
+        xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)
+        gs = ops.mvue24(key, gp, axis=0)
+        return fp8.scaled_matmul(fp8.quantize(xp, s_x).T, fp8.quantize(gs, s_m), alpha)
+
+    if chosen == "mvue":
+        return xla(key, x2, g2, s_x, s_m, alpha)
+
+    def cuda(key, x2, g2, s_x, s_m, alpha):
+        from jax_sparse24._src import cuda_fp8_ops as cf
+
+        xp, gp = _pad_rows(x2, WGRAD_TOKEN_ALIGN), _pad_rows(g2, WGRAD_TOKEN_ALIGN)
+        values, meta = cf.fp8_mvue24_compress(key, gp, s_m)  # q(MVUE(∇y))ᵀ (O, Tp)
+        # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O): A = q(MVUE(∇y))ᵀ (O, Tp), b = q(x)ᵀ (I, Tp)
+        return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(xp, s_x).T, alpha, m=o, k=xp.shape[0])
+
+    return ffi.per_platform(xla, cuda, key, x2, g2, s_x, s_m, alpha)

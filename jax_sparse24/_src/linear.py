@@ -11,9 +11,9 @@ Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙
 The GEMMs go through :mod:`jax_sparse24._src.gemm` (per call) and
 :mod:`jax_sparse24._src.prepared_weight` (a weight compressed once for many calls), which run the
 sparse CUDA kernel or a dense GEMM on the masked weight as :mod:`jax_sparse24._src.autotune`
-decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward
-and input-gradient GEMMs are :mod:`jax_sparse24._src.fp8_gemm`'s (float8_e4m3fn operands with
-per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`); the weight gradient is unchanged.
+decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` all three
+GEMMs are :mod:`jax_sparse24._src.fp8_gemm`'s (float8_e4m3fn operands with per-tensor current
+scaling, math in :mod:`jax_sparse24._src.fp8`).
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ def _linear(x, w, mask, bias, key, prepared, cfg: _Config):
 
 def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     x2 = _flatten_tokens(x)
-    s_w = None
+    scales = None
     if cfg.fp8:
-        y2, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend)
+        y2, s_x, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend)
+        scales = (s_x, s_w)
         y2 = y2.astype(jnp.result_type(x2, w))
     elif prepared is None:
         y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
@@ -78,14 +79,15 @@ def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     if bias is not None:
         y2 = y2 + bias.astype(y2.dtype)
     y = y2.reshape(x.shape[:-1] + (w.shape[1],))
-    return y, (x, w, mask, bias, key, prepared, s_w)
+    return y, (x, w, mask, bias, key, prepared, scales)
 
 
 def _linear_bwd(cfg: _Config, res, g):
-    x, w, mask, bias, key, prepared, s_w = res
+    x, w, mask, bias, key, prepared, scales = res
     x2 = _flatten_tokens(x)
     g2 = g.reshape(-1, g.shape[-1])
     if cfg.fp8:
+        s_x, s_w = scales
         dx2 = fp8_gemm.input_grad(g2, w, mask, s_w, transposable=cfg.transposable, backend=cfg.backend)
     elif prepared is None:
         dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
@@ -97,7 +99,13 @@ def _linear_bwd(cfg: _Config, res, g):
         wm = prepared["masked"]
         dx2 = jnp.dot(g2.astype(wm.dtype), wm.T, precision=cfg.precision)
     dx = dx2.reshape(x.shape).astype(x.dtype)
-    if key is not None:
+    if cfg.fp8:
+        # fp8 weight gradient: with a key the MVUE sample through the sparse fp8 GEMM, else exact.
+        if key is not None:
+            dw = fp8_gemm.weight_grad_mvue(key, x2, g2, s_x, backend=cfg.backend)
+        else:
+            dw = fp8_gemm.weight_grad(x2, g2, s_x)
+    elif key is not None:
         # MVUE groups of 4 along the token axis (gemm.weight_grad_mvue pads T with zero rows, which
         # changes nothing). With the sparse backend one fused pass draws MVUE(∇y) and compresses it
         # for the sparse weight-gradient GEMM; otherwise ops.mvue24 then the dense GEMM.
@@ -138,15 +146,16 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
         optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
         Not with ``fp8=True`` (ValueError).
-      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y``
-        and ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``), float32
-        accumulation, the scales applied to the accumulator, the GEMM result rounded to bfloat16
-        and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
-        the shape is aligned (and, for ``∇x``, the mask transposable), else XLA's fp8 dot of the
-        same quantized operands; on a CPU that XLA math. ``backend``: ``auto``/``cutlass`` as
-        above (``cutlass`` raises where the fp8 kernel cannot run), ``dense``/``reference``: XLA's
-        fp8 math, ``cusparselt``: ValueError. The weight gradient, the bias and the
-        straight-through to ``w`` are as without ``fp8``.
+      fp8: run all three GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y`` and
+        ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``; the MVUE
+        sample of ``∇y`` with twice ``∇y``'s scale), float32 accumulation, the scales applied to
+        the accumulator, the GEMM result rounded to bfloat16 and cast to the compute dtype. On a
+        GPU with the fp8 kernels: the sparse fp8 kernel where the shape is aligned (for ``∇x``
+        the mask transposable; for ``∇w`` a ``key``: the MVUE sample is the sparse operand), else
+        XLA's fp8 dot of the same quantized operands (``auto`` then takes the exact ``∇w``); on a
+        CPU that XLA math. ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where
+        the fp8 kernel cannot run), ``dense``/``reference``: XLA's fp8 math,
+        ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
 
     Returns:
       ``(..., out)`` array.
@@ -195,8 +204,9 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None):
     """``x·w + bias`` with the fp8 GEMMs of ``sparse24_linear(..., fp8=True)`` on a dense weight.
 
     The dense phase of an fp8 layer (``Sparse24Dense(fp8=True)`` with ``method="dense"`` or
-    ``sparse=False``): the same float8_e4m3fn forward and input gradient with current scaling
-    (an all-ones mask, XLA's fp8 dot on every platform), the exact 16-bit weight gradient ``xᵀ·∇y``.
+    ``sparse=False``), and the fp8 dense baseline: the same float8_e4m3fn forward, input gradient
+    and exact weight gradient with current scaling (an all-ones mask, XLA's fp8 dot on every
+    platform).
     """
     op = "fp8_dense_linear"
     _check_linear_args(op, x, w, bias)
@@ -315,7 +325,9 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         default on one device), which costs less per weight
         (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`).
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
-        then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot).
+        then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot); the
+        weight gradient ``"cutlass (fp8, MVUE)"``, ``"xla (fp8, MVUE)"`` or ``"xla (fp8, exact)"``
+        (:func:`jax_sparse24._src.fp8_gemm.plan_weight_grad`).
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -346,7 +358,10 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
                                                          reuse=None if reuse is None else int(reuse),
                                                          batched=bool(batched))
-    if not mvue:
+    if fp8:
+        path = fp8_gemm.plan_weight_grad(backend, t, i, o, mvue=mvue)
+        weight_grad = {"exact": "xla (fp8, exact)", "mvue": "xla (fp8, MVUE)", "cutlass": "cutlass (fp8, MVUE)"}[path]
+    elif not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:
         path = autotune.weight_grad_path(backend, o, i, t, dtype)
