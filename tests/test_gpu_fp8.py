@@ -216,10 +216,11 @@ def test_sparse24_linear_fp8_gpu_matches_cpu_reference(tio, transposable):
         np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)) * s_x * s_w
     terms_dx = np.abs(np.asarray(f8.quantize(g, s_g).astype(jnp.float32), np.float64)) @ np.abs(
         np.asarray(f8.quantize(wm, s_w).astype(jnp.float32), np.float64)).T * s_g * s_w
-    terms_dw = _terms(x, s_x, g, s_g)
-    for got, ref, terms, k, name in ((y, yc, terms_y, i, "y"), (dx, dxc, terms_dx, o, "dx"), (dw, dwc, terms_dw, t, "dw")):
+    for got, ref, terms, k, name in ((y, yc, terms_y, i, "y"), (dx, dxc, terms_dx, o, "dx")):
         _assert_same_product(got, ref, terms, k, f"seed={seed} {name}")
-    assert plan["weight_grad"] == "xla (fp8, exact)", plan  # no key: XLA's fp8 dot
+    # without a key the weight gradient is the 16-bit GEMM (cuBLAS vs CPU): bf16 tolerance
+    np.testing.assert_allclose(np.asarray(dw, np.float32), np.asarray(dwc, np.float32), rtol=2e-2,
+                               atol=2e-2 * float(jnp.max(jnp.abs(dwc.astype(jnp.float32)))), err_msg=f"seed={seed}")
 
 
 def _terms(x, s_x, g, s_g):
@@ -240,8 +241,9 @@ def _assert_same_product(got, ref, terms, k, what):
 
 @pytest.mark.parametrize("tio", [(256, 512, 384), (272, 160, 96)], ids=["aligned", "padded-tokens"])
 def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio):
-    """With a key, auto runs the fused MVUE compressor + sparse fp8 GEMM (T padded to 32); the same
-    sample through XLA's fp8 dot (backend='dense' on the GPU: same draws) gives the same product."""
+    """With a key, backend='cutlass' runs the fused MVUE compressor + sparse fp8 GEMM (T padded to 32;
+    auto does where the 16-bit planner runs the sparse MVUE gradient: large shapes); the same sample
+    through XLA's fp8 dot (backend='dense' on the GPU: same draws) gives the same product."""
     t, i, o = tio
     rng, seed = _rng()
     w = jnp.asarray(rng.standard_normal((i, o)).astype(np.float32) * 0.05)
@@ -250,18 +252,20 @@ def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio):
     g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(jnp.bfloat16)
     w = w.astype(jnp.bfloat16)
     key = jax.random.key(int(rng.integers(1 << 30)))
-    assert s24.linear_plan(t, i, o, jnp.bfloat16, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
+    assert s24.linear_plan(t, i, o, jnp.bfloat16, fp8=True, backend="cutlass")["weight_grad"] == "cutlass (fp8, MVUE)"
 
     def dw_of(x, w, g, backend):
         _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend=backend), w)
         return vjp(g)[0]
 
     x, w, g = jax.device_put((x, w, g), gpu())
-    got = jax.jit(dw_of, static_argnums=3)(x, w, g, "auto")
+    got = jax.jit(dw_of, static_argnums=3)(x, w, g, "cutlass")
     ref = jax.jit(dw_of, static_argnums=3)(x, w, g, "dense")
     sample = cm.mvue24_cuda(key, g, axis=0)
     _assert_same_product(got, ref, _terms(x, f8.current_scale(x), sample, f8.mvue_scale(g)), t, f"seed={seed} dw")
-    # and it is an MVUE gradient, not the exact one (a path that ignored the key would fail here)
+    # and it is an MVUE gradient, not the exact one (a path that ignored the key would fail here);
+    # the 7B shapes plan it under auto
+    assert s24.linear_plan(16384, 4096, 11008, jnp.bfloat16, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
     _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, fp8=True), w)
     assert not np.array_equal(np.asarray(got), np.asarray(vjp(g)[0]))
 

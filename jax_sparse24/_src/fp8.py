@@ -23,12 +23,12 @@ The fp8 2:4 linear layer (``sparse24_linear(..., fp8=True)``, :mod:`jax_sparse24
 * forward ``y = scaled_matmul(q(x, s_x), q(W̃, s_w), s_x·s_w)``;
 * input gradient ``∇x = scaled_matmul(q(∇y, s_g), q(W̃, s_w)ᵀ, s_g·s_w)`` (``∇y`` in e4m3 with its
   own current scale ``s_g``; ``s_w`` is the forward's);
-* weight gradient ``∇W = scaled_matmul(q(x, s_x)ᵀ, q(∇y, s_g), s_x·s_g)`` (exact), or with an MVUE
-  key ``scaled_matmul(q(x, s_x)ᵀ, q(MVUE(∇y), s_m), s_x·s_m)`` with ``s_m = 2·s_g``
-  (:func:`mvue_scale`): the MVUE sample (each kept value rounded to the compute dtype) never exceeds
-  twice ``max |∇y|`` (:data:`MVUE_SCALE_FACTOR`), so its scale comes from ``∇y``'s amax without a
-  pass over the sample. ``s_x`` is the forward's. The weight gradient is written in bfloat16 like
-  every fp8 GEMM and cast to the weight's dtype.
+* the sparse (MVUE) weight gradient ``∇W = scaled_matmul(q(x, s_x)ᵀ, q(MVUE(∇y), s_m), s_x·s_m)``
+  with ``s_m = 2·s_g`` (:func:`mvue_scale`): the MVUE sample (each kept value rounded to the
+  compute dtype) never exceeds twice ``max |∇y|`` (:data:`MVUE_SCALE_FACTOR`), so its scale comes
+  from ``∇y``'s amax without a pass over the sample. ``s_x`` is the forward's. It is written in
+  bfloat16 like every fp8 GEMM and cast to the weight's dtype. An exact weight gradient
+  (``xᵀ·∇y``, no MVUE) stays in the compute dtype.
 
 Operands are quantized from the compute dtype (``x`` and ``W`` promoted to their result dtype
 first, as the 16-bit path does), so a bfloat16 model quantizes bfloat16 values.
@@ -152,10 +152,3 @@ def reference_linear_input_grad(g2, wm, s_w):
     s_g = current_scale(g2)
     return scaled_matmul(quantize(g2, s_g), quantize(wm, s_w), s_g * s_w, transpose_b=True), s_g
 
-
-def reference_linear_weight_grad(x2, g2, s_x, *, mvue=None):
-    """The fp8 weight gradient ``∇W (I, O)`` bfloat16 from ``x2 (T, I)``, ``∇y (T, O)`` and the forward's
-    ``s_x`` (tests' oracle). ``mvue``: ``None`` (exact, ``q(∇y)`` with its current scale) or the
-    sample ``MVUE(∇y)`` already drawn (quantized with :func:`mvue_scale` of ``g2``)."""
-    g, s_g = (g2, current_scale(g2)) if mvue is None else (mvue, mvue_scale(g2))
-    return scaled_matmul(quantize(x2, s_x).T, quantize(g, s_g), s_x * s_g)

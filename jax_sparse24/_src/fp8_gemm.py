@@ -2,8 +2,7 @@
 
 ``forward``           y  = q(x)·q(W̃) · (s_x·s_w)              (T, I) · (I, O)
 ``input_grad``        ∇x = q(∇y)·q(W̃)ᵀ · (s_g·s_w)            (T, O) · (O, I)
-``weight_grad``       ∇W = q(x)ᵀ·q(∇y) · (s_x·s_g)             (I, T) · (T, O), exact
-``weight_grad_mvue``  ∇W = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)       s_m = 2·s_g (``fp8.mvue_scale``)
+``weight_grad_mvue``  ∇W = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)       (I, T) · (T, O), s_m = 2·s_g
 
 Math and scales: :mod:`jax_sparse24._src.fp8` (current scaling; GEMM outputs bfloat16). Each GEMM
 runs as :func:`choose` says:
@@ -19,13 +18,14 @@ runs as :func:`choose` says:
   aligned (m % 8, n % 16, k % 32), and for ``∇x`` without a transposable mask. Never a silent
   bfloat16 GEMM.
 
-The weight gradient (:func:`plan_weight_grad`): the exact one is XLA's fp8 dot (a dense GEMM). With
-an MVUE key the sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE +
-quantize + compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by
-``q(x)ᵀ`` (XLA transposes the quantized ``x``: the kernel's dense operand must be K-major), where
-the shape is aligned (O % 8, I % 16, T % 32 after padding T with zero rows). ``auto`` takes the
-exact fp8 gradient where that kernel cannot run; ``dense`` / ``reference`` draw the same sample
-(``ops.mvue24``: on a GPU the same draws as the kernel) and multiply with XLA's fp8 dot.
+The weight gradient (:func:`plan_weight_grad`) runs in fp8 where it is sparse: with an MVUE key the
+sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE + quantize +
+compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by ``q(x)ᵀ``
+(XLA transposes the quantized ``x``: the kernel's dense operand must be K-major), where the shape
+is aligned (O % 8, I % 16, T % 32 after padding T with zero rows). Elsewhere — no key, or a shape
+where the 16-bit planner takes the exact gradient — it is the 16-bit gradient of
+:mod:`jax_sparse24._src.gemm`. ``dense`` / ``reference`` draw the same sample (``ops.mvue24``: on a
+GPU the same draws as the kernel) and multiply with XLA's fp8 dot.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from jax_sparse24._src import ffi
 from jax_sparse24._src import fp8
 from jax_sparse24._src.gemm import bool_mask, masked_weight
 
-__all__ = ["choose", "weight_scale", "forward", "input_grad", "weight_grad", "weight_grad_mvue", "plan",
-           "plan_weight_grad"]
+__all__ = ["choose", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
 
 
 def _fp8_reason(m: int, n: int, k: int) -> str | None:
@@ -89,21 +88,35 @@ def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tu
     return fwd, dx
 
 
-def plan_weight_grad(backend: str, tokens: int, i: int, o: int, *, mvue: bool) -> str:
-    """The fp8 weight gradient's path, as for the 16-bit one (``gemm.weight_grad_mvue``):
+def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: bool) -> str:
+    """The fp8 layer's weight-gradient path:
 
-    * ``"exact"``: XLA's fp8 dot of ``q(x)ᵀ·q(∇y)`` — without an MVUE key, and with ``auto`` where
-      the sparse fp8 kernel cannot run (the MVUE sample only pays through the sparse GEMM);
-    * ``"cutlass"``: the MVUE sample through the fused compressor and the sparse fp8 GEMM (``auto``
-      where it can run; ``cutlass``: RuntimeError where it cannot);
+    * ``"cutlass"``: the MVUE sample through the fused fp8 compressor and the sparse fp8 GEMM —
+      ``auto`` where the 16-bit planner runs the sparse MVUE gradient
+      (:func:`~jax_sparse24._src.autotune.weight_grad_path`: the sample pays there already, and the
+      fp8 GEMM is the faster of the two) and the fp8 kernel can run; ``cutlass``: wherever it can
+      run (RuntimeError where it cannot);
     * ``"mvue"``: the same sample through XLA's fp8 dot (``dense`` / ``reference``: the sparse
-      path's math, for tests and quality studies).
+      path's math, for tests and quality studies);
+    * ``"16-bit"``: the 16-bit weight gradient of :mod:`jax_sparse24._src.gemm` — without an MVUE
+      key, and with ``auto`` elsewhere. XLA's fp8 dot of ``q(x)ᵀ·q(∇y)`` is not used for the exact
+      gradient: it needs both operands transposed (fp8 GEMMs read K-major operands) and made the
+      fp8 dense LLaMA-7B-shaped step slower than the 16-bit gradient (140.3 against 132.2 ms,
+      ``docs/fp8.md``).
     """
     if not mvue:
-        return "exact"
+        return "16-bit"
     if backend in ("dense", "reference"):
         return "mvue"
-    return "cutlass" if choose(backend, o, i, _padded_tokens(tokens)) == "cutlass" else "exact"
+    tp = _padded_tokens(tokens)
+    if backend == "cutlass":
+        return choose(backend, o, i, tp)  # "cutlass", or RuntimeError naming the constraint
+    from jax_sparse24._src import autotune
+
+    if autotune.weight_grad_path(backend, o, i, tokens, dtype) in ("cutlass", "cusparselt") \
+            and choose(backend, o, i, tp) == "cutlass":
+        return "cutlass"
+    return "16-bit"
 
 
 def weight_scale(w, mask, dtype):
@@ -161,31 +174,25 @@ def _pad_rows(a, multiple: int):
     return jnp.pad(a, ((0, pad), (0, 0))) if pad else a
 
 
-def weight_grad(x2, g2, s_x):
-    """``∇W (I, O)`` bfloat16 = q(x)ᵀ·q(∇y) · (s_x·s_g): the exact fp8 weight gradient (XLA's fp8 dot)."""
-    dtype = jnp.result_type(x2, g2)
-    x2, g2 = x2.astype(dtype), g2.astype(dtype)
-    s_g = fp8.current_scale(g2)
-    return fp8.scaled_matmul(fp8.quantize(x2, s_x).T, fp8.quantize(g2, s_g), s_x * s_g)
-
-
-def weight_grad_mvue(key, x2, g2, s_x, *, backend: str):
-    """``∇W (I, O)`` bfloat16 = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m), MVUE groups of 4 along the tokens.
+def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
+    """``∇W (I, O)`` with an MVUE key, as :func:`plan_weight_grad` says: bfloat16
+    ``q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)`` (MVUE groups of 4 along the tokens), or the 16-bit
+    ``gemm.weight_grad_mvue``.
 
     Tokens are padded with zero rows (to 32 for the kernel, 4 otherwise; a zero row changes
     nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``.
     """
-    from jax_sparse24._src import ops
+    from jax_sparse24._src import gemm, ops
 
     dtype = jnp.result_type(x2, g2)
-    x2, g2 = x2.astype(dtype), g2.astype(dtype)
     t, i = x2.shape
     o = g2.shape[1]
+    chosen = plan_weight_grad(backend, t, i, o, dtype, mvue=True)
+    if chosen == "16-bit":
+        return gemm.weight_grad_mvue(key, x2, g2, backend=backend, precision=precision)
+    x2, g2 = x2.astype(dtype), g2.astype(dtype)
     s_m = fp8.mvue_scale(g2)
     alpha = s_x * s_m
-    chosen = plan_weight_grad(backend, t, i, o, mvue=True)
-    if chosen == "exact":
-        return weight_grad(x2, g2, s_x)
 
     def xla(key, x2, g2, s_x, s_m, alpha):
         xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)

@@ -11,9 +11,9 @@ Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙
 The GEMMs go through :mod:`jax_sparse24._src.gemm` (per call) and
 :mod:`jax_sparse24._src.prepared_weight` (a weight compressed once for many calls), which run the
 sparse CUDA kernel or a dense GEMM on the masked weight as :mod:`jax_sparse24._src.autotune`
-decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` all three
-GEMMs are :mod:`jax_sparse24._src.fp8_gemm`'s (float8_e4m3fn operands with per-tensor current
-scaling, math in :mod:`jax_sparse24._src.fp8`).
+decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward,
+the input gradient and a sparse (MVUE) weight gradient are :mod:`jax_sparse24._src.fp8_gemm`'s
+(float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`).
 """
 
 from __future__ import annotations
@@ -99,12 +99,9 @@ def _linear_bwd(cfg: _Config, res, g):
         wm = prepared["masked"]
         dx2 = jnp.dot(g2.astype(wm.dtype), wm.T, precision=cfg.precision)
     dx = dx2.reshape(x.shape).astype(x.dtype)
-    if cfg.fp8:
-        # fp8 weight gradient: with a key the MVUE sample through the sparse fp8 GEMM, else exact.
-        if key is not None:
-            dw = fp8_gemm.weight_grad_mvue(key, x2, g2, s_x, backend=cfg.backend)
-        else:
-            dw = fp8_gemm.weight_grad(x2, g2, s_x)
+    if cfg.fp8 and key is not None:
+        # the MVUE sample through the sparse fp8 GEMM where that pays, else the 16-bit path below
+        dw = fp8_gemm.weight_grad_mvue(key, x2, g2, s_x, backend=cfg.backend, precision=cfg.precision)
     elif key is not None:
         # MVUE groups of 4 along the token axis (gemm.weight_grad_mvue pads T with zero rows, which
         # changes nothing). With the sparse backend one fused pass draws MVUE(∇y) and compresses it
@@ -146,15 +143,16 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
         optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
         Not with ``fp8=True`` (ValueError).
-      fp8: run all three GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y`` and
-        ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``; the MVUE
-        sample of ``∇y`` with twice ``∇y``'s scale), float32 accumulation, the scales applied to
-        the accumulator, the GEMM result rounded to bfloat16 and cast to the compute dtype. On a
-        GPU with the fp8 kernels: the sparse fp8 kernel where the shape is aligned (for ``∇x``
-        the mask transposable; for ``∇w`` a ``key``: the MVUE sample is the sparse operand), else
-        XLA's fp8 dot of the same quantized operands (``auto`` then takes the exact ``∇w``); on a
-        CPU that XLA math. ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where
-        the fp8 kernel cannot run), ``dense``/``reference``: XLA's fp8 math,
+      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y``
+        and ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``), float32
+        accumulation, the scales applied to the accumulator, the GEMM result rounded to bfloat16
+        and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
+        the shape is aligned (and, for ``∇x``, the mask transposable), else XLA's fp8 dot of the
+        same quantized operands; on a CPU that XLA math. With a ``key``, the MVUE weight gradient
+        runs in fp8 too where the 16-bit one would run sparse (``q(MVUE(∇y))`` with twice ``∇y``'s
+        scale, the sparse fp8 kernel); otherwise the weight gradient is the 16-bit one.
+        ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
+        run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
 
     Returns:
@@ -204,9 +202,9 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None):
     """``x·w + bias`` with the fp8 GEMMs of ``sparse24_linear(..., fp8=True)`` on a dense weight.
 
     The dense phase of an fp8 layer (``Sparse24Dense(fp8=True)`` with ``method="dense"`` or
-    ``sparse=False``), and the fp8 dense baseline: the same float8_e4m3fn forward, input gradient
-    and exact weight gradient with current scaling (an all-ones mask, XLA's fp8 dot on every
-    platform).
+    ``sparse=False``), and the fp8 dense baseline: the same float8_e4m3fn forward and input
+    gradient with current scaling (an all-ones mask, XLA's fp8 dot on every platform), the exact
+    16-bit weight gradient ``xᵀ·∇y``.
     """
     op = "fp8_dense_linear"
     _check_linear_args(op, x, w, bias)
@@ -326,8 +324,8 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`).
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
         then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot); the
-        weight gradient ``"cutlass (fp8, MVUE)"``, ``"xla (fp8, MVUE)"`` or ``"xla (fp8, exact)"``
-        (:func:`jax_sparse24._src.fp8_gemm.plan_weight_grad`).
+        weight gradient ``"cutlass (fp8, MVUE)"``, ``"xla (fp8, MVUE)"`` or one of the 16-bit
+        labels below (:func:`jax_sparse24._src.fp8_gemm.plan_weight_grad`).
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -358,9 +356,9 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
                                                          reuse=None if reuse is None else int(reuse),
                                                          batched=bool(batched))
-    if fp8:
-        path = fp8_gemm.plan_weight_grad(backend, t, i, o, mvue=mvue)
-        weight_grad = {"exact": "xla (fp8, exact)", "mvue": "xla (fp8, MVUE)", "cutlass": "cutlass (fp8, MVUE)"}[path]
+    fp8_wgrad = fp8_gemm.plan_weight_grad(backend, t, i, o, dtype, mvue=mvue) if fp8 else "16-bit"
+    if fp8_wgrad != "16-bit":
+        weight_grad = {"mvue": "xla (fp8, MVUE)", "cutlass": "cutlass (fp8, MVUE)"}[fp8_wgrad]
     elif not mvue:
         weight_grad = "reference" if backend == "reference" else "dense (exact)"
     else:
