@@ -466,7 +466,7 @@ def to_markdown(res: dict) -> str:
                   f"ceiling. The FLOP attribution is an estimate: it assumes all of {base}'s dense GEMMs run at the "
                   f"same FLOP rate, so the 2:4 layers' share of its GEMM time is their share of its GEMM FLOPs."]
         if r.get("fp8"):
-            lines[-1] += (f" {n} runs the 2:4 layers' forward and input-gradient GEMMs in fp8: the ceiling is still "
+            lines[-1] += (f" {n} runs the 2:4 layers' forward and input-gradient GEMMs (and a sparse MVUE weight gradient) in fp8: the ceiling is still "
                           f"the bf16 2:4 GEMM's over bf16 dense, which fp8 GEMMs can beat (negative rows).")
     if res.get("comparisons_note"):
         lines += ["", res["comparisons_note"] + "."]
