@@ -73,7 +73,8 @@ CATEGORIES = {
     GEMM_DENSE: "cuBLAS (nvjet, xmma), XLA's GEMM fusions (Triton)",
     COMPRESS: "our compressors of the weights: mask + compress, fused fp8 quantize + compress, "
               "the batched MaskCompressMany, CUTLASS's compressor",
-    MVUE: "our MVUE kernels: the draw of ∇y and its compression (fp8 quantized too)",
+    MVUE: "our kernels of the sparse weight gradient's operands: the MVUE draw of ∇y and its compression "
+          "(fp8 quantized too), and the fp8 weight gradient's q(x)ᵀ",
     MASKS: "our mask kernels (2:4 masks, transposable masks, soft threshold)",
     ATTENTION: "cuDNN's attention kernels, and XLA's under the model's `attention` scope",
     OPTIMIZER: "XLA's kernels under the train step's `optimizer` scope (clipping, decay, AdamW, "
@@ -98,7 +99,7 @@ RULES = (
     # compress_kernels.cu: Op 2 = kMvue (0 prune, 1 mask, 3 soft threshold are weights);
     # mask_kernels.cu: GroupOp 2 = kMvue24
     (MVUE, "kernel", re.compile(r"CompressTileKernel<[^,]*, \([^,]*?::Op\)2,|CompressTileKernelI\w*?OpE2E"
-                                r"|GroupKernel<[^,]*, \([^,]*?::GroupOp\)2,|GroupKernelI\w*?GroupOpE2E|mvue", re.I)),
+                                r"|GroupKernel<[^,]*, \([^,]*?::GroupOp\)2,|GroupKernelI\w*?GroupOpE2E|mvue|QuantizeTranspose", re.I)),
     (MASKS, "kernel", re.compile(r"mask_kernels|TransposableMaskKernel|GroupKernel|mask24", re.I)),
     (COMPRESS, "kernel", re.compile(r"jax_sparse24|compress|FixMetadataKernel", re.I)),
     # this project's CUTLASS kernels are its 2:4 GEMMs, each with "Sparse" in its (mangled) name; a

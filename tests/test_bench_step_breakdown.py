@@ -88,6 +88,7 @@ def test_every_kernel_of_the_extension_is_ours():
             "TransposableMaskKernel", "ContiguousGroupKernel", "StridedGroupKernel", "FixMetadataKernel"} <= names
     expected = {"CompressTileKernel": sb.COMPRESS, "CompressManyKernel": sb.COMPRESS,
                 "Fp8MaskCompressKernel": sb.COMPRESS, "Fp8Mvue24CompressKernel": sb.MVUE,
+                "Fp8QuantizeTransposeKernel": sb.MVUE,
                 "FixMetadataKernel": sb.COMPRESS,
                 "TransposableMaskKernel": sb.MASKS, "ContiguousGroupKernel": sb.MASKS, "StridedGroupKernel": sb.MASKS}
     for n in names:  # by the kernel's own name, without the namespace (which alone would match)

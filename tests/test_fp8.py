@@ -423,6 +423,13 @@ def test_fp8_wrappers_shapes_and_checks(fake_ext):
     raises("fp8_mvue24_compress: a raw key must be uint32", cf.fp8_mvue24_compress,
            jax.ShapeDtypeStruct((2,), jnp.int32), x, s)
     raises("must be a scalar", cf.fp8_mvue24_compress, key, x, jax.ShapeDtypeStruct((2,), jnp.float32))
+    # the quantize-transpose: q(x)ᵀ (C, R)
+    qt = jax.eval_shape(cf.fp8_quantize_transpose, x, s)
+    assert (qt.shape, qt.dtype) == ((64, 96), jnp.float8_e4m3fn)
+    raises(r"rows % 16 == 0 and columns % 8 == 0", cf.fp8_quantize_transpose, jax.ShapeDtypeStruct((40, 64), jnp.bfloat16), s)
+    raises(r"rows % 16 == 0 and columns % 8 == 0", cf.fp8_quantize_transpose, jax.ShapeDtypeStruct((48, 12), jnp.bfloat16), s)
+    raises("bfloat16, float16 or float32", cf.fp8_quantize_transpose, jax.ShapeDtypeStruct((48, 64), jnp.int8), s)
+    raises("must be a scalar", cf.fp8_quantize_transpose, x, jax.ShapeDtypeStruct((2,), jnp.float32))
     # the 16-bit GEMM refuses fp8 operands and says where they go
     raises("cutlass_spmm_fp8", cs.cutlass_spmm, v, m, b, m=96, k=64)
 
@@ -476,10 +483,11 @@ def test_fp8_mvue_weight_grad_traces_the_kernel_branch(fake_ext, monkeypatch):
     assert fp8_gemm.plan_weight_grad("cutlass", 48, 64, 32, bf16, mvue=True) == "cutlass"
     with pytest.raises(RuntimeError, match="n % 16"):
         fp8_gemm.plan_weight_grad("cutlass", 48, 72, 32, bf16, mvue=True)
-    gemm_calls, mvue_calls = [], []
-    real_gemm, real_mvue = cf.cutlass_spmm_fp8, cf.fp8_mvue24_compress
+    gemm_calls, mvue_calls, qt_calls = [], [], []
+    real_gemm, real_mvue, real_qt = cf.cutlass_spmm_fp8, cf.fp8_mvue24_compress, cf.fp8_quantize_transpose
     monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda *a, **k: gemm_calls.append((a[2].shape, k)) or real_gemm(*a, **k))
     monkeypatch.setattr(cf, "fp8_mvue24_compress", lambda *a: mvue_calls.append(a[1].shape) or real_mvue(*a))
+    monkeypatch.setattr(cf, "fp8_quantize_transpose", lambda *a: qt_calls.append(a[0].shape) or real_qt(*a))
     key = jax.random.key(5)
 
     def loss(x, w, backend):
@@ -488,6 +496,7 @@ def test_fp8_mvue_weight_grad_traces_the_kernel_branch(fake_ext, monkeypatch):
 
     lowered = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), static_argnums=2).lower(x, w, "cutlass")
     assert mvue_calls == [(64, 32)]  # ∇y (48, 32) padded to 64 tokens
+    assert qt_calls == [(64, 64)]  # x (48, 64) padded to 64 tokens, written transposed
     wgrad = [(b, k) for b, k in gemm_calls if k["m"] == 32 and k["k"] == 64 and b == (64, 64)]
     assert len(wgrad) == 1, gemm_calls  # b = q(x)ᵀ (I, padded T)
     got = lowered.compile()(x, w)

@@ -10,7 +10,7 @@ Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
   padding included), outputs written into donated buffers poisoned first (NaN values, 0xFF metadata).
 * ``fp8_mvue24_compress`` against CUTLASS's compressor applied to the reference quantization of the
   element-wise MVUE kernel's sample, ``cutlass_compress(quantize(mvue24_cuda(key, g, axis=0), s).T)``
-  (same draws) — bit for bit, poisoned outputs.
+  (same draws) — bit for bit, poisoned outputs; ``fp8_quantize_transpose`` against ``quantize(x, s).T``.
 * ``cutlass_spmm_fp8`` against a float64 product of the same e4m3 operands times alpha: the kernel's
   errors are its accumulation and the one rounding to bfloat16 (2^-8 relative). Hopper's fp8 tensor
   cores accumulate with fewer bits than float32 between promotions to float32 registers (about 14,
@@ -184,6 +184,18 @@ def test_fp8_mvue24_compress_bit_exact(shape, dtype):
     q = np.abs(np.asarray(f8.quantize(sample, f8.mvue_scale(g)).astype(jnp.float32)))
     big = np.abs(np.asarray(sample, np.float32)) >= 0.999 * 2 * float(jnp.max(jnp.abs(g.astype(jnp.float32))))
     assert not ((q == 448) & ~big).any(), f"seed={seed}"
+
+
+@pytest.mark.parametrize("dtype", IN_DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", [(160, 224), (16, 8), (96, 416), (4112, 520)], ids=lambda s: "x".join(map(str, s)))
+def test_fp8_quantize_transpose_bit_exact(shape, dtype):
+    """q(x)ᵀ against fp8.quantize then a transpose, partial tiles included, poisoned output."""
+    rng, seed = _rng()
+    x = _x(rng, shape, dtype)
+    for s in (f8.current_scale(x), jnp.float32(rng.uniform(1e-3, 0.3))):
+        ref = np.asarray(jax.jit(f8.quantize)(x, s).T).view(np.uint8)
+        got = np.asarray(poisoned(cf.fp8_quantize_transpose)(x, s)).view(np.uint8)
+        assert got.shape == ref.shape and np.array_equal(got, ref), f"seed={seed} shape={shape} s={float(s)}"
 
 
 # --- the layer on the GPU vs the same op on the CPU -------------------------------------------------

@@ -9,6 +9,9 @@
 //                            groups of 4 along g's rows (the token axis of dy), drawn with the element-wise
 //                            MVUE kernel's Philox stream and group numbering (mvue_rng.cuh), each kept
 //                            value rounded to g's dtype (as that kernel writes it), then quantized.
+//   Sparse24Fp8QuantizeTranspose: x (R, C), scale () f32 -> q(x)^T (C, R) e4m3, dense: the K-major dense
+//                            operand of the sparse fp8 weight-gradient GEMM (q(x)^T, K = tokens), which
+//                            XLA's own transpose fusions wrote at a fraction of memory speed.
 //
 // Math (the reference is jax_sparse24/_src/fp8.py): q = e4m3(saturate(x * (1 / scale))) where mask is
 // set, else 0, rounded to nearest even; 1 / scale is the correctly rounded float32 reciprocal. The
@@ -292,6 +295,58 @@ __global__ void __launch_bounds__(kThreads) Fp8Mvue24CompressKernel(const uint32
   StoreStagedTile(staged, t, m0, k0, values, meta, M, K, m_al);
 }
 
+// q(x)^T: one CTA (256 threads) per 64 x 64 tile of x. Each thread loads 8 consecutive elements of a
+// row (two passes), quantizes them into shared memory (row pitch 68 bytes), then writes 16
+// consecutive bytes of one output row (an x column) with one 16-byte store.
+constexpr int kQtTile = 64;
+constexpr int kQtPitch = kQtTile + 4;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) Fp8QuantizeTransposeKernel(const T* __restrict__ x,
+                                                                       const float* __restrict__ scale, int64_t R,
+                                                                       int64_t C, uint8_t* __restrict__ out) {
+  __shared__ uint8_t tile[kQtTile * kQtPitch];
+  const float inv = 1.0f / __ldg(scale);
+  const int64_t c0 = int64_t(blockIdx.x) * kQtTile, r0 = int64_t(blockIdx.y) * kQtTile;
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int idx = pass * kThreads + t;
+    const int row = idx >> 3, col = (idx & 7) * 8;
+    const int64_t gr = r0 + row, gc = c0 + col;
+    float v[8];
+    if (gr < R && gc < C) {  // C % 8 == 0: a chunk is all in or all out
+      Load8<T>::Run(x + gr * C + gc, v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+    }
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      lo |= uint32_t(Quantize(v[e], inv)) << (8 * e);
+      hi |= uint32_t(Quantize(v[4 + e], inv)) << (8 * e);
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(tile + row * kQtPitch + col);  // kQtPitch % 4 == 0
+    dst[0] = lo;
+    dst[1] = hi;
+  }
+  __syncthreads();
+  // out row oc = c0 + (t >> 2), bytes r0 + 16 (t & 3) .. + 15
+  const int lc = t >> 2, lr = (t & 3) * 16;
+  const int64_t oc = c0 + lc, orow = r0 + lr;
+  if (oc < C && orow < R) {  // R % 16 == 0
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      w[q] = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[q] |= uint32_t(tile[(lr + 4 * q + e) * kQtPitch + lc]) << (8 * e);
+    }
+    *reinterpret_cast<uint4*>(out + oc * R + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 const char* Name(ffi::DataType t) {
   if (t == ffi::DataType::F8E4M3FN) return "float8_e4m3fn";
   return DataTypeName(t);
@@ -425,6 +480,51 @@ ffi::Error Fp8Mvue24CompressImpl(cudaStream_t stream, ffi::AnyBuffer key, ffi::A
   }
 }
 
+template <typename T>
+ffi::Error LaunchQt(cudaStream_t stream, const void* x, const float* scale, int64_t R, int64_t C, uint8_t* out) {
+  const dim3 grid(static_cast<unsigned>((C + kQtTile - 1) / kQtTile), static_cast<unsigned>((R + kQtTile - 1) / kQtTile));
+  Fp8QuantizeTransposeKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), scale, R, C, out);
+  SP24_CHECK_LAUNCH("Fp8QuantizeTransposeKernel");
+  return ffi::Error::Success();
+}
+
+ffi::Error Fp8QuantizeTransposeImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
+                                    ffi::Result<ffi::AnyBuffer> out) {
+  const std::string op = "fp8_quantize_transpose";
+  const ffi::DataType xt = x.element_type();
+  if (xt != ffi::DataType::BF16 && xt != ffi::DataType::F16 && xt != ffi::DataType::F32) {
+    return InvalidArgument(op + ": x must be bfloat16, float16 or float32, got " + Name(xt));
+  }
+  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1) {
+    return InvalidArgument(op + ": scale must be one float32, got " + Name(scale.element_type()) + " of shape " +
+                           DimsString(scale.dimensions()));
+  }
+  const auto dims = x.dimensions();
+  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D, got shape " + DimsString(dims));
+  const int64_t R = dims[0], C = dims[1];
+  if (out->element_type() != ffi::DataType::F8E4M3FN || !Is2D(out->dimensions(), C, R)) {
+    return InvalidArgument(op + ": out must be float8_e4m3fn of shape " + Shape2(C, R) + ", got " +
+                           Name(out->element_type()) + " " + DimsString(out->dimensions()));
+  }
+  if (R % 16 || C % 8) {
+    return InvalidArgument(op + ": x needs rows % 16 == 0 and columns % 8 == 0, got " + DimsString(dims));
+  }
+  if ((C + kQtTile - 1) / kQtTile > 0x7FFFFFFF || (R + kQtTile - 1) / kQtTile > 65535) {
+    return InvalidArgument(op + ": x too large for the kernel's grid: " + DimsString(dims));
+  }
+  if ((reinterpret_cast<uintptr_t>(x.untyped_data()) | reinterpret_cast<uintptr_t>(out->untyped_data())) & 15u) {
+    return InvalidArgument(op + ": buffers must be 16-byte aligned");
+  }
+  if (R == 0 || C == 0) return ffi::Error::Success();
+  const float* sp = static_cast<const float*>(scale.untyped_data());
+  uint8_t* op_ = static_cast<uint8_t*>(out->untyped_data());
+  switch (xt) {
+    case ffi::DataType::BF16: return LaunchQt<__nv_bfloat16>(stream, x.untyped_data(), sp, R, C, op_);
+    case ffi::DataType::F16: return LaunchQt<__half>(stream, x.untyped_data(), sp, R, C, op_);
+    default: return LaunchQt<float>(stream, x.untyped_data(), sp, R, C, op_);
+  }
+}
+
 }  // namespace
 }  // namespace fp8
 }  // namespace jax_sparse24
@@ -449,4 +549,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8Mvue24Compress, jax_sparse24::fp8::Fp8M
                                   .Arg<::xla::ffi::AnyBuffer>()  // scale () f32
                                   .Ret<::xla::ffi::AnyBuffer>()  // values (C, R/2) e4m3
                                   .Ret<::xla::ffi::AnyBuffer>(),  // meta
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// x (R, C), scale () f32 -> q(x)^T (C, R) e4m3.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8QuantizeTranspose, jax_sparse24::fp8::Fp8QuantizeTransposeImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()   // x (R, C)
+                                  .Arg<::xla::ffi::AnyBuffer>()   // scale () f32
+                                  .Ret<::xla::ffi::AnyBuffer>(),  // q(x)^T (C, R) e4m3
                               {::xla::ffi::Traits::kCmdBufferCompatible});

@@ -31,6 +31,7 @@ XLA_FFI_Error* Sparse24CutlassSpmmKN(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmmFp8(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Fp8MaskCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Fp8Mvue24Compress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Fp8QuantizeTranspose(XLA_FFI_CallFrame* call_frame);
 // spmm_cusparselt.cu
 XLA_FFI_Error* Sparse24CusparseltCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CusparseltSpmm(XLA_FFI_CallFrame* call_frame);
@@ -75,6 +76,7 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_cutlass_spmm_fp8"] = Capsule(Sparse24CutlassSpmmFp8);
     d["jax_sparse24_fp8_masked_compress"] = Capsule(Sparse24Fp8MaskCompress);
     d["jax_sparse24_fp8_mvue24_compress"] = Capsule(Sparse24Fp8Mvue24Compress);
+    d["jax_sparse24_fp8_quantize_transpose"] = Capsule(Sparse24Fp8QuantizeTranspose);
     d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);
     d["jax_sparse24_cusparselt_spmm"] = Capsule(Sparse24CusparseltSpmm);
     d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);

@@ -18,6 +18,8 @@ gradient ``A = q(MVUE(∇y))ᵀ`` (M = O, K = T), ``b = q(x)ᵀ`` (N = I: x tran
   the weight-gradient GEMM's A operand ``q(MVUE(g))ᵀ`` (groups along the token axis) in one pass, with
   the element-wise MVUE kernel's draws (bit-identical to
   ``fp8_masked_compress(mvue24_cuda(key, g, axis=0), ones, s, transposed=True)``);
+* :func:`fp8_quantize_transpose` — ``quantize(x, s).T`` in one pass (the weight-gradient GEMM's dense
+  operand ``q(x)ᵀ``; XLA's transpose fusions wrote it at a fraction of memory speed);
 * :func:`cutlass_spmm_fp8` — the sparse fp8 GEMM.
 
 Every argument is checked at trace time and a violation raises ``ValueError`` naming the
@@ -48,12 +50,14 @@ __all__ = [
     "fp8_gemm_supports",
     "fp8_masked_compress",
     "fp8_mvue24_compress",
+    "fp8_quantize_transpose",
     "cutlass_spmm_fp8",
 ]
 
 _T_COMPRESS = "jax_sparse24_fp8_masked_compress"
 _T_SPMM = "jax_sparse24_cutlass_spmm_fp8"
 _T_MVUE = "jax_sparse24_fp8_mvue24_compress"
+_T_QT = "jax_sparse24_fp8_quantize_transpose"
 #: dtypes :func:`fp8_masked_compress` quantizes from.
 INPUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 #: The compressor's own shape rule (also the GEMM's m and k alignment).
@@ -221,6 +225,28 @@ def fp8_mvue24_compress(key, g, scale):
     out_types = (jax.ShapeDtypeStruct(values_shape, FP8_DTYPE), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
     values, meta = _ffi.ffi_call(_T_MVUE, out_types, words, jnp.asarray(g), scale)
     return values, meta
+
+
+def fp8_quantize_transpose(x, scale):
+    """``quantize(x, scale).T`` (C, R) float8_e4m3fn in one pass over ``x`` (R, C): bit-identical to
+    :func:`jax_sparse24._src.fp8.quantize` then a transpose.
+
+    Args:
+      x: (R, C) bfloat16, float16 or float32; R % 16 == 0 and C % 8 == 0.
+      scale: float32 scalar (array, read on the device).
+    """
+    op = "fp8_quantize_transpose"
+    if np.ndim(x) != 2:
+        raise ValueError(f"{op}: x must be 2-D (rows, cols), got shape {tuple(np.shape(x))}")
+    r, c = (int(v) for v in np.shape(x))
+    dtype = jnp.result_type(x)
+    if jnp.dtype(dtype) not in INPUT_DTYPES:
+        raise ValueError(f"{op}: x must be bfloat16, float16 or float32, got {jnp.dtype(dtype)}")
+    if r % 16 or c % 8:
+        raise ValueError(f"{op}: x needs rows % 16 == 0 and columns % 8 == 0, got shape {(r, c)}")
+    scale = check_scale(scale, op)
+    _ffi.require_extension()
+    return _ffi.ffi_call(_T_QT, jax.ShapeDtypeStruct((c, r), FP8_DTYPE), jnp.asarray(x), scale)
 
 
 def cutlass_spmm_fp8(values, meta, b, alpha, *, m: int, k: int, config: int = -1):

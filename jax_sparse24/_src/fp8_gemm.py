@@ -208,6 +208,6 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
         xp, gp = _pad_rows(x2, WGRAD_TOKEN_ALIGN), _pad_rows(g2, WGRAD_TOKEN_ALIGN)
         values, meta = cf.fp8_mvue24_compress(key, gp, s_m)  # q(MVUE(∇y))ᵀ (O, Tp)
         # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O): A = q(MVUE(∇y))ᵀ (O, Tp), b = q(x)ᵀ (I, Tp)
-        return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(xp, s_x).T, alpha, m=o, k=xp.shape[0])
+        return cf.cutlass_spmm_fp8(values, meta, cf.fp8_quantize_transpose(xp, s_x), alpha, m=o, k=xp.shape[0])
 
     return ffi.per_platform(xla, cuda, key, x2, g2, s_x, s_m, alpha)
