@@ -21,7 +21,7 @@ runs as :func:`choose` says:
 The weight gradient (:func:`plan_weight_grad`) runs in fp8 where it is sparse: with an MVUE key the
 sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE + quantize +
 compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by ``q(x)ᵀ``
-(XLA transposes the quantized ``x``: the kernel's dense operand must be K-major), where the shape
+(written by the quantize-transpose kernel: the GEMM's dense operand must be K-major), where the shape
 is aligned (O % 8, I % 16, T % 32 after padding T with zero rows). Elsewhere — no key, or a shape
 where the 16-bit planner takes the exact gradient — it is the 16-bit gradient of
 :mod:`jax_sparse24._src.gemm`. ``dense`` / ``reference`` draw the same sample (``ops.mvue24``: on a
