@@ -72,8 +72,8 @@ class GPTConfig:
     mask_every: int = 40
     sparse_attn: bool = False
     backend: str = "auto"
-    # fp8: the forward and input-gradient GEMMs of the sparse layers (FFN, and attention projections
-    # with sparse_attn) in float8_e4m3fn with current scaling (Sparse24Dense(fp8=True)); with
+    # fp8: the forward and input-gradient GEMMs (and a sparse MVUE weight gradient) of the sparse
+    # layers (FFN, and attention projections with sparse_attn) in float8_e4m3fn with current scaling (Sparse24Dense(fp8=True)); with
     # method="dense" the same layers are Sparse24Dense(method="dense", fp8=True): XLA's fp8 dense GEMMs.
     fp8: bool = False
     # Class of the sparse layers: "sparse24" (Sparse24Dense with `method`) or "lowrank"

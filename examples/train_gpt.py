@@ -68,7 +68,8 @@ backward, instead of each GEMM call masking and compressing its weight (same mat
 ``--fp8`` runs the forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with
 per-tensor current scaling (``Sparse24Dense(fp8=True)``; the sparse fp8 kernel on a GPU built with
 it, XLA's fp8 math elsewhere); with ``--recipe dense`` the same layers run XLA's fp8 dense GEMMs
-(the fp8 dense baseline). Embeddings, head and weight gradients stay 16-bit. It changes the
+(the fp8 dense baseline). The MVUE weight gradient of a 2:4 layer runs in fp8 where it runs sparse;
+embeddings, head and the other weight gradients stay 16-bit. It changes the
 numbers, so it is part of the checkpointed config (docs/fp8.md).
 
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
@@ -166,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fp8", action="store_true",
                     help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
                          "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
-                         "dense GEMMs. The weight gradient stays 16-bit")
+                         "dense GEMMs. The MVUE weight gradient runs in fp8 where it runs sparse; other weight gradients stay 16-bit")
     ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
                     help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "

@@ -107,7 +107,8 @@ class Sparse24Dense(nn.Module):
       fp8: run the forward and input-gradient GEMMs in float8_e4m3fn with per-tensor current
         scaling (``sparse24_linear(..., fp8=True)``, docs/fp8.md) for every method: the 2:4 GEMMs
         of the method's effective weight, and in the dense phase (``method="dense"`` or
-        ``sparse=False``) XLA's fp8 dot of the dense kernel. The weight gradient stays 16-bit.
+        ``sparse=False``) XLA's fp8 dot of the dense kernel. The MVUE weight gradient runs in fp8
+        too where it runs sparse; an exact weight gradient (and the dense phase's) stays 16-bit.
         Stateless (no extra collection); :func:`prepare` skips fp8 layers (their weight is
         quantized and compressed on every call).
 

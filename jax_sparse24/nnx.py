@@ -124,8 +124,8 @@ class Sparse24Linear(nnx.Module):
       transposable: ``srste`` masks are transposable (2:4 along in and out).
       mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
       backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
-      fp8: forward and input-gradient GEMMs in float8_e4m3fn (current scaling), as
-        :class:`jax_sparse24.nn.Sparse24Dense`'s ``fp8``.
+      fp8: forward and input-gradient GEMMs (and a sparse MVUE weight gradient) in float8_e4m3fn
+        (current scaling), as :class:`jax_sparse24.nn.Sparse24Dense`'s ``fp8``.
       rngs: ``nnx.Rngs``; its ``params`` stream initializes kernel and bias (as ``nnx.Linear``),
         its ``"mvue"`` stream, if any, drives the MVUE weight gradient.
 
