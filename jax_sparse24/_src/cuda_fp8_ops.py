@@ -177,13 +177,18 @@ def fp8_masked_compress(x, mask, scale, *, transposed: bool = False):
     x = jnp.asarray(x)
     mask = _check_mask(mask, x, op)
     scale = check_scale(scale, op)
-    m, k = _operand_mk(shape, transposed)
+    return _compressed_call(op, _T_COMPRESS, _operand_mk(shape, transposed), x, mask, scale,
+                            transposed=np.bool_(bool(transposed)))
+
+
+def _compressed_call(op: str, target: str, mk, *operands, **attrs):
+    """``(values, meta)`` of the fp8 compressor FFI ``target`` for an A operand of logical shape ``mk``."""
     try:
-        values_shape, meta_shape = fp8_compressed_shapes(m, k)
+        values_shape, meta_shape = fp8_compressed_shapes(*mk)
     except ValueError as e:
         raise ValueError(f"{op}: {e} (is the extension built with the fp8 kernels?)") from None
     out_types = (jax.ShapeDtypeStruct(values_shape, FP8_DTYPE), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
-    values, meta = _ffi.ffi_call(_T_COMPRESS, out_types, x, mask, scale, transposed=np.bool_(bool(transposed)))
+    values, meta = _ffi.ffi_call(target, out_types, *operands, **attrs)
     return values, meta
 
 
@@ -217,14 +222,7 @@ def fp8_mvue24_compress(key, g, scale):
     except ValueError as e:
         raise ValueError(str(e).replace("mvue24_cuda", op)) from None
     scale = check_scale(scale, op)
-    m, k = _operand_mk(shape, True)
-    try:
-        values_shape, meta_shape = fp8_compressed_shapes(m, k)
-    except ValueError as e:
-        raise ValueError(f"{op}: {e} (is the extension built with the fp8 kernels?)") from None
-    out_types = (jax.ShapeDtypeStruct(values_shape, FP8_DTYPE), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
-    values, meta = _ffi.ffi_call(_T_MVUE, out_types, words, jnp.asarray(g), scale)
-    return values, meta
+    return _compressed_call(op, _T_MVUE, _operand_mk(shape, True), words, jnp.asarray(g), scale)
 
 
 def fp8_quantize_transpose(x, scale):
