@@ -9,7 +9,7 @@ Math: :mod:`jax_sparse24._src.fp8` (the single definition). Formulation as for t
 with float32 accumulation and a bfloat16 ``d``. For a layer ``y = x·W̃`` the forward is
 ``A = q(W̃)ᵀ`` (M = O, K = I), ``b = q(x)``, ``alpha = s_x·s_w``; the input gradient
 ``A = q(W̃)`` (M = I, K = O; needs a transposable mask), ``b = q(∇y)``, ``alpha = s_g·s_w``; the weight
-gradient ``A = q(MVUE(∇y))ᵀ`` (M = O, K = T), ``b = q(x)ᵀ`` (N = I: x transposed by XLA), ``alpha = s_m·s_x``.
+gradient ``A = q(MVUE(∇y))ᵀ`` (M = O, K = T), ``b = q(x)ᵀ`` (N = I: written by :func:`fp8_quantize_transpose`), ``alpha = s_m·s_x``.
 
 * :func:`fp8_masked_compress` — ``quantize(x ⊙ mask, s)`` compressed into CUTLASS's SM90 fp8 layout
   in one pass over ``x`` and ``mask`` (bit-identical to ``cutlass_compress(quantize(x⊙mask, s))``,
@@ -48,6 +48,7 @@ __all__ = [
     "fp8_compressed_shapes",
     "fp8_compress_supports",
     "fp8_gemm_supports",
+    "fp8_weight_grad_supports",
     "fp8_masked_compress",
     "fp8_mvue24_compress",
     "fp8_quantize_transpose",
@@ -62,6 +63,10 @@ _T_QT = "jax_sparse24_fp8_quantize_transpose"
 INPUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 #: The compressor's own shape rule (also the GEMM's m and k alignment).
 _COMPRESS_M, _COMPRESS_K = 8, 32
+#: Grid limits of the kernels (CUDA's 65535 blocks in grid.y): the compressors tile K by 128 along
+#: grid.y (fp8_compress_kernels.cu kTileK), the quantize-transpose tiles x's rows by 64 (kQtTile).
+COMPRESS_MAX_K = 65535 * 128
+QUANTIZE_TRANSPOSE_MAX_ROWS = 65535 * 64
 
 
 def fp8_kernels_built() -> bool:
@@ -111,6 +116,17 @@ def _compress_reason(shape, dtype, transposed: bool, name: str = "x") -> str | N
     if m <= 0 or k <= 0 or m % _COMPRESS_M or k % _COMPRESS_K:
         return (f"the fp8 operand A = {a} needs M % {_COMPRESS_M} == 0 and K % {_COMPRESS_K} == 0 (M, K > 0), "
                 f"got M={m}, K={k} ({name} of shape {tuple(shape)}, transposed={bool(transposed)})")
+    if k > COMPRESS_MAX_K:
+        return (f"the fp8 operand A = {a} needs K <= {COMPRESS_MAX_K} (the compressor's grid), got K={k} "
+                f"({name} of shape {tuple(shape)}, transposed={bool(transposed)})")
+    return None
+
+
+def _quantize_transpose_reason(r: int, c: int) -> str | None:
+    if r % 16 or c % 8:
+        return f"x needs rows % 16 == 0 and columns % 8 == 0, got shape {(r, c)}"
+    if r > QUANTIZE_TRANSPOSE_MAX_ROWS:
+        return f"x needs rows <= {QUANTIZE_TRANSPOSE_MAX_ROWS} (the kernel's grid), got shape {(r, c)}"
     return None
 
 
@@ -137,6 +153,14 @@ def fp8_gemm_supports(m: int, n: int, k: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+def fp8_weight_grad_supports(o: int, i: int, tokens: int) -> bool:
+    """True when the fp8 MVUE weight gradient's kernels take ``∇W (I, O)`` over ``tokens`` (already
+    padded to a multiple of 32): the sparse GEMM D(O×I) with K = tokens, the MVUE compressor of ``∇y``
+    (tokens, O) and the quantize-transpose of ``x`` (tokens, I) — within their grids."""
+    return (fp8_gemm_supports(o, i, tokens) and _compress_reason((tokens, o), jnp.float32, True) is None
+            and _quantize_transpose_reason(tokens, i) is None)
 
 
 def _check_mask(mask, x, op: str):
@@ -230,7 +254,7 @@ def fp8_quantize_transpose(x, scale):
     :func:`jax_sparse24._src.fp8.quantize` then a transpose.
 
     Args:
-      x: (R, C) bfloat16, float16 or float32; R % 16 == 0 and C % 8 == 0.
+      x: (R, C) bfloat16, float16 or float32; R % 16 == 0, C % 8 == 0, R <= :data:`QUANTIZE_TRANSPOSE_MAX_ROWS`.
       scale: float32 scalar (array, read on the device).
     """
     op = "fp8_quantize_transpose"
@@ -240,8 +264,9 @@ def fp8_quantize_transpose(x, scale):
     dtype = jnp.result_type(x)
     if jnp.dtype(dtype) not in INPUT_DTYPES:
         raise ValueError(f"{op}: x must be bfloat16, float16 or float32, got {jnp.dtype(dtype)}")
-    if r % 16 or c % 8:
-        raise ValueError(f"{op}: x needs rows % 16 == 0 and columns % 8 == 0, got shape {(r, c)}")
+    reason = _quantize_transpose_reason(r, c)
+    if reason is not None:
+        raise ValueError(f"{op}: {reason}")
     scale = check_scale(scale, op)
     _ffi.require_extension()
     return _ffi.ffi_call(_T_QT, jax.ShapeDtypeStruct((c, r), FP8_DTYPE), jnp.asarray(x), scale)

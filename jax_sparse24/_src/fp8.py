@@ -49,9 +49,13 @@ FP8_MAX = 448.0
 #: dtype the fp8 GEMMs write (the kernel's epilogue: float32 accumulator · alpha, rounded once).
 GEMM_OUT_DTYPE = jnp.dtype(jnp.bfloat16)
 #: Bound of an MVUE 2:4 sample relative to its input: ``|MVUE(g)| <= 2·max|g|``. A kept value is
-#: ``g_k / p_k`` with inclusion probability ``p_k >= (|g_k|/S)(1 + Σ_{m≠k} |g_m|/(S − |g_m|))``
-#: (``S = Σ|g|`` of the group), which makes ``|g_k|/p_k`` largest, ``2|g_k|``, for a group of four
-#: equal magnitudes (each kept with probability 1/2).
+#: ``g_k / p_k`` with inclusion probability ``p_k = (a_k/S)(1 + Σ_{m≠k} f(a_m))``, ``a = |g|``,
+#: ``S = Σ a`` over the group, ``f(u) = u/(S − u)``. ``f`` is convex, so with ``T = S − a_k``
+#: Jensen gives ``Σ_{m≠k} f(a_m) >= 3·f(T/3)`` and ``a_k/p_k <= (a_k+T)(3a_k+2T)/(3a_k+5T)``, which
+#: grows with ``a_k`` and ``T``; at ``a_k = M``, ``T = 3M`` (``M = max a``) it is ``2M``: reached for
+#: four equal magnitudes, each kept with probability 1/2. The sample is rounded to the input dtype
+#: (bfloat16 / float16: ``2M`` is representable and rounding is monotonic, so the bound holds; from
+#: float32 the kernel's approximate reciprocal can exceed it by a few ulps, which quantize to 448).
 MVUE_SCALE_FACTOR = 2.0
 
 

@@ -22,19 +22,24 @@ The weight gradient (:func:`plan_weight_grad`) runs in fp8 where it is sparse: w
 sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE + quantize +
 compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by ``q(x)ᵀ``
 (written by the quantize-transpose kernel: the GEMM's dense operand must be K-major), where the shape
-is aligned (O % 8, I % 16, T % 32 after padding T with zero rows). Elsewhere — no key, or a shape
+is aligned (O % 8, I % 16, T % 32 after padding T with zero rows) and within the kernels' grids
+(:func:`~jax_sparse24._src.cuda_fp8_ops.fp8_weight_grad_supports`). Elsewhere — no key, or a shape
 where the 16-bit planner takes the exact gradient — it is the 16-bit gradient of
 :mod:`jax_sparse24._src.gemm`. ``dense`` / ``reference`` draw the same sample (``ops.mvue24``: on a
-GPU the same draws as the kernel) and multiply with XLA's fp8 dot.
+GPU the same draws as the kernel) and multiply with XLA's fp8 dot. Under ``jit`` + ``NamedSharding``
+the sparse fp8 weight gradient is one custom-partitioned op, like the 16-bit one: it runs on each
+device's shards (tokens, and O or I), each token shard drawing its own sample, with a ``psum`` over
+sharded tokens.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from jax_sparse24._src import ffi
 from jax_sparse24._src import fp8
-from jax_sparse24._src.gemm import bool_mask, masked_weight
+from jax_sparse24._src.gemm import _pad_rows, bool_mask, masked_weight
 
 __all__ = ["choose", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
 
@@ -66,6 +71,10 @@ def choose(backend: str, m: int, n: int, k: int) -> str:
         raise ValueError("fp8=True: backend='cusparselt' has no fp8 path in this version; use 'auto', "
                          "'cutlass', 'dense' or 'reference'")
     reason = _fp8_reason(m, n, k)
+    return _pick(backend, reason)
+
+
+def _pick(backend: str, reason: str | None) -> str:
     if backend == "cutlass":
         if reason is not None:
             raise RuntimeError(f"backend='cutlass' with fp8=True: {reason}")
@@ -73,12 +82,26 @@ def choose(backend: str, m: int, n: int, k: int) -> str:
     return "cutlass" if reason is None and ffi.cuda_kernels_available() else "xla"
 
 
-#: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment.
-WGRAD_TOKEN_ALIGN = 32
+#: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment
+#: (the 16-bit weight gradient pads to ``autotune.WGRAD_TOKEN_ALIGN``).
+FP8_WGRAD_TOKEN_ALIGN = 32
 
 
 def _padded_tokens(t: int) -> int:
-    return t + (-t) % WGRAD_TOKEN_ALIGN
+    return t + (-t) % FP8_WGRAD_TOKEN_ALIGN
+
+
+def _wgrad_reason(o: int, i: int, tp: int) -> str | None:
+    """Why the fp8 MVUE weight-gradient kernels cannot run ``∇W (I, O)`` over ``tp`` padded tokens."""
+    reason = _fp8_reason(o, i, tp)
+    if reason is not None:
+        return reason
+    from jax_sparse24._src import cuda_fp8_ops as cf
+
+    if not cf.fp8_weight_grad_supports(o, i, tp):
+        return (f"the fp8 weight-gradient kernels take at most {cf.QUANTIZE_TRANSPOSE_MAX_ROWS} (padded) tokens "
+                f"per call, got {tp}")
+    return None
 
 
 def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tuple[str, str]:
@@ -110,11 +133,11 @@ def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: 
         return "mvue"
     tp = _padded_tokens(tokens)
     if backend == "cutlass":
-        return choose(backend, o, i, tp)  # "cutlass", or RuntimeError naming the constraint
+        return _pick(backend, _wgrad_reason(o, i, tp))  # "cutlass", or RuntimeError naming the constraint
     from jax_sparse24._src import autotune
 
     if autotune.weight_grad_path(backend, o, i, tokens, dtype) in ("cutlass", "cusparselt") \
-            and choose(backend, o, i, tp) == "cutlass":
+            and _pick(backend, _wgrad_reason(o, i, tp)) == "cutlass":
         return "cutlass"
     return "16-bit"
 
@@ -169,11 +192,6 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
     return _gemm(chosen, g2, wc, mk, s_g, s_w, m=i, k=o, transposed=False)
 
 
-def _pad_rows(a, multiple: int):
-    pad = (-a.shape[0]) % multiple
-    return jnp.pad(a, ((0, pad), (0, 0))) if pad else a
-
-
 def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
     """``∇W (I, O)`` with an MVUE key, as :func:`plan_weight_grad` says: bfloat16
     ``q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)`` (MVUE groups of 4 along the tokens), or the 16-bit
@@ -182,7 +200,8 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
     Tokens are padded with zero rows (to 32 for the kernel, 4 otherwise; a zero row changes
     nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``.
     """
-    from jax_sparse24._src import gemm, ops
+    from jax_sparse24._src import gemm, ops, reference
+    from jax_sparse24._src import sharding as _sh
 
     dtype = jnp.result_type(x2, g2)
     t, i = x2.shape
@@ -191,23 +210,44 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
     if chosen == "16-bit":
         return gemm.weight_grad_mvue(key, x2, g2, backend=backend, precision=precision)
     x2, g2 = x2.astype(dtype), g2.astype(dtype)
-    s_m = fp8.mvue_scale(g2)
-    alpha = s_x * s_m
+    s_m = fp8.mvue_scale(g2)  # from the whole ∇y (XLA partitions the reduction)
 
-    def xla(key, x2, g2, s_x, s_m, alpha):
-        xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)
-        gs = ops.mvue24(key, gp, axis=0)
-        return fp8.scaled_matmul(fp8.quantize(xp, s_x).T, fp8.quantize(gs, s_m), alpha)
+    def fp8_dot(xp, gs, s_x, s_m):
+        return fp8.scaled_matmul(fp8.quantize(xp, s_x).T, fp8.quantize(gs, s_m), s_x * s_m)
 
     if chosen == "mvue":
-        return xla(key, x2, g2, s_x, s_m, alpha)
+        # ops.mvue24: the CUDA draws on a GPU (those of the kernel), the reference on a CPU; itself partitioned
+        return fp8_dot(_pad_rows(x2, 4), ops.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
 
-    def cuda(key, x2, g2, s_x, s_m, alpha):
+    def reference_fn(key, x2, g2, s_x, s_m):
+        return fp8_dot(_pad_rows(x2, 4), reference.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
+
+    def local(key, x2, g2, s_x, s_m):
+        # On the local shards (every size from the shards, never from the global (o, i, t) above).
         from jax_sparse24._src import cuda_fp8_ops as cf
+        from jax_sparse24._src import cuda_mask_ops
 
-        xp, gp = _pad_rows(x2, WGRAD_TOKEN_ALIGN), _pad_rows(g2, WGRAD_TOKEN_ALIGN)
-        values, meta = cf.fp8_mvue24_compress(key, gp, s_m)  # q(MVUE(∇y))ᵀ (O, Tp)
-        # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O): A = q(MVUE(∇y))ᵀ (O, Tp), b = q(x)ᵀ (I, Tp)
-        return cf.cutlass_spmm_fp8(values, meta, cf.fp8_quantize_transpose(xp, s_x), alpha, m=o, k=xp.shape[0])
+        tl, il = x2.shape
+        ol = g2.shape[1]
+        tp = _padded_tokens(tl)
 
-    return ffi.per_platform(xla, cuda, key, x2, g2, s_x, s_m, alpha)
+        def kernel(key, x2, g2, s_x, s_m):
+            xp, gp = _pad_rows(x2, FP8_WGRAD_TOKEN_ALIGN), _pad_rows(g2, FP8_WGRAD_TOKEN_ALIGN)
+            values, meta = cf.fp8_mvue24_compress(key, gp, s_m)  # q(MVUE(∇y))ᵀ (O, Tp)
+            # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O): A = q(MVUE(∇y))ᵀ (O, Tp), b = q(x)ᵀ (I, Tp)
+            return cf.cutlass_spmm_fp8(values, meta, cf.fp8_quantize_transpose(xp, s_x), s_x * s_m, m=ol, k=tp)
+
+        def sample_fp8_dot(key, x2, g2, s_x, s_m):  # a shard the kernels cannot take: same draws, XLA's fp8 dot
+            xp, gp = _pad_rows(x2, FP8_WGRAD_TOKEN_ALIGN), _pad_rows(g2, FP8_WGRAD_TOKEN_ALIGN)
+            return fp8_dot(xp, cuda_mask_ops.mvue24_cuda(key, gp, axis=0), s_x, s_m)
+
+        cuda_fn = kernel if _wgrad_reason(ol, il, tp) is None else sample_fp8_dot
+        return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2, s_x, s_m)
+
+    # Partitioned as the 16-bit MVUE weight gradient (gemm.weight_grad_mvue): tokens contracted (a psum
+    # over a sharded token axis), the key folded with the token shard's index; the scales replicated.
+    typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
+    kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
+    rule = _sh.Rule("sparse24 fp8 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o"), (), ()),
+                    (("i", "o"),), contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
+    return _sh.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2, s_x, s_m)

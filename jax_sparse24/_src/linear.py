@@ -149,8 +149,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
         the shape is aligned (and, for ``∇x``, the mask transposable), else XLA's fp8 dot of the
         same quantized operands; on a CPU that XLA math. With a ``key``, the MVUE weight gradient
-        runs in fp8 too where the 16-bit one would run sparse (``q(MVUE(∇y))`` with twice ``∇y``'s
-        scale, the sparse fp8 kernel); otherwise the weight gradient is the 16-bit one.
+        runs in fp8 too (``q(MVUE(∇y))`` with twice ``∇y``'s scale, the sparse fp8 kernel) where the
+        16-bit one would run sparse (``auto``; ``cutlass``: wherever the fp8 kernels can run, else
+        RuntimeError); otherwise the weight gradient is the 16-bit one.
         ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
         run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
