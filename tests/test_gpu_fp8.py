@@ -251,20 +251,22 @@ def _assert_same_product(got, ref, terms, k, what):
     assert not bad.any(), f"{what}: {bad.sum()} of {bad.size} elements off"
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32], ids=["bf16", "f16", "f32"])
 @pytest.mark.parametrize("tio", [(256, 512, 384), (272, 160, 96)], ids=["aligned", "padded-tokens"])
-def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio):
+def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio, dtype):
     """With a key, backend='cutlass' runs the fused MVUE compressor + sparse fp8 GEMM (T padded to 32;
     auto does where the 16-bit planner runs the sparse MVUE gradient: large shapes); the same sample
-    through XLA's fp8 dot (backend='dense' on the GPU: same draws) gives the same product."""
+    through XLA's fp8 dot (backend='dense' on the GPU: same draws) gives the same product, in every
+    compute dtype the compressor takes."""
     t, i, o = tio
     rng, seed = _rng()
     w = jnp.asarray(rng.standard_normal((i, o)).astype(np.float32) * 0.05)
     mask = s24.transposable_mask24(w)
-    x = jnp.asarray(rng.standard_normal((t, i)).astype(np.float32)).astype(jnp.bfloat16)
-    g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(jnp.bfloat16)
-    w = w.astype(jnp.bfloat16)
+    x = jnp.asarray(rng.standard_normal((t, i)).astype(np.float32)).astype(dtype)
+    g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(dtype)
+    w = w.astype(dtype)
     key = jax.random.key(int(rng.integers(1 << 30)))
-    assert s24.linear_plan(t, i, o, jnp.bfloat16, fp8=True, backend="cutlass")["weight_grad"] == "cutlass (fp8, MVUE)"
+    assert s24.linear_plan(t, i, o, dtype, fp8=True, backend="cutlass")["weight_grad"] == "cutlass (fp8, MVUE)"
 
     def dw_of(x, w, g, backend):
         _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend=backend), w)
