@@ -535,3 +535,69 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
         assert local_calls == [("compress", (64, 16)), ("spmm", 16, 32, 64)], calls
     else:
         assert local_calls == [("mvue", (64, 16))], calls
+
+
+@pytest.mark.parametrize("layout", ["dp8", "tp4", "dp2xtp4"])
+def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout):
+    """fp8=True with the sparse fp8 kernels planned (the extension's interface faked, a CPU computes
+    each shard's XLA branch): the forward and input-gradient fp8 GEMMs are custom-partitioned ops like
+    the 16-bit ones — the same loss and gradients as unsharded (up to the bfloat16 rounding of the
+    partial sums of a sharded contraction), no full weight gathered, and on a GPU the kernels would
+    see the local shards: the compressor gets w's shard, the GEMM the shard's m and k."""
+    from test_fp8 import _clear_caches, _FakeExt
+
+    from jax_sparse24._src import cuda_fp8_ops as cf
+    from jax_sparse24._src import ffi
+
+    _clear_caches()
+    monkeypatch.setattr(ffi, "_load", lambda: (_FakeExt(), None))
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+    mesh_spec, xs, ps = _LAYOUTS[layout]
+    mesh = _mesh(mesh_spec)
+    tokens = 256  # 32 per data shard: the fp8 kernel's n % 16
+    x, w1, w2 = _rand((tokens, D), 10), 0.2 * _rand((D, F), 11), 0.1 * _rand((F, D), 12)
+    m1, m2 = reference.transposable_mask24(w1), reference.transposable_mask24(w2)
+
+    def loss(params, x):
+        w1, w2 = params
+        h = jax.nn.gelu(s24.sparse24_linear(x, w1, m1, transposable=True, fp8=True, backend="cutlass"))
+        y = s24.sparse24_linear(h, w2, m2, transposable=True, fp8=True, backend="cutlass")
+        return jnp.mean(jnp.sin(y) * y)
+
+    vg = jax.value_and_grad(loss)
+    ref = jax.jit(vg)((w1, w2), x)
+    psh = (NamedSharding(mesh, ps[0]), NamedSharding(mesh, ps[2]))
+    f = jax.jit(vg, in_shardings=(psh, NamedSharding(mesh, xs)), out_shardings=(NamedSharding(mesh, P()), psh))
+    out = f((w1, w2), x)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
+    assert f.lower((w1, w2), x).as_text().count(CP_TARGET) >= 5  # 2 × (fwd, ∇W) + ∇h
+    _assert_no_full_gather(f, ((w1, w2), x), [(D, F), (F, D)])
+    # the CUDA branch, traced with the kernels stubbed: every call on the shard's sizes
+    calls = []
+
+    def compress(w, mask, scale, *, transposed=False):
+        calls.append(("compress", w.shape, transposed))
+        vs, ms = cf.fp8_compressed_shapes(*(w.shape[::-1] if transposed else w.shape))
+        return jnp.zeros(vs, jnp.float8_e4m3fn), jnp.zeros(ms, jnp.uint8)
+
+    def spmm(values, meta, b, alpha, *, m, k, config=-1):
+        calls.append(("spmm", m, b.shape[0], k))
+        return jnp.zeros((b.shape[0], m), jnp.bfloat16)
+
+    monkeypatch.setattr(cf, "fp8_masked_compress", compress)
+    monkeypatch.setattr(cf, "cutlass_spmm_fp8", spmm)
+    real_pp = ffi.per_platform
+    monkeypatch.setattr(ffi, "per_platform",
+                        lambda ref, cuda, *a: (cuda is not None and cuda(*a), real_pp(ref, None, *a))[1])
+    jax.jit(lambda p, x: vg(p, x), in_shardings=(psh, NamedSharding(mesh, xs))).lower((w1, w2), x).compile()
+    n_model = dict(p.split("=") for p in mesh_spec.split(",")).get("model", "1")
+    tl = tokens // int(dict(p.split("=") for p in mesh_spec.split(",")).get("data", "1"))
+    fl = F // int(n_model)
+    # layer 1 (D -> F, column parallel under model): forward A = q(W̃1)ᵀ (F/n, D), ∇x A = q(W̃1) (D, F/n)
+    assert ("compress", (D, fl), True) in calls and ("spmm", fl, tl, D) in calls, calls
+    # layer 2 (F -> D, row parallel): forward A = q(W̃2)ᵀ (D, F/n), contraction F/n; ∇h A = q(W̃2) (F/n, D)
+    assert ("compress", (fl, D), True) in calls and ("compress", (fl, D), False) in calls, calls
+    monkeypatch.setattr(ffi, "per_platform", real_pp)
+    _clear_caches()

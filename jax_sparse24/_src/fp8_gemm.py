@@ -34,6 +34,8 @@ sharded tokens.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -147,24 +149,44 @@ def weight_scale(w, mask, dtype):
     return fp8.current_scale(masked_weight(w.astype(dtype), bool_mask(mask)))
 
 
-def _gemm(chosen: str, b2, w, mask, s_b, s_w, *, m: int, k: int, transposed: bool):
-    """D (n, m) = alpha · q(b2)·orient(q(W̃)) with A = q(W̃)ᵀ (``transposed``: forward) or q(W̃)."""
-    alpha = s_b * s_w
+def _gemm(kind: str, chosen: str, b2, w, mask, s_b, s_w):
+    """D (n, m) = (s_b·s_w) · q(b2)·orient(q(W̃)): ``kind`` ``"forward"`` (A = q(W̃)ᵀ, b2 = x) or
+    ``"input_grad"`` (A = q(W̃), b2 = ∇y; a transposable mask).
 
-    def xla(b2, wc, mk, s_b, s_w, alpha):
+    ``"xla"``: XLA's fp8 math (XLA partitions it). ``"cutlass"``: one custom-partitioned op
+    (:func:`jax_sparse24._src.sharding.gemm_rule`, the scales replicated) whose local function
+    compresses the local weight shard and runs the sparse fp8 GEMM on the shard's sizes — a shard the
+    kernel cannot take runs XLA's fp8 math — with a ``psum`` over a sharded contraction axis.
+    """
+    transposed = kind == "forward"
+
+    def xla(b2, wc, mk, s_b, s_w):
         qw = fp8.quantize(masked_weight(wc, mk), s_w)  # (I, O)
-        return fp8.scaled_matmul(fp8.quantize(b2, s_b), qw, alpha, transpose_b=not transposed)
+        return fp8.scaled_matmul(fp8.quantize(b2, s_b), qw, s_b * s_w, transpose_b=not transposed)
 
     if chosen != "cutlass":
-        return xla(b2, w, mask, s_b, s_w, alpha)
+        return xla(b2, w, mask, s_b, s_w)
 
-    def cuda(b2, wc, mk, s_b, s_w, alpha):
-        from jax_sparse24._src import cuda_fp8_ops as cf
+    def local(b2, wc, mk, s_b, s_w):
+        # every size from the shards (never the global shapes)
+        i, o = wc.shape
+        m, k = (o, i) if transposed else (i, o)
 
-        values, meta = cf.fp8_masked_compress(wc, mk, s_w, transposed=transposed)
-        return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), alpha, m=m, k=k)
+        def cuda(b2, wc, mk, s_b, s_w):
+            from jax_sparse24._src import cuda_fp8_ops as cf
 
-    return ffi.per_platform(xla, cuda, b2, w, mask, s_b, s_w, alpha)
+            values, meta = cf.fp8_masked_compress(wc, mk, s_w, transposed=transposed)
+            return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), s_b * s_w, m=m, k=k)
+
+        cuda_fn = cuda if _fp8_reason(m, b2.shape[0], k) is None else None
+        return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w)
+
+    from jax_sparse24._src import sharding as _sh
+
+    base = _sh.gemm_rule(kind, transposable=True)
+    rule = dataclasses.replace(base, name=base.name.replace("sparse24", "sparse24 fp8"),
+                               operands=base.operands + ((), ()))
+    return _sh.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 
 
 def forward(x2, w, mask, *, backend: str):
@@ -176,7 +198,7 @@ def forward(x2, w, mask, *, backend: str):
     s_x, s_w = fp8.current_scale(x2), weight_scale(wc, mk, dtype)
     chosen = choose(backend, o, t, i)
     # y (T, O) = q(x)·q(W̃): D (T, O) with A = q(W̃)ᵀ (O, I), 2:4 along I
-    return _gemm(chosen, x2, wc, mk, s_x, s_w, m=o, k=i, transposed=True), s_x, s_w
+    return _gemm("forward", chosen, x2, wc, mk, s_x, s_w), s_x, s_w
 
 
 def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
@@ -189,7 +211,7 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
     # ∇x needs q(W̃) 2:4 along `out` for the sparse kernel: without a transposable mask, XLA's fp8 math.
     chosen = choose(backend, i, t, o) if transposable else "xla"
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
-    return _gemm(chosen, g2, wc, mk, s_g, s_w, m=i, k=o, transposed=False)
+    return _gemm("input_grad", chosen, g2, wc, mk, s_g, s_w)
 
 
 def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
