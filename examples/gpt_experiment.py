@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from jax_sparse24 import distill as s24distill
+from jax_sparse24 import fp8 as s24fp8
 from jax_sparse24 import nn as s24nn
 from jax_sparse24 import optim as s24optim
 from jax_sparse24.training import SparseTrainState
@@ -66,7 +67,7 @@ CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
-    "sparse_lr_scale", "finetune_start",
+    "sparse_lr_scale", "finetune_start", "fp8_scaling",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -105,6 +106,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         prepare_weights=args.prepare_weights,  # not in CONFIG_KEYS: same math, done once per step
         grad_accum=args.grad_accum,
         fp8=bool(getattr(args, "fp8", False)),  # in CONFIG_KEYS: fp8 GEMMs change the numbers
+        fp8_scaling=getattr(args, "fp8_scaling", "current"),  # in CONFIG_KEYS: the scales change the numbers
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
     for k in ("n_layer", "n_head", "n_embd"):
@@ -132,6 +134,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--sparse-lr-scale must be > 0, got {args.sparse_lr_scale}")
     if hp["mask_every"] < 1:
         raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
+    if hp["fp8_scaling"] != "current" and not hp["fp8"]:
+        raise CLIError(f"--fp8-scaling {hp['fp8_scaling']} needs --fp8")
     if hp["fp8"] and RECIPES[recipe].get("ast"):
         raise CLIError("--fp8 is not supported with --recipe ast (its low-rank layers have no fp8 path)")
     if RECIPES[recipe].get("ast"):
@@ -262,7 +266,7 @@ def build_experiment(hp: dict) -> Experiment:
         mask_every=hp["mask_every"], sparse_attn=hp["sparse_attn"], dtype=_resolve_dtype(hp["dtype"]),
         attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"),
         slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
-        fp8=bool(hp.get("fp8", False)),
+        fp8=bool(hp.get("fp8", False)), fp8_scaling=hp.get("fp8_scaling", "current"),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])
@@ -311,17 +315,21 @@ def build_experiment(hp: dict) -> Experiment:
 
 
 def init_state(exp: Experiment, seed: int):
-    """``{"step", "params", "sparsity", "opt_state"}`` (a pure function: jit it with shardings)."""
+    """``{"step", "params", "sparsity", "opt_state"}`` (a pure function: jit it with shardings), and
+    ``"fp8_meta"`` (the delayed-scaling fp8 state) with ``--fp8-scaling delayed``."""
     dummy = jnp.zeros((1, exp.cfg.block_size), jnp.int32)
     variables = exp.model.init(jax.random.key(seed), dummy)
     params = variables["params"]
     sparsity = variables.get(s24nn.SPARSITY, {})
-    return {
+    state = {
         "step": jnp.zeros((), jnp.int32),
         "params": params,
         "sparsity": dict(sparsity),
         "opt_state": exp.tx.init(params),
     }
+    if s24nn.FP8_META in variables:
+        state["fp8_meta"] = variables[s24nn.FP8_META]
+    return state
 
 
 def _get(tree, path):
@@ -374,12 +382,15 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         st = SparseTrainState(step=state["step"], apply_fn=exp.model.apply, params=state["params"], tx=exp.tx,
                               opt_state=state["opt_state"], sparsity=state["sparsity"],
                               rng=jax.random.key(seed + 1) if exp.cfg.mvue else None,
-                              flip_rate=jnp.zeros((), jnp.float32))
+                              flip_rate=jnp.zeros((), jnp.float32), fp8_meta=state.get("fp8_meta"))
+        delayed = st.fp8_meta is not None
 
-        def loss_fn(p, tokens, st, micro_batch=None):
+        def loss_fn(pm, tokens, st, micro_batch=None):
+            # pm: the params, or (params, fp8_meta) with delayed fp8 scaling (the meta's gradient is its new value)
+            p, meta = pm if delayed else (pm, None)
             x, y = tokens[:, :-1], tokens[:, 1:]
             # the Python flag (one program per phase; None: the model's default)
-            logits = st.apply(x, params=p, sparse=sparse, micro_batch=micro_batch)
+            logits = st.apply(x, params=p, sparse=sparse, micro_batch=micro_batch, fp8_meta=meta)
             ce = cross_entropy(logits, y)
             if exp.teacher_model is None:
                 return ce, (ce, jnp.zeros((), jnp.float32))
@@ -389,7 +400,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             return total, (ce, aux["kd"])
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        params = st.params
+        params = (st.params, st.fp8_meta) if delayed else st.params
         # Micro-batch j holds rows j, j + accum, ... (the leading axis keeps its data-parallel sharding).
         micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
         if prepare:
@@ -405,14 +416,30 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             # Gradient accumulation: each micro-batch its own MVUE key; the mean over micro-batches
             # is the gradient of the mean loss of the whole batch.
 
+            # The delayed-scaling state's "gradients" (new values) are combined by maximum, not summed.
+
             def body(acc, inp):
                 j, tok = inp
                 (_, aux), g = grad_fn(params, tok, st, j)
-                return jax.tree.map(jnp.add, acc, (aux, g)), None
+                (aux_acc, g_acc) = acc
+                if delayed:
+                    g_new = (jax.tree.map(jnp.add, g_acc[0], g[0]), s24fp8.combine_meta(g_acc[1], g[1]))
+                else:
+                    g_new = jax.tree.map(jnp.add, g_acc, g)
+                return (jax.tree.map(jnp.add, aux_acc, aux), g_new), None
 
             zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
+            if delayed:  # the max-combine starts from the smallest values
+                zero = (zero[0], (zero[1][0], jax.tree.map(lambda m: jnp.full_like(m, -jnp.inf), st.fp8_meta)))
             ((loss, kd), grads), _ = jax.lax.scan(body, zero, (jnp.arange(accum), micro))
-            loss, kd, grads = loss / accum, kd / accum, jax.tree.map(lambda g: g / accum, grads)
+            loss, kd = loss / accum, kd / accum
+            if delayed:
+                grads = (jax.tree.map(lambda g: g / accum, grads[0]), grads[1])
+            else:
+                grads = jax.tree.map(lambda g: g / accum, grads)
+        new_meta = None
+        if delayed:
+            grads, new_meta = grads
         if exp.teacher_model is None:
             kd = None
         # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
@@ -421,7 +448,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         # marks the update's kernels in the compiled program (benchmarks/bench_step_breakdown.py).
         step = st.step
         with jax.named_scope("optimizer"):
-            new = st.apply_gradients(grads=grads)
+            new = st.apply_gradients(grads=grads, **({"fp8_meta": new_meta} if delayed else {}))
         if method == "srste":
             flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, new.flip_rate, jnp.nan)
         elif method in ("ste", "soft"):
@@ -432,7 +459,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             flip = jax.lax.cond((step + 1) % every == 0,
                                 lambda p, q: s24nn.kernel_flip_rate(p, q, paths=exp.sparse_paths),
                                 lambda p, q: jnp.asarray(jnp.nan, jnp.float32),
-                                _sparse_kernels(exp, params), _sparse_kernels(exp, new.params))
+                                _sparse_kernels(exp, st.params), _sparse_kernels(exp, new.params))
         else:
             flip = jnp.asarray(jnp.nan, jnp.float32)
         metrics = {
@@ -448,6 +475,8 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             metrics["step_z"] = st_step.z_avg
             metrics["phase"] = st_step.phase
         new_state = {"step": new.step, "params": new.params, "sparsity": new.sparsity, "opt_state": new.opt_state}
+        if delayed:
+            new_state["fp8_meta"] = new.fp8_meta
         return new_state, metrics
 
     return train_step
@@ -477,6 +506,8 @@ def make_eval_step(exp: Experiment, sparse: Optional[bool]):
     def eval_step(state, tokens):
         sparsity = state["sparsity"]
         variables = {"params": state["params"], s24nn.SPARSITY: sparsity} if sparsity else {"params": state["params"]}
+        if "fp8_meta" in state:  # delayed fp8 scaling: evaluation reads the state (its update is dropped)
+            variables[s24nn.FP8_META] = state["fp8_meta"]
         logits = exp.model.apply(variables, tokens[:, :-1], sparse=sparse)
         return cross_entropy(logits, tokens[:, 1:])
 

@@ -76,6 +76,8 @@ class GPTConfig:
     # layers (FFN, and attention projections with sparse_attn) in float8_e4m3fn with current scaling (Sparse24Dense(fp8=True)); with
     # method="dense" the same layers are Sparse24Dense(method="dense", fp8=True): XLA's fp8 dense GEMMs.
     fp8: bool = False
+    # fp8 scaling recipe of those layers: "current" or "delayed" (amax histories, Sparse24Dense(fp8_scaling=))
+    fp8_scaling: str = "current"
     # Class of the sparse layers: "sparse24" (Sparse24Dense with `method`) or "lowrank"
     # (AST: Sparse24LowRankDense, adaptive 2:4 mask + SLoRB term of rank in // slorb_group).
     linear: str = "sparse24"
@@ -153,7 +155,7 @@ def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: f
     return Sparse24Dense(
         features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, method=cfg.method,
         mvue=cfg.mvue, transposable=cfg.transposable, mask_every=cfg.mask_every,
-        backend=cfg.backend, fp8=cfg.fp8, name=name,
+        backend=cfg.backend, fp8=cfg.fp8, fp8_scaling=cfg.fp8_scaling, name=name,
     )
 
 

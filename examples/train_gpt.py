@@ -70,7 +70,8 @@ per-tensor current scaling (``Sparse24Dense(fp8=True)``; the sparse fp8 kernel o
 it, XLA's fp8 math elsewhere); with ``--recipe dense`` the same layers run XLA's fp8 dense GEMMs
 (the fp8 dense baseline). The MVUE weight gradient of a 2:4 layer runs in fp8 where it runs sparse;
 embeddings, head and the other weight gradients stay 16-bit. It changes the
-numbers, so it is part of the checkpointed config (docs/fp8.md).
+numbers, so it is part of the checkpointed config (docs/fp8.md). ``--fp8-scaling delayed`` takes the
+scales from amax histories (Flax's delayed scaling; the histories are part of the train state).
 
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
@@ -168,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
                          "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
                          "dense GEMMs. The MVUE weight gradient runs in fp8 where it runs sparse; other weight gradients stay 16-bit")
+    ap.add_argument("--fp8-scaling", choices=("current", "delayed"), default="current",
+                    help="with --fp8: scales from each call's amax (current) or from amax histories of the previous "
+                         "steps (delayed, Flax's recipe; its state is checkpointed with the run)")
     ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
                     help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "

@@ -32,6 +32,7 @@ import numpy as np
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 
+from jax_sparse24._src import fp8 as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import ops as _ops
 from jax_sparse24._src import prepared_weight as _prepared_weight
@@ -44,6 +45,7 @@ from jax_sparse24._src.validation import check_positive_int
 __all__ = [
     "Sparse24Dense",
     "SPARSITY",
+    "FP8_META",
     "PREPARED",
     "METHODS",
     "prepare",
@@ -55,6 +57,9 @@ __all__ = [
 
 #: Name of the Flax collection holding masks, β and refresh periods.
 SPARSITY = "sparsity"
+#: The collection of the delayed-scaling fp8 state (``fp8_scaling="delayed"``): Flax's
+#: ``OVERWRITE_WITH_GRADIENT`` — the gradient of these variables is their new value.
+FP8_META = _fp8.META_COLLECTION
 #: Name of the Flax collection of prepared weights (:func:`prepare`): per layer ``{"weight": ...}``.
 PREPARED = "sparse24_prepared"
 #: Training methods of :class:`Sparse24Dense`.
@@ -109,8 +114,12 @@ class Sparse24Dense(nn.Module):
         of the method's effective weight, and in the dense phase (``method="dense"`` or
         ``sparse=False``) XLA's fp8 dot of the dense kernel. The MVUE weight gradient runs in fp8
         too where it runs sparse; an exact weight gradient (and the dense phase's) stays 16-bit.
-        Stateless (no extra collection); :func:`prepare` skips fp8 layers (their weight is
-        quantized and compressed on every call).
+        With the default current scaling it is stateless; :func:`prepare` skips fp8 layers (their
+        weight is quantized and compressed on every call).
+      fp8_scaling: ``"current"`` (scales from each call's amax) or ``"delayed"`` (Flax's recipe: the
+        scales from amax histories of the previous calls, kept in the :data:`FP8_META` collection —
+        Flax's ``OVERWRITE_WITH_GRADIENT`` — whose gradient is its new value; docs/fp8.md).
+      amax_history_length: length of each amax history with delayed scaling (Flax's default 1024).
 
     >>> import jax, jax.numpy as jnp
     >>> from flax import linen as nn
@@ -137,6 +146,8 @@ class Sparse24Dense(nn.Module):
     mask_every: int = 40
     backend: str = "auto"
     fp8: bool = False
+    fp8_scaling: str = "current"
+    amax_history_length: int = 1024
 
     @nn.compact
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None):
@@ -148,7 +159,8 @@ class Sparse24Dense(nn.Module):
             :func:`jax_sparse24.optim.is_sparse_phase` or a fine-tune schedule) selects at run
             time with ``lax.cond``. ``None``: sparse unless ``method == "dense"``.
         """
-        _layer.check_config("Sparse24Dense", self.method, self.backend, self.fp8)
+        _layer.check_config("Sparse24Dense", self.method, self.backend, self.fp8, self.fp8_scaling,
+                            self.amax_history_length)
         in_features = jnp.shape(inputs)[-1]
         if self.method != "dense" and in_features % 4:
             raise ValueError(
@@ -205,10 +217,27 @@ class Sparse24Dense(nn.Module):
             elif self.has_variable(PREPARED, "weight"):
                 prepared = self.get_variable(PREPARED, "weight")
 
+        fp8_meta = None
+        if self.fp8 and self.fp8_scaling == "delayed":
+            fp8_meta = {}
+            init = _fp8.init_meta(self.amax_history_length)
+            for n in _fp8.META_NAMES:
+                self._require_fp8_meta(n)
+                fp8_meta[n] = self.variable(FP8_META, n, lambda n=n: init[n]).value
         return _layer.apply(inputs, kernel_c, bias_c, method=self.method, mask=state.get("mask"),
                             beta=state.get("beta"), transposable=self.transposable, key=key, backend=self.backend,
                             precision=self.precision, sparse=sparse, prepared=prepared, fp8=self.fp8,
-                            owner="Sparse24Dense")
+                            fp8_meta=fp8_meta, owner="Sparse24Dense")
+
+    def _require_fp8_meta(self, name: str) -> None:
+        if self.is_initializing() or self.has_variable(FP8_META, name) or self.is_mutable_collection(FP8_META):
+            return
+        raise ValueError(
+            f"Sparse24Dense {self.name or ''} (fp8_scaling='delayed') needs '{FP8_META}/{name}': pass the "
+            f"'{FP8_META}' collection from model.init(...) to apply, and differentiate the loss with respect "
+            "to it too: its gradient is its new value (SparseTrainState.create(..., fp8_meta=...) does this "
+            "bookkeeping; docs/fp8.md)"
+        )
 
     def _require_sparsity(self, name: str) -> None:
         if self.is_initializing() or self.has_variable(SPARSITY, name):

@@ -121,6 +121,10 @@ class SparseTrainState(struct.PyTreeNode):
       prepared: the :data:`jax_sparse24.nn.PREPARED` collection made by :meth:`prepare` for the
         current step, or ``None``. Only inside a step: :meth:`apply_gradients` resets it.
       dense_after: first step of a dense fine-tune, or ``None`` (static).
+      fp8_meta: the :data:`jax_sparse24.nn.FP8_META` collection of a model with delayed-scaling fp8
+        layers (``Sparse24Dense(fp8=True, fp8_scaling="delayed")``), or ``None``. Differentiate the
+        loss with respect to it as well (``state.apply(x, params=p, fp8_meta=m)``) and pass that
+        gradient — its new value — to :meth:`apply_gradients` as ``fp8_meta=``.
 
     >>> import jax, optax, jax_sparse24 as s24
     >>> from flax import linen as nn
@@ -146,6 +150,7 @@ class SparseTrainState(struct.PyTreeNode):
     flip_rate: jax.Array = struct.field(pytree_node=True, default=None)
     prepared: Any = struct.field(pytree_node=True, default=None)
     dense_after: Optional[int] = struct.field(pytree_node=False, default=None)
+    fp8_meta: Any = struct.field(pytree_node=True, default=None)
 
     # ------------------------------------------------------------------------------------------
     # construction
@@ -153,7 +158,8 @@ class SparseTrainState(struct.PyTreeNode):
 
     @classmethod
     def create(cls, *, apply_fn: Callable, params, tx: optax.GradientTransformation, sparsity=None,
-               rng: Optional[jax.Array] = None, dense_after: Optional[int] = None, **kwargs) -> "SparseTrainState":
+               rng: Optional[jax.Array] = None, dense_after: Optional[int] = None, fp8_meta=None,
+               **kwargs) -> "SparseTrainState":
         """A new state with ``step=0`` and ``opt_state = tx.init(params)``.
 
         Args:
@@ -166,6 +172,8 @@ class SparseTrainState(struct.PyTreeNode):
             none (the exact weight gradient everywhere).
           dense_after: first step of a dense fine-tune (the model runs dense from that step on),
             e.g. ``total - total // 6``; ``None``: no fine-tune.
+          fp8_meta: the :data:`jax_sparse24.nn.FP8_META` collection of ``model.init(...)`` for a
+            model with delayed-scaling fp8 layers (``None`` otherwise).
           **kwargs: other fields (subclasses).
 
         Raises:
@@ -177,6 +185,11 @@ class SparseTrainState(struct.PyTreeNode):
             raise ValueError(
                 "SparseTrainState.create: pass sparsity=variables['sparsity'] from model.init(...) (the "
                 "2:4 masks of the Sparse24Dense layers; {} for a model without masks)"
+            )
+        if hasattr(params, "keys") and _nn.FP8_META in params:
+            raise ValueError(
+                f"SparseTrainState.create: params has a '{_nn.FP8_META}' entry; pass the delayed-scaling fp8 "
+                f"state as fp8_meta=variables['{_nn.FP8_META}'] and params=variables['params']"
             )
         if hasattr(params, "keys") and (_nn.SPARSITY in params or "params" in params):
             raise ValueError(
@@ -200,7 +213,8 @@ class SparseTrainState(struct.PyTreeNode):
                              f"got {rng!r}")
         return cls(step=jnp.zeros((), jnp.int32), apply_fn=apply_fn, params=params, tx=tx, opt_state=opt_state,
                    sparsity=sparsity, rng=rng, flip_rate=jnp.zeros((), jnp.float32), prepared=None,
-                   dense_after=None if dense_after is None else int(dense_after), **kwargs)
+                   dense_after=None if dense_after is None else int(dense_after), fp8_meta=fp8_meta or None,
+                   **kwargs)
 
     # ------------------------------------------------------------------------------------------
     # phases
@@ -242,16 +256,20 @@ class SparseTrainState(struct.PyTreeNode):
         key = jax.random.fold_in(self.rng, self.step)
         return key if micro_batch is None else jax.random.fold_in(key, micro_batch)
 
-    def variables(self, params=None, *, prepared: bool = True) -> dict:
-        """``{"params", "sparsity"}`` for ``apply_fn`` (and the prepared weights, if any and ``prepared``)."""
+    def variables(self, params=None, *, prepared: bool = True, fp8_meta=None) -> dict:
+        """``{"params", "sparsity"}`` for ``apply_fn`` (and the prepared weights, if any and ``prepared``;
+        the delayed-scaling fp8 state: ``fp8_meta``, default :attr:`fp8_meta`)."""
         v = {"params": self.params if params is None else params}
         if self.sparsity:
             v[_nn.SPARSITY] = self.sparsity
+        meta = self.fp8_meta if fp8_meta is None else fp8_meta
+        if meta:
+            v[_nn.FP8_META] = meta
         if prepared and self.prepared:
             v[_nn.PREPARED] = self.prepared
         return v
 
-    def apply(self, *args, params=None, sparse=_AUTO, micro_batch=None, rngs=None, **kwargs):
+    def apply(self, *args, params=None, sparse=_AUTO, micro_batch=None, rngs=None, fp8_meta=None, **kwargs):
         """``apply_fn(variables, *args, sparse=..., rngs={"mvue": ...}, **kwargs)``.
 
         Args:
@@ -262,6 +280,8 @@ class SparseTrainState(struct.PyTreeNode):
             passed; ``None``: not passed; a bool or bool scalar: passed to the model as ``sparse=``.
           micro_batch: index of the micro-batch under gradient accumulation (its own MVUE key).
           rngs: other RNG streams (e.g. ``{"dropout": key}``); ``"mvue"`` is added from ``rng``.
+          fp8_meta: the delayed-scaling fp8 state to use — the argument of the loss being
+            differentiated, so that its gradient is the new state; default :attr:`fp8_meta`.
         """
         flag = self._sparse_flag(sparse)
         if flag is not None:
@@ -272,7 +292,7 @@ class SparseTrainState(struct.PyTreeNode):
             rngs.setdefault(_nn.MVUE_RNG, key)
         if rngs:
             kwargs["rngs"] = rngs
-        return self.apply_fn(self.variables(params), *args, **kwargs)
+        return self.apply_fn(self.variables(params, fp8_meta=fp8_meta), *args, **kwargs)
 
     def prepare(self, *args, tokens: Optional[int] = None, reuse: int = 1, sparse=_AUTO, batch="auto",
                 **kwargs) -> "SparseTrainState":
@@ -379,12 +399,21 @@ class SparseTrainState(struct.PyTreeNode):
           grads: gradients with the structure of ``params``.
           sparse: whether this step's forward pass ran sparse, for the masked decay: ``"auto"``
             (:meth:`is_sparse`), or the Python bool the step passed to :meth:`apply`.
-          **kwargs: other fields to replace (as Flax's ``TrainState.apply_gradients``).
+          **kwargs: other fields to replace (as Flax's ``TrainState.apply_gradients``); with
+            delayed-scaling fp8 layers ``fp8_meta=`` the gradient of the loss with respect to
+            :attr:`fp8_meta` (its new value; required).
 
         Returns:
           The new state: ``step + 1``, updated ``params`` and ``opt_state``, refreshed ``sparsity``,
           the refresh's ``flip_rate``, ``prepared=None``.
         """
+        if self.fp8_meta is not None and "fp8_meta" not in kwargs:
+            raise ValueError(
+                "SparseTrainState.apply_gradients: the model has delayed-scaling fp8 layers; pass fp8_meta= the "
+                "gradient of the loss with respect to state.fp8_meta (state.apply(x, params=p, fp8_meta=m), "
+                "jax.grad(loss, argnums=(0, 1))(state.params, state.fp8_meta)): without it the amax histories "
+                "never update and every scale stays at its initial value"
+            )
         masks = self.decay_masks(sparse)
         extra = {} if masks is None else {"masks": masks}
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params, **extra)

@@ -602,3 +602,161 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     scale = np.abs(want).max()
     np.testing.assert_allclose(dw, want, rtol=0, atol=2 ** -6 * scale)  # bf16 partial sums, psum order
     assert np.abs(dw - want).max() < 2 ** -6 * scale and np.abs(want).max() > 0
+
+
+# --- delayed scaling ------------------------------------------------------------------------------
+
+
+def test_delayed_scale_and_history_are_flax_recipe():
+    """delayed_scale / update_amax_history are Flax's fp8 recipe (flax.linen.fp8_ops, the oracle):
+    the scale from the history's maximum, the stored scale where that is 0 or not finite; the
+    history rolled with the new amax at index 0; the collection is Flax's OVERWRITE_WITH_GRADIENT."""
+    from flax.linen import fp8_ops
+
+    assert f8.META_COLLECTION == fp8_ops.OVERWRITE_WITH_GRADIENT
+    rng = np.random.default_rng(0)
+    for hist in (rng.uniform(0, 5, 16), np.zeros(16), np.r_[np.inf, rng.uniform(0, 5, 7)],
+                 np.r_[np.nan, np.ones(3)]):
+        h = jnp.asarray(hist, jnp.float32)
+        prev = jnp.asarray([0.37], jnp.float32)
+        want = fp8_ops.compute_scale(jnp.max(h), prev, jnp.float32(f8.FP8_MAX))
+        np.testing.assert_allclose(np.asarray(f8.delayed_scale(prev, h)), np.asarray(want).reshape(()), rtol=1e-7)
+        x = jnp.asarray(rng.standard_normal((4, 8)) * 3, jnp.float32)
+        np.testing.assert_array_equal(np.asarray(f8.update_amax_history(h, f8.amax(x))),
+                                      np.asarray(fp8_ops.compute_amax_history(x, h)))
+    assert float(f8.delayed_scale(jnp.ones((1,)), jnp.zeros(4))) == 1.0  # the first step: the stored scale
+    meta = f8.init_meta(8)
+    assert set(meta) == set(f8.META_NAMES) and meta["input_scale"].shape == (1,) \
+        and meta["output_grad_amax_history"].shape == (8,)
+    with pytest.raises(ValueError, match="positive int"):
+        f8.init_meta(0)
+    a, b = f8.init_meta(4), f8.init_meta(4)
+    a["input_amax_history"] = a["input_amax_history"].at[0].set(3.0)
+    b["input_amax_history"] = b["input_amax_history"].at[0].set(5.0)
+    assert float(f8.combine_meta(a, b)["input_amax_history"][0]) == 5.0  # max, never the sum
+
+
+def _delayed_case(dtype, key=None, backend="reference"):
+    x, w, mask = _layer_case(dtype, t=48, i=64, o=32)
+    w = w.astype(dtype)
+    g = _rand(9, (48, 32), dtype, 1e-2)
+
+    def run(meta):
+        def f(w, meta):
+            return s24.sparse24_linear(x, w, mask, key=key, fp8=True, fp8_meta=meta, backend=backend)
+
+        y, vjp = jax.vjp(f, w, meta)
+        dw, dmeta = vjp(g)
+        return y, dw, dmeta
+
+    return x, w, mask, g, run
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_delayed_scaling_layer_uses_history_scales_and_returns_the_new_state(dtype):
+    """With fp8_meta the layer quantizes x, W̃ and ∇y with the scales of their amax histories (values
+    above 448·s saturate), and the gradient with respect to fp8_meta is the new state: the scales used
+    and each history with this call's amax at index 0."""
+    x, w, mask, g, run = _delayed_case(dtype)
+    wm = jnp.where(mask, w, 0)
+    meta = f8.init_meta(4)
+    hx, hw, hg = 0.5 * float(f8.amax(x)), 2.0 * float(f8.amax(wm)), float(f8.amax(g))  # x saturates
+    meta = dict(meta, input_amax_history=meta["input_amax_history"].at[2].set(hx),
+                kernel_amax_history=meta["kernel_amax_history"].at[1].set(hw),
+                output_grad_amax_history=meta["output_grad_amax_history"].at[3].set(hg))
+    y, dw, dmeta = jax.jit(run)(meta)
+    s_x, s_w, s_g = (jnp.float32(h) / jnp.float32(f8.FP8_MAX) for h in (hx, hw, hg))
+    want_y = f8.scaled_matmul(f8.quantize(x, s_x), f8.quantize(wm, s_w), s_x * s_w)
+    # (one bfloat16 rounding of a float32 accumulation whose order jit may change: 1 ulp)
+    np.testing.assert_allclose(np.asarray(y.astype(jnp.float32)), np.asarray(want_y.astype(jnp.float32)),
+                               rtol=2.0**-7, atol=1e-6)
+    assert float(jnp.max(jnp.abs(f8.quantize(x, s_x).astype(jnp.float32)))) == f8.FP8_MAX  # saturated
+    for op, s, t in (("input", s_x, x), ("kernel", s_w, wm), ("output_grad", s_g, g)):
+        np.testing.assert_allclose(np.asarray(dmeta[f"{op}_scale"]), np.full((1,), s, np.float32), rtol=1e-6)
+        hist = np.asarray(meta[f"{op}_amax_history"])
+        want = np.roll(hist, -1)
+        want[0] = float(f8.amax(t))
+        np.testing.assert_array_equal(np.asarray(dmeta[f"{op}_amax_history"]), want)
+    # a history whose maximum is the tensor's amax gives current scaling's numbers exactly
+    exact = dict(meta, input_amax_history=jnp.full((4,), f8.amax(x)),
+                 kernel_amax_history=jnp.full((4,), f8.amax(wm)), output_grad_amax_history=jnp.full((4,), f8.amax(g)))
+    y2, dw2, _ = jax.jit(run)(exact)
+    yc, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, fp8=True, backend="reference"), w)
+    np.testing.assert_array_equal(np.asarray(y2), np.asarray(yc))
+    np.testing.assert_array_equal(np.asarray(dw2), np.asarray(vjp(g)[0]))
+    assert not np.array_equal(np.asarray(y), np.asarray(yc))  # the saturated run differs
+
+
+def test_delayed_scaling_mvue_weight_grad_and_dense_layer():
+    """The MVUE weight gradient takes twice ∇y's delayed scale; fp8_dense_linear takes fp8_meta too."""
+    key = jax.random.key(4)
+    x, w, mask, g, run = _delayed_case(jnp.bfloat16, key=key)
+    wm = jnp.where(mask, w, 0)
+    exact = dict(f8.init_meta(2), input_amax_history=jnp.full((2,), f8.amax(x)),
+                 kernel_amax_history=jnp.full((2,), f8.amax(wm)), output_grad_amax_history=jnp.full((2,), f8.amax(g)))
+    _, dw, _ = jax.jit(run)(exact)
+    _, vjp = jax.vjp(lambda w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend="reference"), w)
+    np.testing.assert_array_equal(np.asarray(dw), np.asarray(vjp(g)[0]))
+    half = dict(exact, output_grad_amax_history=exact["output_grad_amax_history"] * 0.25)  # s_g 4x smaller
+    _, dw_half, _ = jax.jit(run)(half)
+    assert not np.array_equal(np.asarray(dw_half), np.asarray(dw))
+    y, vjp = jax.vjp(lambda w, m: s24.fp8.fp8_dense_linear(x, w, fp8_meta=m), w, exact)
+    yc = s24.fp8.fp8_dense_linear(x, w)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(yc))
+    assert set(vjp(g)[1]) == set(f8.META_NAMES)
+
+
+def test_delayed_scaling_bad_input():
+    x, w, mask = _layer_case(jnp.bfloat16)
+    meta = f8.init_meta(4)
+    with pytest.raises(ValueError, match="needs fp8=True"):
+        s24.sparse24_linear(x, w, mask, fp8_meta=meta)
+    with pytest.raises(ValueError, match="keys"):
+        s24.sparse24_linear(x, w, mask, fp8=True, fp8_meta={"input_scale": jnp.ones(1)})
+    with pytest.raises(ValueError, match=r"shape \(1,\)"):
+        s24.sparse24_linear(x, w, mask, fp8=True, fp8_meta=dict(meta, kernel_scale=jnp.ones(3)))
+    with pytest.raises(ValueError, match="1-D and non-empty"):
+        s24.sparse24_linear(x, w, mask, fp8=True, fp8_meta=dict(meta, input_amax_history=jnp.ones((2, 2))))
+    with pytest.raises(ValueError, match="float32"):
+        s24.sparse24_linear(x, w, mask, fp8=True, fp8_meta=dict(meta, input_scale=jnp.ones(1, jnp.int32)))
+    for kw, match in ((dict(fp8_scaling="delayed"), "needs fp8=True"), (dict(fp8=True, fp8_scaling="late"), "one of"),
+                      (dict(fp8=True, fp8_scaling="delayed", amax_history_length=0), "positive int")):
+        with pytest.raises(ValueError, match=match):
+            s24.nn.Sparse24Dense(8, **kw).init(jax.random.key(0), jnp.ones((2, 16)))
+
+
+def test_delayed_scaling_module_and_train_state():
+    """Sparse24Dense(fp8_scaling='delayed') keeps its state in Flax's overwrite-with-gradient collection;
+    SparseTrainState carries it (fp8_meta=), the loss is differentiated with respect to it and
+    apply_gradients writes its gradient over it; forgetting either is a clear error."""
+    import optax
+
+    model = s24.nn.Sparse24Dense(32, fp8=True, fp8_scaling="delayed", amax_history_length=8)
+    x = _rand(3, (4, 12, 64), jnp.float32)
+    y = jnp.zeros((4, 12, 32))
+    v = model.init(jax.random.key(0), x)
+    meta0 = v[s24.nn.FP8_META]
+    assert s24.nn.FP8_META == "_overwrite_with_gradient"
+    assert jax.tree.map(jnp.shape, meta0) == jax.tree.map(jnp.shape, f8.init_meta(8))
+    with pytest.raises(ValueError, match="_overwrite_with_gradient"):
+        model.apply({"params": v["params"], "sparsity": v["sparsity"]}, x)
+    with pytest.raises(ValueError, match="fp8_meta="):
+        s24.training.SparseTrainState.create(apply_fn=model.apply, params={**v["params"], s24.nn.FP8_META: meta0},
+                                             tx=optax.sgd(1e-2), sparsity=v["sparsity"])
+    state = s24.training.SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=optax.adam(1e-3),
+                                                 sparsity=v["sparsity"], rng=jax.random.key(1), fp8_meta=meta0)
+
+    @jax.jit
+    def step(state):
+        loss_fn = lambda p, m: ((state.apply(x, params=p, fp8_meta=m) - y) ** 2).mean()  # noqa: E731
+        loss, (g, new_meta) = jax.value_and_grad(loss_fn, argnums=(0, 1))(state.params, state.fp8_meta)
+        return state.apply_gradients(grads=g, fp8_meta=new_meta), loss
+
+    state1, _ = step(state)
+    state2, _ = step(state1)
+    assert float(state1.fp8_meta["input_scale"][0]) == 1.0  # step 0 had an empty history
+    np.testing.assert_allclose(float(state2.fp8_meta["input_scale"][0]), float(f8.amax(x)) / f8.FP8_MAX, rtol=1e-6)
+    assert float(state2.fp8_meta["output_grad_amax_history"][0]) > 0
+    assert jax.tree.structure(state2) == jax.tree.structure(state)  # one pytree (jit, orbax)
+    with pytest.raises(ValueError, match="pass fp8_meta="):
+        state.apply_gradients(grads=jax.grad(lambda p: state.apply(x, params=p).sum())(state.params))

@@ -866,6 +866,37 @@ def test_fp8_flag_trains_and_is_checkpointed_config(tmp_path, capsys):
     assert "--fp8 is not supported with --recipe ast" in capsys.readouterr().err
 
 
+def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, capsys):
+    """--fp8 --fp8-scaling delayed: the layers keep amax histories in the train state (checkpointed:
+    a resumed run is bit-exact), the micro-batches of --grad-accum combine their new histories by
+    maximum, the flag is part of the checkpointed config (older checkpoints ran current scaling), and
+    it needs --fp8."""
+    from jax_sparse24 import nn as s24nn
+
+    steps = ["--steps", 6, "--eval-every", 3, "--ckpt-every", 3, "--grad-accum", 2, "--mask-every", 2]
+    flags = ["--recipe", "srste", "--fp8", "--fp8-scaling", "delayed", *steps]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run(*flags, "--out", a) == 0
+    assert run(*flags, "--out", b, "--stop-at", 3) == 0
+    assert run(*flags, "--out", b, "--resume") == 0
+    assert history(a) == history(b)
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "srste")
+    assert hp["fp8_scaling"] == "delayed"
+    exp = train_gpt.build_experiment(hp)
+    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+    sa, _ = train_gpt.Checkpoints(a / "ckpt").restore(6, abstract)
+    sb, _ = train_gpt.Checkpoints(b / "ckpt").restore(6, abstract)
+    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    meta = sa["fp8_meta"]
+    hists = [v for path, v in jax.tree_util.tree_leaves_with_path(meta) if "amax_history" in jax.tree_util.keystr(path)]
+    assert hists and all(int((np.asarray(h) > 0).sum()) == 6 for h in hists)  # one entry per optimizer step
+    assert s24nn.FP8_META in exp.model.init(jax.random.key(0), np.zeros((1, 32), np.int32))
+    train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)
+    assert run("--recipe", "srste", "--fp8-scaling", "delayed", "--out", tmp_path / "c") == 2
+    assert "--fp8-scaling delayed needs --fp8" in capsys.readouterr().err
+
+
 def test_finetune_start(tmp_path, capsys):
     """--finetune-start masked / masked-reset: at the first dense step (12 of 24 with --finetune-fraction
     0.5) the srste kernels are pruned to their masks (masked-reset: their Adam moments too), nothing

@@ -10,6 +10,12 @@ tests — computes what this module defines (docs/fp8.md).
   weight: over ``W̃ = W ⊙ M``). ``amax == 0`` (an all-zero tensor) or a non-finite ``amax`` (the
   tensor holds an inf or a NaN) gives ``s = 1``: the quantization is then the identity with
   saturation at ±448 (an inf saturates to ±448, a NaN stays NaN).
+  *Delayed scaling* (:func:`delayed_scale`, :func:`update_amax_history`; Flax's
+  ``flax.linen.fp8_ops`` recipe): the scale comes from the largest amax of the previous calls kept in
+  an amax history, ``s = max(history) / 448`` (the stored scale where that is 0 or not finite, e.g.
+  at the first step), and the call writes its own amax into the history for the next one. Values
+  above ``448·s`` saturate. State per tensor: :data:`META_NAMES`, in the layer's
+  :data:`META_COLLECTION` collection.
 * **Quantize** (:func:`quantize`): ``clip(t.astype(f32) * (1/s), -448, 448).astype(float8_e4m3fn)``
   — ``1/s`` is one correctly rounded float32 division, the product one float32 multiplication,
   the cast rounds to nearest even; NaN propagates (``clip`` keeps it, the cast keeps it).
@@ -36,11 +42,14 @@ first, as the 16-bit path does), so a bfloat16 model quantizes bfloat16 values.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "MVUE_SCALE_FACTOR", "amax", "scale_from_amax",
-           "current_scale", "mvue_scale", "quantize", "dequantize", "scaled_matmul", "check_scale"]
+__all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "MVUE_SCALE_FACTOR", "META_COLLECTION", "META_NAMES",
+           "SCALINGS", "amax", "scale_from_amax", "current_scale", "mvue_scale", "delayed_scale",
+           "update_amax_history", "init_meta", "check_meta", "combine_meta", "meta_update", "mvue_scale_from", "quantize", "dequantize",
+           "scaled_matmul", "check_scale"]
 
 #: The fp8 format of every operand (weights, activations, output gradients).
 FP8_DTYPE = jnp.dtype(jnp.float8_e4m3fn)
@@ -79,13 +88,94 @@ def current_scale(t):
     return scale_from_amax(amax(t))
 
 
+#: The scaling recipes: per-call amax (``"current"``) or an amax history (``"delayed"``).
+SCALINGS = ("current", "delayed")
+#: The collection of the delayed-scaling state: Flax's ``OVERWRITE_WITH_GRADIENT`` (the "gradient"
+#: of these variables is their new value, which the train state writes over them).
+META_COLLECTION = "_overwrite_with_gradient"
+#: The delayed-scaling state of one fp8 layer (Flax's ``Fp8DotGeneralBase`` names): a scale (shape
+#: (1,)) and an amax history (shape (L,)) for the input ``x``, the kernel ``W̃`` and the output
+#: gradient ``∇y``.
+META_NAMES = ("input_scale", "input_amax_history", "kernel_scale", "kernel_amax_history",
+              "output_grad_scale", "output_grad_amax_history")
+_OPERANDS = ("input", "kernel", "output_grad")
+
+
+def delayed_scale(scale, amax_history):
+    """The delayed-scaling scale: ``max(amax_history) / 448``, or ``scale`` (the stored one) where
+    that maximum is 0, negative or not finite (float32 scalar; Flax's ``compute_scale``)."""
+    a = jnp.max(jnp.asarray(amax_history, jnp.float32))
+    prev = check_scale(jnp.reshape(scale, ()), "delayed_scale", "scale")
+    return jnp.where(jnp.isfinite(a) & (a > 0), a / jnp.float32(FP8_MAX), prev)
+
+
+def update_amax_history(amax_history, a):
+    """The history after a call whose tensor had amax ``a``: rolled by one, ``a`` written at index 0
+    (Flax's ``compute_amax_history``; every entry counts equally in :func:`delayed_scale`)."""
+    h = jnp.asarray(amax_history, jnp.float32)
+    return jnp.roll(h, -1, axis=0).at[0].set(jnp.asarray(a, jnp.float32))
+
+
+def init_meta(history_length: int = 1024) -> dict:
+    """A fresh delayed-scaling state: scales 1, histories of zeros (the first call then quantizes with
+    scale 1, as Flax's fp8 layers do)."""
+    if not isinstance(history_length, int) or isinstance(history_length, bool) or history_length < 1:
+        raise ValueError(f"init_meta: history_length must be a positive int, got {history_length!r}")
+    return {n: (jnp.ones((1,), jnp.float32) if n.endswith("_scale") else jnp.zeros((history_length,), jnp.float32))
+            for n in META_NAMES}
+
+
+def check_meta(meta, op: str) -> dict:
+    """``meta`` as a dict of float32 arrays with :data:`META_NAMES` (scales (1,) or (), histories
+    1-D and non-empty); ValueError naming the problem otherwise."""
+    if not hasattr(meta, "keys") or set(meta.keys()) != set(META_NAMES):
+        got = sorted(meta.keys()) if hasattr(meta, "keys") else type(meta).__name__
+        raise ValueError(f"{op}: fp8_meta must be a dict with the keys {list(META_NAMES)} (the delayed-scaling "
+                         f"state of one layer, fp8.init_meta()), got {got}")
+    out = {}
+    for n in META_NAMES:
+        a = meta[n]
+        shape, dtype = tuple(jnp.shape(a)), jnp.result_type(a)
+        if not jnp.issubdtype(dtype, jnp.floating) or dtype == FP8_DTYPE:
+            raise ValueError(f"{op}: fp8_meta[{n!r}] must be float32, got dtype {dtype}")
+        if n.endswith("_scale") and shape not in ((), (1,)):
+            raise ValueError(f"{op}: fp8_meta[{n!r}] must have shape (1,), got {shape}")
+        if n.endswith("_history") and (len(shape) != 1 or shape[0] < 1):
+            raise ValueError(f"{op}: fp8_meta[{n!r}] must be 1-D and non-empty, got shape {shape}")
+        out[n] = jnp.asarray(a).astype(jnp.float32)
+    return out
+
+
+def combine_meta(a: dict, b: dict) -> dict:
+    """Two updates of the same delayed-scaling state (e.g. from the micro-batches of one step, whose
+    "gradients" must not be summed): the elementwise maximum — the scales are equal (the same prior
+    history) and each history gets the larger of the two new amaxes."""
+    return jax.tree.map(jnp.maximum, a, b)
+
+
+def meta_update(meta: dict, scales: dict, amaxes: dict) -> dict:
+    """The new delayed-scaling state after a call that used ``scales[op]`` and saw ``amaxes[op]``
+    (``op`` in input / kernel / output_grad): what the layer returns as the "gradient" of its state."""
+    out = {}
+    for op in _OPERANDS:
+        s = meta[f"{op}_scale"]
+        out[f"{op}_scale"] = jnp.reshape(scales[op], jnp.shape(s)).astype(jnp.float32)
+        out[f"{op}_amax_history"] = update_amax_history(meta[f"{op}_amax_history"], amaxes[op])
+    return out
+
+
 def mvue_scale(g):
     """The scale of ``q(MVUE(g))``: ``MVUE_SCALE_FACTOR · current_scale(g)`` (float32 scalar).
 
     Exact in float32 (a power of two); with ``g`` all zero or not finite it is 2 (the sample is then
     all zero, or carries the NaN / saturates as :func:`quantize` says).
     """
-    return jnp.float32(MVUE_SCALE_FACTOR) * current_scale(g)
+    return mvue_scale_from(current_scale(g))
+
+
+def mvue_scale_from(s_g):
+    """The scale of ``q(MVUE(∇y))`` from ``∇y``'s scale ``s_g`` (current or delayed)."""
+    return jnp.float32(MVUE_SCALE_FACTOR) * s_g
 
 
 def check_scale(s, op: str, name: str = "scale"):

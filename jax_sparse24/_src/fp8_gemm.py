@@ -189,38 +189,43 @@ def _gemm(kind: str, chosen: str, b2, w, mask, s_b, s_w):
     return _sh.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 
 
-def forward(x2, w, mask, *, backend: str):
-    """``(y (T, O) bfloat16, s_x, s_w)``: the fp8 forward, and the scales the backward reuses."""
+def forward(x2, w, mask, *, backend: str, scales=None):
+    """``(y (T, O) bfloat16, s_x, s_w)``: the fp8 forward, and the scales the backward reuses.
+
+    ``scales``: ``(s_x, s_w)`` to quantize with (delayed scaling), or None for their current scales.
+    """
     dtype = jnp.result_type(x2, w)
     x2, wc, mk = x2.astype(dtype), w.astype(dtype), bool_mask(mask)
     t, i = x2.shape
     o = wc.shape[1]
-    s_x, s_w = fp8.current_scale(x2), weight_scale(wc, mk, dtype)
+    s_x, s_w = (fp8.current_scale(x2), weight_scale(wc, mk, dtype)) if scales is None else scales
     chosen = choose(backend, o, t, i)
     # y (T, O) = q(x)·q(W̃): D (T, O) with A = q(W̃)ᵀ (O, I), 2:4 along I
     return _gemm("forward", chosen, x2, wc, mk, s_x, s_w), s_x, s_w
 
 
-def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str):
-    """``∇x (T, I)`` bfloat16 = q(∇y)·q(W̃)ᵀ · (s_g·s_w) with the forward's ``s_w``."""
+def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str, s_g=None):
+    """``∇x (T, I)`` bfloat16 = q(∇y)·q(W̃)ᵀ · (s_g·s_w) with the forward's ``s_w`` (``s_g``: given,
+    delayed scaling, or ``∇y``'s current scale)."""
     dtype = jnp.result_type(g2, w)
     g2, wc, mk = g2.astype(dtype), w.astype(dtype), bool_mask(mask)
     t, o = g2.shape
     i = wc.shape[0]
-    s_g = fp8.current_scale(g2)
+    s_g = fp8.current_scale(g2) if s_g is None else s_g
     # ∇x needs q(W̃) 2:4 along `out` for the sparse kernel: without a transposable mask, XLA's fp8 math.
     chosen = choose(backend, i, t, o) if transposable else "xla"
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
     return _gemm("input_grad", chosen, g2, wc, mk, s_g, s_w)
 
 
-def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
+def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None):
     """``∇W (I, O)`` with an MVUE key, as :func:`plan_weight_grad` says: bfloat16
     ``q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)`` (MVUE groups of 4 along the tokens), or the 16-bit
     ``gemm.weight_grad_mvue``.
 
     Tokens are padded with zero rows (to 32 for the kernel, 4 otherwise; a zero row changes
-    nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``.
+    nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``, or twice ``s_g``
+    where it is given (delayed scaling).
     """
     from jax_sparse24._src import gemm, ops, reference
     from jax_sparse24._src import sharding as _sh
@@ -232,7 +237,8 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None):
     if chosen == "16-bit":
         return gemm.weight_grad_mvue(key, x2, g2, backend=backend, precision=precision)
     x2, g2 = x2.astype(dtype), g2.astype(dtype)
-    s_m = fp8.mvue_scale(g2)  # from the whole ∇y (XLA partitions the reduction)
+    # from the whole ∇y (XLA partitions the reduction), or from the delayed scale of ∇y
+    s_m = fp8.mvue_scale(g2) if s_g is None else fp8.mvue_scale_from(s_g)
 
     def fp8_dot(xp, gs, s_x, s_m):
         return fp8.scaled_matmul(fp8.quantize(xp, s_x).T, fp8.quantize(gs, s_m), s_x * s_m)

@@ -18,14 +18,17 @@ from jax import lax
 
 from jax_sparse24._src import ops
 from jax_sparse24._src import reference
+from jax_sparse24._src import fp8 as fp8_math
 from jax_sparse24._src.linear import BACKENDS, fp8_dense_linear, sparse24_linear
 
 #: Training methods of the sparse layers.
 METHODS = ("srste", "ste", "soft", "dense")
 
 
-def check_config(owner: str, method: str, backend: str, fp8: bool = False) -> None:
-    """ValueError for an unknown ``method`` or ``backend``, or a bad ``fp8``."""
+def check_config(owner: str, method: str, backend: str, fp8: bool = False, fp8_scaling: str = "current",
+                 amax_history_length: int = 1024) -> None:
+    """ValueError for an unknown ``method`` or ``backend``, or a bad ``fp8`` / ``fp8_scaling`` /
+    ``amax_history_length``."""
     if method not in METHODS:
         raise ValueError(f"{owner}: method must be one of {METHODS}, got {method!r}")
     if backend not in BACKENDS:
@@ -35,6 +38,13 @@ def check_config(owner: str, method: str, backend: str, fp8: bool = False) -> No
     if fp8 and backend == "cusparselt":
         raise ValueError(f"{owner}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', 'cutlass', "
                          "'dense' or 'reference'")
+    if fp8_scaling not in fp8_math.SCALINGS:
+        raise ValueError(f"{owner}: fp8_scaling must be one of {fp8_math.SCALINGS}, got {fp8_scaling!r}")
+    if fp8_scaling == "delayed" and not fp8:
+        raise ValueError(f"{owner}: fp8_scaling='delayed' needs fp8=True")
+    if not isinstance(amax_history_length, (int, np.integer)) or isinstance(amax_history_length, bool) \
+            or amax_history_length < 1:
+        raise ValueError(f"{owner}: amax_history_length must be a positive int, got {amax_history_length!r}")
 
 
 def init_mask(kernel, transposable: bool):
@@ -62,26 +72,27 @@ def effective(method: str, w, mask, beta, transposable: bool):
 
 def apply(inputs, kernel, bias, *, method: str, mask=None, beta=None, transposable: bool = False, key=None,
           backend: str = "auto", precision=None, sparse=None, prepared=None, fp8: bool = False,
-          owner: str = "Sparse24Dense"):
+          fp8_meta=None, owner: str = "Sparse24Dense"):
     """The layer's output for (dtype-promoted) ``inputs``, ``kernel`` ``(in, out)`` and ``bias``.
 
     ``sparse``: ``None`` (sparse unless ``method == "dense"``), a Python bool, or a scalar bool
     array (``lax.cond`` between the sparse and the dense computation). ``fp8``: the forward and
     input-gradient GEMMs in float8_e4m3fn, sparse (``sparse24_linear(fp8=True)``, the effective
     weight of the method) and dense (:func:`~jax_sparse24._src.linear.fp8_dense_linear`) alike;
-    ``prepared`` is then ignored (fp8 weights are quantized and compressed per call).
+    ``prepared`` is then ignored (fp8 weights are quantized and compressed per call). ``fp8_meta``:
+    the layer's delayed-scaling state (both computations use it), or None for current scaling.
     """
 
     def dense_fn(x, w, b):
         if fp8:
-            return fp8_dense_linear(x, w, b, precision=precision)
+            return fp8_dense_linear(x, w, b, precision=precision, fp8_meta=fp8_meta)
         y = lax.dot_general(x, w, (((x.ndim - 1,), (0,)), ((), ())), precision=precision)
         return y if b is None else y + jnp.reshape(b, (1,) * (y.ndim - 1) + (-1,))
 
     def sparse_fn(x, w, b):
         w_used, m, t = effective(method, w, mask, beta, transposable)
         return sparse24_linear(x, w_used, m, b, key=key, backend=backend, precision=precision,
-                               transposable=t, prepared=None if fp8 else prepared, fp8=fp8)
+                               transposable=t, prepared=None if fp8 else prepared, fp8=fp8, fp8_meta=fp8_meta)
 
     if method == "dense" or sparse is False:
         return dense_fn(inputs, kernel, bias)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
+from jax_sparse24._src import fp8 as fp8_math
 from jax_sparse24._src import sharding
 from jax_sparse24._src import validation as v
 
@@ -56,18 +57,26 @@ def _check_linear_args(op: str, x, w, bias) -> None:
         raise ValueError(f"{op}: bias must have shape ({np.shape(w)[1]},), got {np.shape(bias)}")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def _linear(x, w, mask, bias, key, prepared, cfg: _Config):
-    y, _ = _linear_fwd(x, w, mask, bias, key, prepared, cfg)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _linear(x, w, mask, bias, key, prepared, meta, cfg: _Config):
+    y, _ = _linear_fwd(x, w, mask, bias, key, prepared, meta, cfg)
     return y
 
 
-def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
+def _linear_fwd(x, w, mask, bias, key, prepared, meta, cfg: _Config):
     x2 = _flatten_tokens(x)
     scales = None
     if cfg.fp8:
-        y2, s_x, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend)
-        scales = (s_x, s_w)
+        delayed, amaxes = None, None
+        if meta is not None:
+            # delayed scaling: quantize with the scales of the amax histories; record this call's amaxes
+            dtype = jnp.result_type(x2, w)
+            delayed = (fp8_math.delayed_scale(meta["input_scale"], meta["input_amax_history"]),
+                       fp8_math.delayed_scale(meta["kernel_scale"], meta["kernel_amax_history"]))
+            amaxes = {"input": fp8_math.amax(x2.astype(dtype)),
+                      "kernel": fp8_math.amax(gemm.masked_weight(w.astype(dtype), gemm.bool_mask(mask)))}
+        y2, s_x, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend, scales=delayed)
+        scales = (s_x, s_w, amaxes)
         y2 = y2.astype(jnp.result_type(x2, w))
     elif prepared is None:
         y2 = gemm.forward(x2, w, mask, backend=cfg.backend, precision=cfg.precision)
@@ -79,16 +88,19 @@ def _linear_fwd(x, w, mask, bias, key, prepared, cfg: _Config):
     if bias is not None:
         y2 = y2 + bias.astype(y2.dtype)
     y = y2.reshape(x.shape[:-1] + (w.shape[1],))
-    return y, (x, w, mask, bias, key, prepared, scales)
+    return y, (x, w, mask, bias, key, prepared, meta, scales)
 
 
 def _linear_bwd(cfg: _Config, res, g):
-    x, w, mask, bias, key, prepared, scales = res
+    x, w, mask, bias, key, prepared, meta, scales = res
     x2 = _flatten_tokens(x)
     g2 = g.reshape(-1, g.shape[-1])
+    s_g = None
     if cfg.fp8:
-        s_x, s_w = scales
-        dx2 = fp8_gemm.input_grad(g2, w, mask, s_w, transposable=cfg.transposable, backend=cfg.backend)
+        s_x, s_w, amaxes = scales
+        if meta is not None:
+            s_g = fp8_math.delayed_scale(meta["output_grad_scale"], meta["output_grad_amax_history"])
+        dx2 = fp8_gemm.input_grad(g2, w, mask, s_w, transposable=cfg.transposable, backend=cfg.backend, s_g=s_g)
     elif prepared is None:
         dx2 = gemm.input_grad(g2, w, mask, transposable=cfg.transposable, backend=cfg.backend,
                               precision=cfg.precision)
@@ -101,7 +113,7 @@ def _linear_bwd(cfg: _Config, res, g):
     dx = dx2.reshape(x.shape).astype(x.dtype)
     if cfg.fp8 and key is not None:
         # the MVUE sample through the sparse fp8 GEMM where that pays, else the 16-bit path below
-        dw = fp8_gemm.weight_grad_mvue(key, x2, g2, s_x, backend=cfg.backend, precision=cfg.precision)
+        dw = fp8_gemm.weight_grad_mvue(key, x2, g2, s_x, backend=cfg.backend, precision=cfg.precision, s_g=s_g)
     elif key is not None:
         # MVUE groups of 4 along the token axis (gemm.weight_grad_mvue pads T with zero rows, which
         # changes nothing). With the sparse backend one fused pass draws MVUE(∇y) and compresses it
@@ -111,14 +123,20 @@ def _linear_bwd(cfg: _Config, res, g):
         dw = gemm.weight_grad(x2, g2, backend=cfg.backend, precision=cfg.precision)
     dw = dw.astype(w.dtype)
     db = None if bias is None else jnp.sum(g2, axis=0).astype(bias.dtype)
-    return dx, dw, None, db, None, None
+    new_meta = None
+    if meta is not None:
+        # the "gradient" of the delayed-scaling state is its new value (Flax's overwrite-with-gradient)
+        amaxes = dict(amaxes, output_grad=fp8_math.amax(g2.astype(jnp.result_type(g2, w))))
+        new_meta = fp8_math.meta_update(meta, {"input": s_x, "kernel": s_w, "output_grad": s_g}, amaxes)
+    return dx, dw, None, db, None, None, new_meta
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
 def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
-                    transposable: bool | None = None, prepared: dict | None = None, fp8: bool = False):
+                    transposable: bool | None = None, prepared: dict | None = None, fp8: bool = False,
+                    fp8_meta: dict | None = None):
     """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
 
     Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
@@ -155,6 +173,12 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
         run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
+      fp8_meta: with ``fp8=True``, delayed scaling instead of current scaling (docs/fp8.md): the
+        layer's state ``{input,kernel,output_grad}_{scale,amax_history}`` (:func:`jax_sparse24.fp8.init_meta`,
+        Flax's fp8 names). ``x``, ``W̃`` and ``∇y`` are quantized with the scales of their amax
+        histories, and the *gradient* with respect to ``fp8_meta`` is its new value (the scales used,
+        each history with this call's amax): write it over the state after the step, as Flax's
+        ``OVERWRITE_WITH_GRADIENT`` collection is handled (never an optimizer update).
 
     Returns:
       ``(..., out)`` array.
@@ -175,6 +199,10 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fp8, (bool, np.bool_)):
         raise ValueError(f"{op}: fp8 must be a Python bool, got {fp8!r}")
+    if fp8_meta is not None:
+        if not fp8:
+            raise ValueError(f"{op}: fp8_meta (delayed scaling) needs fp8=True")
+        fp8_meta = fp8_math.check_meta(fp8_meta, op)
     if fp8:
         if prepared is not None:
             raise ValueError(f"{op}: fp8=True does not take prepared= weights in this version (the fp8 weight "
@@ -196,24 +224,26 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
-    return _linear(x, w, mask, bias, key, prepared, cfg)
+    return _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
 
 
-def fp8_dense_linear(x, w, bias=None, *, precision=None):
+def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None = None):
     """``x·w + bias`` with the fp8 GEMMs of ``sparse24_linear(..., fp8=True)`` on a dense weight.
 
     The dense phase of an fp8 layer (``Sparse24Dense(fp8=True)`` with ``method="dense"`` or
     ``sparse=False``), and the fp8 dense baseline: the same float8_e4m3fn forward and input
     gradient with current scaling (an all-ones mask, XLA's fp8 dot on every platform), the exact
-    16-bit weight gradient ``xᵀ·∇y``.
+    16-bit weight gradient ``xᵀ·∇y``. ``fp8_meta``: delayed scaling, as in :func:`sparse24_linear`.
     """
     op = "fp8_dense_linear"
     _check_linear_args(op, x, w, bias)
+    if fp8_meta is not None:
+        fp8_meta = fp8_math.check_meta(fp8_meta, op)
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
     x, w, ones, bias = sharding.vary_to_union(x, w, ones, bias)
-    return _linear(x, w, ones, bias, None, None, _Config("dense", precision, False, True))
+    return _linear(x, w, ones, bias, None, None, fp8_meta, _Config("dense", precision, False, True))
 
 
 def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
