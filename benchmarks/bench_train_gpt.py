@@ -93,8 +93,10 @@ AT_BACKEND = "@"
 #: and input-gradient GEMMs in fp8; ``dense+fp8``: the same layers as XLA's fp8 dense GEMMs with the
 #: same current scaling — the fp8 dense baseline), e.g. ``--recipes dense,dense+fp8,srste,srste+fp8``.
 FP8 = "+fp8"
+#: ``RECIPE+fp8-delayed``: the same with ``--fp8-scaling delayed`` (Flax's amax-history scaling).
+FP8_DELAYED = "+fp8-delayed"
 #: The form of a ``--recipes`` entry.
-LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}][{PER_CALL}|{PREPARED}]"
+LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}|{FP8_DELAYED}][{PER_CALL}|{PREPARED}]"
 
 
 class Label(NamedTuple):
@@ -102,10 +104,11 @@ class Label(NamedTuple):
     backend: str | None  # --sparse-backend (None: the example's default)
     fp8: bool
     prepare_weights: str | None  # --prepare-weights (None: the example's default)
+    fp8_scaling: str = "current"  # --fp8-scaling
 
 
 def _split_label(label: str) -> Label:
-    """``RECIPE[@BACKEND][+fp8][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
+    """``RECIPE[@BACKEND][+fp8|+fp8-delayed][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
     wrong for an unknown recipe or backend, or both suffixes."""
     found = [suffix for suffix in PREPARE_SUFFIXES if suffix in label]
     if len(found) > 1:
@@ -113,14 +116,16 @@ def _split_label(label: str) -> Label:
     name, prepare = label, None
     if found and label.endswith(found[0]):
         name, prepare = label[: -len(found[0])], PREPARE_SUFFIXES[found[0]]
-    fp8 = name.endswith(FP8)
-    recipe, _, backend = (name[: -len(FP8)] if fp8 else name).partition(AT_BACKEND)
+    scaling = "delayed" if name.endswith(FP8_DELAYED) else "current"
+    suffix = FP8_DELAYED if scaling == "delayed" else FP8
+    fp8 = name.endswith(suffix)
+    recipe, _, backend = (name[: -len(suffix)] if fp8 else name).partition(AT_BACKEND)
     if recipe not in train_gpt.RECIPES:
         raise ValueError(f"{label!r}: unknown recipe {recipe!r} (expected {LABEL_FORM}, RECIPE one of "
                          f"{sorted(train_gpt.RECIPES)})")
     if backend and backend not in train_gpt.s24.BACKENDS:
         raise ValueError(f"{label!r}: unknown backend {backend!r} (one of {list(train_gpt.s24.BACKENDS)})")
-    return Label(recipe, backend or None, fp8, prepare)
+    return Label(recipe, backend or None, fp8, prepare, scaling)
 
 
 def label_errors(labels) -> list[str]:
@@ -137,7 +142,7 @@ def label_errors(labels) -> list[str]:
 def _experiment(size, label, batch, seq, steps, extra):
     lb = _split_label(label)
     if lb.fp8:
-        extra = [*extra, "--fp8"]
+        extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling]
     if lb.prepare_weights:
         extra = [*extra, "--prepare-weights", lb.prepare_weights]
     if lb.backend:
