@@ -601,3 +601,31 @@ def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout):
     assert ("compress", (fl, D), True) in calls and ("compress", (fl, D), False) in calls, calls
     monkeypatch.setattr(ffi, "per_platform", real_pp)
     _clear_caches()
+
+
+def test_fp8_delayed_scaling_sharded():
+    """Delayed fp8 scaling under jit + NamedSharding (data and tensor parallel): the amaxes are the whole
+    tensors' (XLA reduces across the shards), so the output, the gradients and the new state equal the
+    unsharded ones; inside shard_map (where each shard would record its own amax) it is refused."""
+    from jax_sparse24 import fp8 as f8
+
+    mesh = _mesh("data=2,model=4")
+    x, w = _rand((64, 32), 50), 0.2 * _rand((32, 128), 51)
+    m = reference.transposable_mask24(w)
+    meta = f8.init_meta(4)
+    meta["input_amax_history"] = meta["input_amax_history"].at[1].set(2.0)
+
+    def loss(w, meta, x):
+        return jnp.mean(jnp.sin(s24.sparse24_linear(x, w, m, fp8=True, fp8_meta=meta).astype(jnp.float32)))
+
+    vg = jax.value_and_grad(loss, argnums=(0, 1))
+    ref = jax.jit(vg)(w, meta, x)
+    ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
+    out = jax.jit(vg, in_shardings=(ns(None, "model"), ns(), ns("data")))(w, meta, x)
+    _tree_close(out, ref, rtol=1e-2, atol=1e-3)
+    np.testing.assert_array_equal(np.asarray(out[1][1]["input_amax_history"]),
+                                  np.asarray(ref[1][1]["input_amax_history"]))  # one global amax
+    f = jax.shard_map(lambda x: s24.sparse24_linear(x, w, m, fp8=True, fp8_meta=meta), mesh=mesh,
+                      in_specs=P("data"), out_specs=P("data"))
+    with pytest.raises(ValueError, match="not supported inside shard_map"):
+        jax.jit(f)(x)

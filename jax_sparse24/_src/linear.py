@@ -221,10 +221,22 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     bias = None if bias is None else jnp.asarray(bias)
     if prepared is not None:
         prepared_weight.check_prepared(prepared, w, jnp.result_type(x, w), op)
+    if fp8_meta is not None:
+        _check_meta_outside_shard_map(op, x, w, mask, bias)
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
+
+
+def _check_meta_outside_shard_map(op: str, *xs) -> None:
+    """Delayed scaling needs the whole tensors' amaxes and one new state: under ``jit`` +
+    ``NamedSharding`` XLA reduces across the shards, but inside ``shard_map`` each shard would record
+    its own amax and JAX would sum the replicated state's per-shard "gradients"."""
+    axes = frozenset().union(*(sharding._varying_axes(x) for x in xs if x is not None))
+    if axes:
+        raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (operands vary over "
+                         f"{sorted(axes)}): use jit with NamedSharding, or current scaling (fp8_meta=None)")
 
 
 def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None = None):
@@ -239,6 +251,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None =
     _check_linear_args(op, x, w, bias)
     if fp8_meta is not None:
         fp8_meta = fp8_math.check_meta(fp8_meta, op)
+        _check_meta_outside_shard_map(op, x, w, bias)
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
