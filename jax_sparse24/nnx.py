@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.linen.dtypes import promote_dtype
 
+from jax_sparse24._src import fp8 as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src.tree_paths import key_str
 from jax_sparse24._src.validation import check_positive_int
@@ -46,11 +47,13 @@ from jax_sparse24._src.validation import check_positive_int
 __all__ = [
     "METHODS",
     "MVUE_RNG",
+    "Fp8Meta",
     "Sparse24Linear",
     "Sparse24Mask",
     "Sparsity",
     "masks_for_params",
     "refresh_masks",
+    "update_fp8_meta",
 ]
 
 #: Training methods of :class:`Sparse24Linear` (as for :class:`jax_sparse24.nn.Sparse24Dense`).
@@ -89,6 +92,16 @@ class Sparse24Mask(Sparsity):
     """The ``srste`` 2:4 mask of a :class:`Sparse24Linear` kernel: ``bool``, the kernel's ``(in, out)`` shape."""
 
 
+class Fp8Meta(nnx.Variable):
+    """The delayed-scaling fp8 state of a :class:`Sparse24Linear` (``fp8_scaling="delayed"``): one
+    variable per entry of :data:`jax_sparse24.fp8.META_NAMES` (``fp8_input_scale``, ...).
+
+    Not an ``nnx.Param``: the optimizer never updates it. Differentiate the loss with respect to it
+    too (``nnx.grad(..., argnums=nnx.DiffState(0, (nnx.Param, Fp8Meta)))``): its gradient is its new
+    value, which :func:`update_fp8_meta` writes into the model.
+    """
+
+
 class Sparse24Linear(nnx.Module):
     """A 2:4 sparse linear layer for training (drop-in for ``flax.nnx.Linear``).
 
@@ -124,8 +137,11 @@ class Sparse24Linear(nnx.Module):
       transposable: ``srste`` masks are transposable (2:4 along in and out).
       mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
       backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
-      fp8: forward and input-gradient GEMMs (and a sparse MVUE weight gradient) in float8_e4m3fn
-        (current scaling), as :class:`jax_sparse24.nn.Sparse24Dense`'s ``fp8``.
+      fp8: forward and input-gradient GEMMs (and a sparse MVUE weight gradient) in float8_e4m3fn,
+        as :class:`jax_sparse24.nn.Sparse24Dense`'s ``fp8``.
+      fp8_scaling: ``"current"`` or ``"delayed"`` (amax histories in :class:`Fp8Meta` variables;
+        see :func:`update_fp8_meta`), as ``Sparse24Dense``'s.
+      amax_history_length: length of each amax history with delayed scaling.
       rngs: ``nnx.Rngs``; its ``params`` stream initializes kernel and bias (as ``nnx.Linear``),
         its ``"mvue"`` stream, if any, drives the MVUE weight gradient.
 
@@ -155,9 +171,11 @@ class Sparse24Linear(nnx.Module):
         mask_every: int = 40,
         backend: str = "auto",
         fp8: bool = False,
+        fp8_scaling: str = "current",
+        amax_history_length: int = 1024,
         rngs: nnx.Rngs,
     ):
-        _layer.check_config("Sparse24Linear", method, backend, fp8)
+        _layer.check_config("Sparse24Linear", method, backend, fp8, fp8_scaling, amax_history_length)
         check_positive_int(in_features, "in_features", "Sparse24Linear")
         check_positive_int(out_features, "out_features", "Sparse24Linear")
         check_positive_int(mask_every, "mask_every", "Sparse24Linear")
@@ -190,6 +208,10 @@ class Sparse24Linear(nnx.Module):
         self.mask_every = mask_every
         self.backend = backend
         self.fp8 = bool(fp8)
+        self.fp8_scaling = fp8_scaling
+        if fp8 and fp8_scaling == "delayed":
+            for name, value in _fp8.init_meta(amax_history_length).items():
+                setattr(self, f"fp8_{name}", Fp8Meta(value))
 
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None,
                  rngs: nnx.Rngs | nnx.RngStream | jax.Array | None = None):
@@ -215,7 +237,12 @@ class Sparse24Linear(nnx.Module):
                             beta=None if self.beta is None else _get(self.beta),
                             transposable=self.transposable, key=self._mvue_key(rngs), backend=self.backend,
                             precision=self.precision, sparse=sparse, fp8=getattr(self, "fp8", False),
-                            owner="Sparse24Linear")
+                            fp8_meta=self._fp8_meta(), owner="Sparse24Linear")
+
+    def _fp8_meta(self):
+        if getattr(self, "fp8_scaling", "current") != "delayed":
+            return None
+        return {name: _get(getattr(self, f"fp8_{name}")) for name in _fp8.META_NAMES}
 
     def _mvue_key(self, rngs):
         if not self.mvue or self.method == "dense":
@@ -294,3 +321,18 @@ def masks_for_params(model, params=None):
 
 def _is_variable(x) -> bool:
     return isinstance(x, nnx.Variable) or type(x).__name__ == "VariableState"  # flax 0.10: State of VariableState
+
+
+def update_fp8_meta(model, grads):
+    """Write the delayed-scaling part of ``grads`` (the gradient of the loss with respect to the
+    :class:`Fp8Meta` variables: their new values) into ``model``; return the ``nnx.Param`` part for
+    the optimizer::
+
+        grads = nnx.grad(loss, argnums=nnx.DiffState(0, (nnx.Param, s24.nnx.Fp8Meta)))(model)
+        optimizer.update(model, s24.nnx.update_fp8_meta(model, grads))
+
+    ``grads`` without :class:`Fp8Meta` entries (a model with current scaling only) is returned as
+    it is (its ``nnx.Param`` part).
+    """
+    nnx.update(model, nnx.filter_state(grads, Fp8Meta))
+    return nnx.filter_state(grads, nnx.Param)

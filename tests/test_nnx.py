@@ -342,3 +342,37 @@ def test_other_methods_train(method):
     losses = [float(step(model, optimizer)) for _ in range(150)]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5]), (losses[:5], losses[-10:])
+
+
+def test_fp8_delayed_scaling_state_and_update():
+    """fp8_scaling='delayed': the state lives in Fp8Meta variables (not nnx.Param, so the optimizer
+    leaves it); differentiated with DiffState(Param, Fp8Meta), update_fp8_meta writes the new state into
+    the model and hands the optimizer only the params' gradients; the second step quantizes x with the
+    first step's amax (scale = amax / 448), as Sparse24Dense does."""
+    import optax
+
+    from jax_sparse24 import fp8 as f8
+
+    layer = s24.nnx.Sparse24Linear(64, 32, fp8=True, fp8_scaling="delayed", amax_history_length=4,
+                                   rngs=nnx.Rngs(0, mvue=1))
+    assert set(nnx.to_pure_dict(nnx.state(layer, nnx.Param))) == {"kernel", "bias"}
+    assert set(nnx.to_pure_dict(nnx.state(layer, s24.nnx.Fp8Meta))) == {f"fp8_{n}" for n in f8.META_NAMES}
+    x = jax.random.normal(jax.random.key(1), (8, 64))
+    opt = nnx.Optimizer(layer, optax.adam(1e-3), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, opt):
+        diff = nnx.DiffState(0, (nnx.Param, s24.nnx.Fp8Meta))
+        grads = nnx.grad(lambda m: (m(x) ** 2).mean(), argnums=diff)(model)
+        param_grads = s24.nnx.update_fp8_meta(model, grads)
+        assert set(nnx.to_pure_dict(param_grads)) == {"kernel", "bias"}
+        _optimizer_update(opt, model, param_grads)
+
+    step(layer, opt)
+    assert float(layer.fp8_input_scale.get_value()[0]) == 1.0  # the first step: an empty history
+    step(layer, opt)
+    np.testing.assert_allclose(float(layer.fp8_input_scale.get_value()[0]), float(f8.amax(x)) / f8.FP8_MAX,
+                               rtol=1e-6)
+    assert float(layer.fp8_output_grad_amax_history.get_value()[0]) > 0
+    with pytest.raises(ValueError, match="needs fp8=True"):
+        s24.nnx.Sparse24Linear(64, 32, fp8_scaling="delayed", rngs=nnx.Rngs(0))
