@@ -169,12 +169,13 @@ def test_fp8_compress_then_gemm_round_trip():
     np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)), np.asarray(want), err_msg=f"seed={seed}")
 
 
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])  # 2- and 4-word keys
 @pytest.mark.parametrize("dtype", IN_DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
-def test_fp8_mvue24_compress_bit_exact(shape, dtype):
+def test_fp8_mvue24_compress_bit_exact(shape, dtype, impl):
     rng, seed = _rng()
     g = _x(rng, shape, dtype)
-    key = jax.random.key(int(rng.integers(1 << 30)))
+    key = jax.random.key(int(rng.integers(1 << 30)), impl=impl)
     sample = jax.jit(functools.partial(cm.mvue24_cuda, axis=0))(key, g)  # the element-wise kernel's draws
     for s in (f8.mvue_scale(g), jnp.float32(rng.uniform(1e-3, 0.3)), jnp.float32(1.0)):
         ref = jax.jit(cs.cutlass_compress)(jax.jit(f8.quantize)(sample, s).T)
