@@ -361,9 +361,8 @@ struct Operand {
   dim3 grid() const { return dim3(static_cast<unsigned>(m_al / kTileM), static_cast<unsigned>(k_al / kTileK)); }
 };
 
-// Checks shared by both compressors (dtypes, shapes, CUTLASS's fp8 layout, grid, alignment).
-ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
-                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed, Operand* out) {
+// The dtype of the tensor every fp8 kernel quantizes, and its float32 scale.
+ffi::Error CheckInputAndScale(const std::string& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale) {
   const ffi::DataType xt = x.element_type();
   if (xt != ffi::DataType::BF16 && xt != ffi::DataType::F16 && xt != ffi::DataType::F32) {
     return InvalidArgument(op + ": x must be bfloat16, float16 or float32, got " + Name(xt));
@@ -372,6 +371,13 @@ ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ff
     return InvalidArgument(op + ": scale must be one float32, got " + Name(scale.element_type()) + " of shape " +
                            DimsString(scale.dimensions()));
   }
+  return ffi::Error::Success();
+}
+
+// Checks shared by both compressors (dtypes, shapes, CUTLASS's fp8 layout, grid, alignment).
+ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
+                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed, Operand* out) {
+  if (ffi::Error e = CheckInputAndScale(op, x, scale); e.failure()) return e;
   if (values.element_type() != ffi::DataType::F8E4M3FN || meta.element_type() != ffi::DataType::U8) {
     return InvalidArgument(op + ": values must be float8_e4m3fn and meta uint8, got " + Name(values.element_type()) +
                            " and " + Name(meta.element_type()));
@@ -491,14 +497,7 @@ ffi::Error LaunchQt(cudaStream_t stream, const void* x, const float* scale, int6
 ffi::Error Fp8QuantizeTransposeImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale,
                                     ffi::Result<ffi::AnyBuffer> out) {
   const std::string op = "fp8_quantize_transpose";
-  const ffi::DataType xt = x.element_type();
-  if (xt != ffi::DataType::BF16 && xt != ffi::DataType::F16 && xt != ffi::DataType::F32) {
-    return InvalidArgument(op + ": x must be bfloat16, float16 or float32, got " + Name(xt));
-  }
-  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1) {
-    return InvalidArgument(op + ": scale must be one float32, got " + Name(scale.element_type()) + " of shape " +
-                           DimsString(scale.dimensions()));
-  }
+  if (ffi::Error e = CheckInputAndScale(op, x, scale); e.failure()) return e;
   const auto dims = x.dimensions();
   if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D, got shape " + DimsString(dims));
   const int64_t R = dims[0], C = dims[1];
@@ -518,7 +517,7 @@ ffi::Error Fp8QuantizeTransposeImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::
   if (R == 0 || C == 0) return ffi::Error::Success();
   const float* sp = static_cast<const float*>(scale.untyped_data());
   uint8_t* op_ = static_cast<uint8_t*>(out->untyped_data());
-  switch (xt) {
+  switch (x.element_type()) {
     case ffi::DataType::BF16: return LaunchQt<__nv_bfloat16>(stream, x.untyped_data(), sp, R, C, op_);
     case ffi::DataType::F16: return LaunchQt<__half>(stream, x.untyped_data(), sp, R, C, op_);
     default: return LaunchQt<float>(stream, x.untyped_data(), sp, R, C, op_);
