@@ -55,6 +55,19 @@ def history(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def assert_same_checkpoints(hp: dict, a: Path, b: Path, step: int):
+    """The two runs' checkpoints of ``step`` (restored with the run's abstract state) are bit for bit
+    equal; returns the first."""
+    exp = train_gpt.build_experiment(hp)
+    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+    sa, _ = train_gpt.Checkpoints(a).restore(step, abstract)
+    sb, _ = train_gpt.Checkpoints(b).restore(step, abstract)
+    assert jax.tree.structure(sa) == jax.tree.structure(sb)
+    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    return sa
+
+
 # Every recipe trains once per session with these flags (checkpoints at 12 and 24); the tests
 # below read those runs, and the resume test recompiles nothing (same programs, JAX's cache).
 STEPS = ["--steps", 24, "--eval-every", 12, "--ckpt-every", 12, "--mask-every", 4]
@@ -116,13 +129,7 @@ def test_resume_is_bit_exact(runs, tmp_path, recipe):
     assert run("--recipe", recipe, *STEPS, "--out", b, "--resume") == 0
 
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, STEPS)]), recipe)
-    exp = train_gpt.build_experiment(hp)
-    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
-    sa, _ = train_gpt.Checkpoints(a / "ckpt").restore(24, abstract)
-    sb, _ = train_gpt.Checkpoints(b / "ckpt").restore(24, abstract)
-    assert jax.tree.structure(sa) == jax.tree.structure(sb)
-    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 24)
     assert history(a) == history(b)  # identical losses, flip rates, phases, val losses
 
 
@@ -242,12 +249,7 @@ def test_corrupt_checkpoint_refused(trained, tmp_path, capsys):
     assert run("--recipe", "srste", *STEPS, "--out", out, "--resume-from", 12) == 0
     assert "discarded the checkpoints after step 12 (steps [24])" in capsys.readouterr().err
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, STEPS)]), "srste")
-    exp = train_gpt.build_experiment(hp)
-    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
-    sa, _ = train_gpt.Checkpoints(trained / "ckpt").restore(24, abstract)
-    sb, _ = train_gpt.Checkpoints(out / "ckpt").restore(24, abstract)
-    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert_same_checkpoints(hp, trained / "ckpt", out / "ckpt", 24)
     assert history(out) == history(trained)
     assert run("--recipe", "srste", *STEPS, "--out", out, "--resume-from", 7) == 2
     assert "has no checkpoint of that step (steps [12, 24])" in capsys.readouterr().err
@@ -882,15 +884,10 @@ def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, 
     assert history(a) == history(b)
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "srste")
     assert hp["fp8_scaling"] == "delayed"
-    exp = train_gpt.build_experiment(hp)
-    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
-    sa, _ = train_gpt.Checkpoints(a / "ckpt").restore(6, abstract)
-    sb, _ = train_gpt.Checkpoints(b / "ckpt").restore(6, abstract)
-    for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    meta = sa["fp8_meta"]
+    meta = assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 6)["fp8_meta"]
     hists = [v for path, v in jax.tree_util.tree_leaves_with_path(meta) if "amax_history" in jax.tree_util.keystr(path)]
     assert hists and all(int((np.asarray(h) > 0).sum()) == 6 for h in hists)  # one entry per optimizer step
+    exp = train_gpt.build_experiment(hp)
     assert s24nn.FP8_META in exp.model.init(jax.random.key(0), np.zeros((1, 32), np.int32))
     train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)
     assert run("--recipe", "srste", "--fp8-scaling", "delayed", "--out", tmp_path / "c") == 2
