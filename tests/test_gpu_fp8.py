@@ -285,6 +285,43 @@ def test_sparse24_linear_fp8_mvue_weight_grad_matches_xla(tio, dtype):
     assert not np.array_equal(np.asarray(got), np.asarray(vjp(g)[0]))
 
 
+def test_sparse24_linear_fp8_delayed_scaling_on_the_kernels():
+    """Delayed scaling on the GPU kernels (forward, ∇x, the fp8 MVUE ∇W): with amax histories whose
+    maxima are the tensors' own amaxes the scales equal current scaling's, so the outputs and
+    gradients are bit-identical to the current-scaling run on the GPU; a history half as large
+    saturates x (different numbers); the new state holds this call's amaxes."""
+    rng, seed = _rng()
+    t, i, o = 256, 512, 384
+    w = jnp.asarray(rng.standard_normal((i, o)).astype(np.float32) * 0.05)
+    mask = s24.transposable_mask24(w)
+    x = jnp.asarray(rng.standard_normal((t, i)).astype(np.float32)).astype(jnp.bfloat16)
+    g = jnp.asarray(rng.standard_normal((t, o)).astype(np.float32) * 1e-3).astype(jnp.bfloat16)
+    w = w.astype(jnp.bfloat16)
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    x, w, g = jax.device_put((x, w, g), gpu())
+    wm = jnp.where(mask, w, 0)
+    amax = {"input": f8.amax(x), "kernel": f8.amax(wm), "output_grad": f8.amax(g)}
+    meta = {n: (jnp.ones((1,), jnp.float32) if n.endswith("_scale") else
+                jnp.full((4,), amax[n.rsplit("_amax_history")[0]], jnp.float32)) for n in f8.META_NAMES}
+
+    def run(x, w, meta):
+        f = lambda x, w, m: s24.sparse24_linear(x, w, mask, key=key, fp8=True, fp8_meta=m, backend="cutlass")  # noqa: E731
+        y, vjp = jax.vjp(f, x, w, meta)
+        return (y,) + vjp(g)
+
+    def run_current(x, w):
+        y, vjp = jax.vjp(lambda x, w: s24.sparse24_linear(x, w, mask, key=key, fp8=True, backend="cutlass"), x, w)
+        return (y,) + vjp(g)
+
+    y, dx, dw, new = jax.jit(run)(x, w, meta)
+    for a, b, name in zip((y, dx, dw), jax.jit(run_current)(x, w), ("y", "dx", "dw")):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"seed={seed} {name}")
+    for op, a in amax.items():
+        assert float(new[f"{op}_amax_history"][0]) == float(a), op
+    half = dict(meta, input_amax_history=meta["input_amax_history"] * 0.5)
+    assert not np.array_equal(np.asarray(jax.jit(run)(x, w, half)[0]), np.asarray(y))
+
+
 def test_fp8_kernel_errors_name_the_constraint():
     x = jnp.ones((64, 48), jnp.bfloat16)
     with pytest.raises(ValueError, match="K % 32 == 0"):
