@@ -71,6 +71,8 @@ def _leaf_spec(path, leaf, model: int) -> P:
     if model == 1 or len(shape) == 0:
         return P()
     keys = [_key_str(k) for k in path]
+    if keys and keys[0] == "fp8_meta":  # delayed-scaling scales and amax histories: per tensor, replicated
+        return P()
     col = row = False
     for a, b in zip(keys, keys[1:]):
         if a in ("attn", "mlp"):

@@ -19,10 +19,11 @@ debugging:
 """
 
 from jax_sparse24._src.fp8 import (FP8_DTYPE, FP8_MAX, GEMM_OUT_DTYPE, META_COLLECTION, META_NAMES, SCALINGS, amax,
-                                   combine_meta, current_scale, delayed_scale, dequantize, init_meta, quantize,
-                                   scale_from_amax, scaled_matmul, update_amax_history)
+                                   combine_meta, current_scale, delayed_scale, dequantize, init_meta, keep_unupdated,
+                                   quantize, scale_from_amax, scaled_matmul, update_amax_history)
 from jax_sparse24._src.linear import fp8_dense_linear
 
 __all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "META_COLLECTION", "META_NAMES", "SCALINGS", "amax",
-           "combine_meta", "current_scale", "delayed_scale", "dequantize", "fp8_dense_linear", "init_meta", "quantize",
+           "combine_meta", "current_scale", "delayed_scale", "dequantize", "fp8_dense_linear", "init_meta",
+           "keep_unupdated", "quantize",
            "scale_from_amax", "scaled_matmul", "update_amax_history"]

@@ -210,7 +210,7 @@ class Sparse24Linear(nnx.Module):
         self.fp8 = bool(fp8)
         self.fp8_scaling = fp8_scaling
         if fp8 and fp8_scaling == "delayed":
-            for name, value in _fp8.init_meta(amax_history_length).items():
+            for name, value in _fp8.init_meta(int(amax_history_length)).items():
                 setattr(self, f"fp8_{name}", Fp8Meta(value))
 
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None,
@@ -331,8 +331,22 @@ def update_fp8_meta(model, grads):
         grads = nnx.grad(loss, argnums=nnx.DiffState(0, (nnx.Param, s24.nnx.Fp8Meta)))(model)
         optimizer.update(model, s24.nnx.update_fp8_meta(model, grads))
 
-    ``grads`` without :class:`Fp8Meta` entries (a model with current scaling only) is returned as
-    it is (its ``nnx.Param`` part).
+    A layer that got no gradient (its output did not reach the loss) keeps its state. For a model
+    without delayed-scaling layers it only returns the ``nnx.Param`` part.
+
+    Raises:
+      ValueError: ``model`` has :class:`Fp8Meta` variables but ``grads`` has none (the loss was
+        differentiated with respect to ``nnx.Param`` only: the state would never update).
     """
-    nnx.update(model, nnx.filter_state(grads, Fp8Meta))
+    old = nnx.state(model, Fp8Meta)
+    new = nnx.filter_state(grads, Fp8Meta)
+    if nnx.to_pure_dict(old) and not nnx.to_pure_dict(new):
+        raise ValueError(
+            "update_fp8_meta: the model has delayed-scaling fp8 layers (Fp8Meta) but grads holds none: "
+            "differentiate with respect to them too, nnx.grad(loss, argnums=nnx.DiffState(0, (nnx.Param, "
+            "s24.nnx.Fp8Meta)))(model); otherwise the amax histories never update")
+    if nnx.to_pure_dict(new):
+        merged = _fp8.keep_unupdated(nnx.to_pure_dict(old), nnx.to_pure_dict(new), prefix="fp8_")
+        nnx.replace_by_pure_dict(old, merged)
+        nnx.update(model, old)
     return nnx.filter_state(grads, nnx.Param)

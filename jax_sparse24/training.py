@@ -36,6 +36,7 @@ import optax
 from flax import struct
 
 from jax_sparse24 import nn as _nn
+from jax_sparse24._src import fp8 as _fp8
 from jax_sparse24 import optim as _optim
 from jax_sparse24._src.validation import check_positive_int
 
@@ -414,6 +415,9 @@ class SparseTrainState(struct.PyTreeNode):
                 "jax.grad(loss, argnums=(0, 1))(state.params, state.fp8_meta)): without it the amax histories "
                 "never update and every scale stays at its initial value"
             )
+        if self.fp8_meta is not None:
+            # a layer that got no gradient this step (its output off the loss) keeps its state
+            kwargs["fp8_meta"] = _fp8.keep_unupdated(self.fp8_meta, kwargs["fp8_meta"])
         masks = self.decay_masks(sparse)
         extra = {} if masks is None else {"masks": masks}
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params, **extra)

@@ -609,14 +609,15 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
 
 def test_delayed_scale_and_history_are_flax_recipe():
     """delayed_scale / update_amax_history are Flax's fp8 recipe (flax.linen.fp8_ops, the oracle):
-    the scale from the history's maximum, the stored scale where that is 0 or not finite; the
-    history rolled with the new amax at index 0; the collection is Flax's OVERWRITE_WITH_GRADIENT."""
+    the scale from the history's maximum, the stored scale where that is 0; the history rolled with
+    the new amax at index 0; the collection is Flax's OVERWRITE_WITH_GRADIENT. Two deliberate
+    differences: non-finite history entries are skipped (Flax would keep the stored scale for the whole
+    window), and a stored scale of 0 or non-finite (a zeroed state) falls back to 1."""
     from flax.linen import fp8_ops
 
     assert f8.META_COLLECTION == fp8_ops.OVERWRITE_WITH_GRADIENT
     rng = np.random.default_rng(0)
-    for hist in (rng.uniform(0, 5, 16), np.zeros(16), np.r_[np.inf, rng.uniform(0, 5, 7)],
-                 np.r_[np.nan, np.ones(3)]):
+    for hist in (rng.uniform(0, 5, 16), np.zeros(16), np.r_[0.0, rng.uniform(0, 5, 7)]):
         h = jnp.asarray(hist, jnp.float32)
         prev = jnp.asarray([0.37], jnp.float32)
         want = fp8_ops.compute_scale(jnp.max(h), prev, jnp.float32(f8.FP8_MAX))
@@ -625,6 +626,12 @@ def test_delayed_scale_and_history_are_flax_recipe():
         np.testing.assert_array_equal(np.asarray(f8.update_amax_history(h, f8.amax(x))),
                                       np.asarray(fp8_ops.compute_amax_history(x, h)))
     assert float(f8.delayed_scale(jnp.ones((1,)), jnp.zeros(4))) == 1.0  # the first step: the stored scale
+    # the differences: a non-finite amax in the history is skipped; a zero / non-finite stored scale gives 1
+    for bad in (np.inf, np.nan):
+        h = jnp.asarray([bad, 3.0, 1.0, 0.0], jnp.float32)
+        np.testing.assert_allclose(float(f8.delayed_scale(jnp.ones((1,)), h)), 3.0 / f8.FP8_MAX, rtol=1e-7)
+    for prev in (0.0, np.inf, np.nan):
+        assert float(f8.delayed_scale(jnp.asarray([prev], jnp.float32), jnp.zeros(4))) == 1.0
     meta = f8.init_meta(8)
     assert set(meta) == set(f8.META_NAMES) and meta["input_scale"].shape == (1,) \
         and meta["output_grad_amax_history"].shape == (8,)
@@ -634,6 +641,13 @@ def test_delayed_scale_and_history_are_flax_recipe():
     a["input_amax_history"] = a["input_amax_history"].at[0].set(3.0)
     b["input_amax_history"] = b["input_amax_history"].at[0].set(5.0)
     assert float(f8.combine_meta(a, b)["input_amax_history"][0]) == 5.0  # max, never the sum
+    # a layer whose new state is all zero (it got no gradient) keeps its old state; others update
+    old = {"l1": f8.init_meta(4), "l2": f8.init_meta(4)}
+    old["l1"]["kernel_amax_history"] = old["l1"]["kernel_amax_history"].at[0].set(7.0)
+    new = {"l1": jax.tree.map(jnp.zeros_like, old["l1"]), "l2": dict(old["l2"], input_scale=jnp.full((1,), 0.5))}
+    kept = f8.keep_unupdated(old, new)
+    assert float(kept["l1"]["kernel_amax_history"][0]) == 7.0 and float(kept["l1"]["input_scale"][0]) == 1.0
+    assert float(kept["l2"]["input_scale"][0]) == 0.5
 
 
 def _delayed_case(dtype, key=None, backend="reference"):
@@ -760,3 +774,33 @@ def test_delayed_scaling_module_and_train_state():
     assert jax.tree.structure(state2) == jax.tree.structure(state)  # one pytree (jit, orbax)
     with pytest.raises(ValueError, match="pass fp8_meta="):
         state.apply_gradients(grads=jax.grad(lambda p: state.apply(x, params=p).sum())(state.params))
+
+
+def test_delayed_scaling_layer_without_gradient_keeps_its_state():
+    """A delayed-scaling layer whose output does not reach the loss gets a zero "gradient" for its
+    state; apply_gradients keeps its old state instead of zeroing it (a zero stored scale would make
+    the next forward divide by 0), while the other layer's state updates."""
+    import optax
+    from flax import linen as nn
+
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            a = s24.nn.Sparse24Dense(32, fp8=True, fp8_scaling="delayed", amax_history_length=4, name="a")(x)
+            b = s24.nn.Sparse24Dense(32, fp8=True, fp8_scaling="delayed", amax_history_length=4, name="b")(x)
+            return a + jax.lax.stop_gradient(b)  # b's output does not reach the loss's gradient
+
+    model = Two()
+    x = _rand(3, (8, 64), jnp.float32)
+    v = model.init(jax.random.key(0), x)
+    meta = v[s24.nn.FP8_META]
+    meta = dict(meta, b=dict(meta["b"], input_amax_history=meta["b"]["input_amax_history"].at[0].set(5.0)))
+    state = s24.training.SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=optax.sgd(1e-2),
+                                                 sparsity=v["sparsity"], fp8_meta=meta)
+    loss_fn = lambda p, m: (state.apply(x, params=p, fp8_meta=m) ** 2).mean()  # noqa: E731
+    _, (g, new_meta) = jax.value_and_grad(loss_fn, argnums=(0, 1))(state.params, state.fp8_meta)
+    assert float(new_meta["b"]["input_scale"][0]) == 0.0  # the zero cotangent
+    state = state.apply_gradients(grads=g, fp8_meta=new_meta)
+    assert float(state.fp8_meta["b"]["input_amax_history"][0]) == 5.0 and float(state.fp8_meta["b"]["input_scale"][0]) == 1.0
+    assert float(state.fp8_meta["a"]["input_amax_history"][0]) > 0
+    assert bool(jnp.isfinite(state.apply(x)).all())

@@ -376,3 +376,7 @@ def test_fp8_delayed_scaling_state_and_update():
     assert float(layer.fp8_output_grad_amax_history.get_value()[0]) > 0
     with pytest.raises(ValueError, match="needs fp8=True"):
         s24.nnx.Sparse24Linear(64, 32, fp8_scaling="delayed", rngs=nnx.Rngs(0))
+    # differentiated with respect to nnx.Param only, the state would never move: refused
+    grads = nnx.grad(lambda m: (m(x) ** 2).mean())(layer)
+    with pytest.raises(ValueError, match="DiffState"):
+        s24.nnx.update_fp8_meta(layer, grads)

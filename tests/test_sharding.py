@@ -629,3 +629,7 @@ def test_fp8_delayed_scaling_sharded():
                       in_specs=P("data"), out_specs=P("data"))
     with pytest.raises(ValueError, match="not supported inside shard_map"):
         jax.jit(f)(x)
+    f = jax.shard_map(lambda x: s24.sparse24_linear(x, w, m, fp8=True, fp8_meta=meta), mesh=mesh,
+                      in_specs=P("data"), out_specs=P("data"), check_vma=False)  # no varying types: the mesh says
+    with pytest.raises(ValueError, match="not supported inside shard_map"):
+        jax.jit(f)(x)

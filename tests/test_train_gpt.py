@@ -55,6 +55,12 @@ def history(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def _get_path(tree, path):
+    for k in path:
+        tree = tree[k.key]
+    return tree
+
+
 def assert_same_checkpoints(hp: dict, a: Path, b: Path, step: int):
     """The two runs' checkpoints of ``step`` (restored with the run's abstract state) are bit for bit
     equal; returns the first."""
@@ -887,6 +893,19 @@ def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, 
     meta = assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 6)["fp8_meta"]
     hists = [v for path, v in jax.tree_util.tree_leaves_with_path(meta) if "amax_history" in jax.tree_util.keystr(path)]
     assert hists and all(int((np.asarray(h) > 0).sum()) == 6 for h in hists)  # one entry per optimizer step
+    # the micro-batches' new states were combined by maximum: the kernel amaxes of the 6 steps stay
+    # within a few percent of each other (the weights barely move), where a sum would double the whole
+    # history every step (the oldest entry 2^5 times its amax)
+    for h in [v for p, v in jax.tree_util.tree_leaves_with_path(meta) if "kernel_amax_history" in jax.tree_util.keystr(p)]:
+        h = np.asarray(h)[np.asarray(h) > 0]
+        assert h.max() / h.min() < 1.5, h
+    # and the scale step 6 used came from the amaxes of steps 1-5 (history[1:])
+    for leaf_path, scale in jax.tree_util.tree_leaves_with_path(meta):
+        name = jax.tree_util.keystr(leaf_path)
+        if name.endswith("_scale']"):
+            hist = _get_path(meta, leaf_path[:-1])[name.rsplit("['", 1)[1][:-2].replace("_scale", "_amax_history")]
+            np.testing.assert_allclose(float(np.asarray(scale)[0]), float(np.max(np.asarray(hist)[1:])) / 448.0,
+                                       rtol=1e-6, err_msg=name)
     exp = train_gpt.build_experiment(hp)
     assert s24nn.FP8_META in exp.model.init(jax.random.key(0), np.zeros((1, 32), np.int32))
     train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)

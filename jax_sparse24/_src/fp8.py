@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 __all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "MVUE_SCALE_FACTOR", "META_COLLECTION", "META_NAMES",
            "SCALINGS", "amax", "scale_from_amax", "current_scale", "mvue_scale", "delayed_scale",
-           "update_amax_history", "init_meta", "check_meta", "combine_meta", "meta_update", "mvue_scale_from", "quantize", "dequantize",
+           "update_amax_history", "init_meta", "check_meta", "combine_meta", "keep_unupdated", "meta_update",
+           "mvue_scale_from", "quantize", "dequantize",
            "scaled_matmul", "check_scale"]
 
 #: The fp8 format of every operand (weights, activations, output gradients).
@@ -102,11 +104,20 @@ _OPERANDS = ("input", "kernel", "output_grad")
 
 
 def delayed_scale(scale, amax_history):
-    """The delayed-scaling scale: ``max(amax_history) / 448``, or ``scale`` (the stored one) where
-    that maximum is 0, negative or not finite (float32 scalar; Flax's ``compute_scale``)."""
-    a = jnp.max(jnp.asarray(amax_history, jnp.float32))
+    """The delayed-scaling scale (float32 scalar): ``max(amax_history) / 448`` over the history's
+    finite entries — Flax's ``compute_scale`` for a finite history — else ``scale`` (the stored one,
+    e.g. at the first step, whose history is all zeros), else 1 where the stored scale is 0 or not
+    finite (a state zeroed by a step that gave its layer no gradient).
+
+    Unlike Flax, an inf or NaN amax in the history is skipped instead of making the stored scale
+    stick for the whole history window (one overflowing step would otherwise freeze the scale for
+    ``len(history)`` steps).
+    """
+    h = jnp.asarray(amax_history, jnp.float32)
+    a = jnp.max(jnp.where(jnp.isfinite(h), h, jnp.float32(0)))
     prev = check_scale(jnp.reshape(scale, ()), "delayed_scale", "scale")
-    return jnp.where(jnp.isfinite(a) & (a > 0), a / jnp.float32(FP8_MAX), prev)
+    prev = jnp.where(jnp.isfinite(prev) & (prev > 0), prev, jnp.float32(1))
+    return jnp.where(a > 0, a / jnp.float32(FP8_MAX), prev)
 
 
 def update_amax_history(amax_history, a):
@@ -119,8 +130,9 @@ def update_amax_history(amax_history, a):
 def init_meta(history_length: int = 1024) -> dict:
     """A fresh delayed-scaling state: scales 1, histories of zeros (the first call then quantizes with
     scale 1, as Flax's fp8 layers do)."""
-    if not isinstance(history_length, int) or isinstance(history_length, bool) or history_length < 1:
+    if not isinstance(history_length, (int, np.integer)) or isinstance(history_length, bool) or history_length < 1:
         raise ValueError(f"init_meta: history_length must be a positive int, got {history_length!r}")
+    history_length = int(history_length)
     return {n: (jnp.ones((1,), jnp.float32) if n.endswith("_scale") else jnp.zeros((history_length,), jnp.float32))
             for n in META_NAMES}
 
@@ -149,8 +161,32 @@ def check_meta(meta, op: str) -> dict:
 def combine_meta(a: dict, b: dict) -> dict:
     """Two updates of the same delayed-scaling state (e.g. from the micro-batches of one step, whose
     "gradients" must not be summed): the elementwise maximum — the scales are equal (the same prior
-    history) and each history gets the larger of the two new amaxes."""
+    history) and each history gets the larger of the two new amaxes.
+
+    Within one differentiated function JAX sums the cotangents of a variable that is used twice, so a
+    delayed-scaling layer must be called once per loss evaluation (no weight tying or reuse of the
+    same layer within a step); accumulate micro-batches outside ``grad`` and combine them with this.
+    """
     return jax.tree.map(jnp.maximum, a, b)
+
+
+def keep_unupdated(old, new, prefix: str = ""):
+    """``new`` (the gradient of a loss with respect to a delayed-scaling state tree), except that a
+    layer whose new scales are all 0 — its output did not reach the loss, so its "gradient" is zero —
+    keeps its ``old`` state instead of being zeroed. Trees of layers' dicts keyed ``prefix`` +
+    :data:`META_NAMES` (a real update's scales are never 0: :func:`delayed_scale`)."""
+    names = [prefix + n for n in META_NAMES]
+
+    def is_layer(t):
+        return hasattr(t, "keys") and set(t.keys()) == set(names)
+
+    def pick(o, n):
+        if not is_layer(o):
+            return n
+        got = jnp.any(jnp.stack([jnp.reshape(n[f"{prefix}{op}_scale"], ()) != 0 for op in _OPERANDS]))
+        return {k: jnp.where(got, n[k], o[k]) for k in names}
+
+    return jax.tree.map(pick, old, new, is_leaf=is_layer)
 
 
 def meta_update(meta: dict, scales: dict, amaxes: dict) -> dict:

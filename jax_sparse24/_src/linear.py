@@ -169,7 +169,8 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         same quantized operands; on a CPU that XLA math. With a ``key``, the MVUE weight gradient
         runs in fp8 too (``q(MVUE(∇y))`` with twice ``∇y``'s scale, the sparse fp8 kernel) where the
         16-bit one would run sparse (``auto``; ``cutlass``: wherever the fp8 kernels can run, else
-        RuntimeError); otherwise the weight gradient is the 16-bit one.
+        RuntimeError); otherwise the weight gradient is the 16-bit one. (``cutlass`` checks the
+        global shapes; under ``NamedSharding`` a shard the kernels cannot take runs XLA's fp8 math.)
         ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
         run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
@@ -234,6 +235,7 @@ def _check_meta_outside_shard_map(op: str, *xs) -> None:
     ``NamedSharding`` XLA reduces across the shards, but inside ``shard_map`` each shard would record
     its own amax and JAX would sum the replicated state's per-shard "gradients"."""
     axes = frozenset().union(*(sharding._varying_axes(x) for x in xs if x is not None))
+    axes |= sharding.manual_axes()  # also with check_vma=False, where the operands carry no varying axes
     if axes:
         raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (operands vary over "
                          f"{sorted(axes)}): use jit with NamedSharding, or current scaling (fp8_meta=None)")

@@ -331,6 +331,14 @@ def _fold(key, idx):
     return fold(key, idx)
 
 
+def manual_axes() -> frozenset:
+    """The mesh axes of the enclosing ``shard_map`` (with or without ``check_vma``); empty outside."""
+    try:
+        return frozenset(jax.sharding.get_abstract_mesh().manual_axes or ())
+    except Exception:  # pragma: no cover - a JAX without abstract meshes
+        return frozenset()
+
+
 def _varying_axes(x) -> frozenset:
     """Manual mesh axes ``x`` varies over inside ``shard_map`` (empty outside)."""
     try:
