@@ -220,7 +220,7 @@ class Sparse24Dense(nn.Module):
         fp8_meta = None
         if self.fp8 and self.fp8_scaling == "delayed":
             fp8_meta = {}
-            init = _fp8.init_meta(int(self.amax_history_length))
+            init = _fp8.init_meta(self.amax_history_length)
             for n in _fp8.META_NAMES:
                 self._require_fp8_meta(n)
                 fp8_meta[n] = self.variable(FP8_META, n, lambda n=n: init[n]).value

@@ -210,7 +210,7 @@ class Sparse24Linear(nnx.Module):
         self.fp8 = bool(fp8)
         self.fp8_scaling = fp8_scaling
         if fp8 and fp8_scaling == "delayed":
-            for name, value in _fp8.init_meta(int(amax_history_length)).items():
+            for name, value in _fp8.init_meta(amax_history_length).items():
                 setattr(self, f"fp8_{name}", Fp8Meta(value))
 
     def __call__(self, inputs, *, sparse: bool | jax.Array | None = None,

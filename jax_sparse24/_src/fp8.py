@@ -49,7 +49,7 @@ from jax import lax
 
 __all__ = ["FP8_DTYPE", "FP8_MAX", "GEMM_OUT_DTYPE", "MVUE_SCALE_FACTOR", "META_COLLECTION", "META_NAMES",
            "SCALINGS", "amax", "scale_from_amax", "current_scale", "mvue_scale", "delayed_scale",
-           "update_amax_history", "init_meta", "check_meta", "combine_meta", "keep_unupdated", "meta_update",
+           "update_amax_history", "check_history_length", "init_meta", "check_meta", "combine_meta", "keep_unupdated", "meta_update",
            "mvue_scale_from", "quantize", "dequantize",
            "scaled_matmul", "check_scale"]
 
@@ -127,12 +127,17 @@ def update_amax_history(amax_history, a):
     return jnp.roll(h, -1, axis=0).at[0].set(jnp.asarray(a, jnp.float32))
 
 
+def check_history_length(n, op: str, name: str = "history_length") -> int:
+    """``n`` as a Python int: a positive int (or numpy integer, not a bool); ValueError otherwise."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {n!r}")
+    return int(n)
+
+
 def init_meta(history_length: int = 1024) -> dict:
     """A fresh delayed-scaling state: scales 1, histories of zeros (the first call then quantizes with
     scale 1, as Flax's fp8 layers do)."""
-    if not isinstance(history_length, (int, np.integer)) or isinstance(history_length, bool) or history_length < 1:
-        raise ValueError(f"init_meta: history_length must be a positive int, got {history_length!r}")
-    history_length = int(history_length)
+    history_length = check_history_length(history_length, "init_meta")
     return {n: (jnp.ones((1,), jnp.float32) if n.endswith("_scale") else jnp.zeros((history_length,), jnp.float32))
             for n in META_NAMES}
 

@@ -43,7 +43,7 @@ from jax_sparse24._src import ffi
 from jax_sparse24._src import fp8
 from jax_sparse24._src.gemm import _pad_rows, bool_mask, masked_weight
 
-__all__ = ["choose", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
+__all__ = ["choose", "weight_amax", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
 
 
 def _fp8_reason(m: int, n: int, k: int) -> str | None:
@@ -144,9 +144,14 @@ def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: 
     return "16-bit"
 
 
+def weight_amax(w, mask, dtype):
+    """``max |W̃|`` of ``W̃ = w ⊙ mask`` in the compute ``dtype`` (float32 scalar)."""
+    return fp8.amax(masked_weight(w.astype(dtype), bool_mask(mask)))
+
+
 def weight_scale(w, mask, dtype):
     """``s_w``: the current scale of ``W̃ = w ⊙ mask`` in the compute ``dtype``."""
-    return fp8.current_scale(masked_weight(w.astype(dtype), bool_mask(mask)))
+    return fp8.scale_from_amax(weight_amax(w, mask, dtype))
 
 
 def _gemm(kind: str, chosen: str, b2, w, mask, s_b, s_w):

@@ -42,9 +42,7 @@ def check_config(owner: str, method: str, backend: str, fp8: bool = False, fp8_s
         raise ValueError(f"{owner}: fp8_scaling must be one of {fp8_math.SCALINGS}, got {fp8_scaling!r}")
     if fp8_scaling == "delayed" and not fp8:
         raise ValueError(f"{owner}: fp8_scaling='delayed' needs fp8=True")
-    if not isinstance(amax_history_length, (int, np.integer)) or isinstance(amax_history_length, bool) \
-            or amax_history_length < 1:
-        raise ValueError(f"{owner}: amax_history_length must be a positive int, got {amax_history_length!r}")
+    fp8_math.check_history_length(amax_history_length, owner, "amax_history_length")
 
 
 def init_mask(kernel, transposable: bool):

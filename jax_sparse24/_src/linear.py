@@ -73,8 +73,7 @@ def _linear_fwd(x, w, mask, bias, key, prepared, meta, cfg: _Config):
             dtype = jnp.result_type(x2, w)
             delayed = (fp8_math.delayed_scale(meta["input_scale"], meta["input_amax_history"]),
                        fp8_math.delayed_scale(meta["kernel_scale"], meta["kernel_amax_history"]))
-            amaxes = {"input": fp8_math.amax(x2.astype(dtype)),
-                      "kernel": fp8_math.amax(gemm.masked_weight(w.astype(dtype), gemm.bool_mask(mask)))}
+            amaxes = {"input": fp8_math.amax(x2.astype(dtype)), "kernel": fp8_gemm.weight_amax(w, mask, dtype)}
         y2, s_x, s_w = fp8_gemm.forward(x2, w, mask, backend=cfg.backend, scales=delayed)
         scales = (s_x, s_w, amaxes)
         y2 = y2.astype(jnp.result_type(x2, w))
@@ -223,21 +222,21 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     if prepared is not None:
         prepared_weight.check_prepared(prepared, w, jnp.result_type(x, w), op)
     if fp8_meta is not None:
-        _check_meta_outside_shard_map(op, x, w, mask, bias)
+        _check_meta_outside_shard_map(op)
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
 
 
-def _check_meta_outside_shard_map(op: str, *xs) -> None:
+def _check_meta_outside_shard_map(op: str) -> None:
     """Delayed scaling needs the whole tensors' amaxes and one new state: under ``jit`` +
     ``NamedSharding`` XLA reduces across the shards, but inside ``shard_map`` each shard would record
-    its own amax and JAX would sum the replicated state's per-shard "gradients"."""
-    axes = frozenset().union(*(sharding._varying_axes(x) for x in xs if x is not None))
-    axes |= sharding.manual_axes()  # also with check_vma=False, where the operands carry no varying axes
+    its own amax and JAX would sum the replicated state's per-shard "gradients". The mesh's manual
+    axes say so with or without ``check_vma`` (the operands' varying axes only with it)."""
+    axes = sharding.manual_axes()
     if axes:
-        raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (operands vary over "
+        raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (manual mesh axes "
                          f"{sorted(axes)}): use jit with NamedSharding, or current scaling (fp8_meta=None)")
 
 
@@ -253,7 +252,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None =
     _check_linear_args(op, x, w, bias)
     if fp8_meta is not None:
         fp8_meta = fp8_math.check_meta(fp8_meta, op)
-        _check_meta_outside_shard_map(op, x, w, bias)
+        _check_meta_outside_shard_map(op)
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
