@@ -10,9 +10,10 @@ independent dense state timed in the same rounds (``dense (control)``) gives the
 
 ``RECIPE+fp8`` variants (``--recipes dense,dense+fp8,srste,srste+fp8``) run the example's ``--fp8``:
 ``srste+fp8`` the fp8 2:4 GEMMs, ``dense+fp8`` the fp8 dense baseline (the same layers as XLA's
-fp8 dense GEMMs, same current scaling). Flax's delayed-scaling ``nn.Dense(dot_general_cls=
-Fp8DirectDotGeneralOp)`` is timed at the layer level by ``bench_fp8_gemm.py`` (its amax/scale state
-lives in the ``_overwrite_with_gradient`` collection, which the example's train state does not carry).
+fp8 dense GEMMs, same current scaling, 16-bit weight gradient); ``RECIPE+fp8-delayed`` the same with
+delayed scaling; ``dense+fp8-flax`` the dense model with Flax's own ``nn.Dense(dot_general_cls=
+Fp8DirectDotGeneralOp)`` (delayed scaling, every GEMM fp8, e5m2 gradients): the fp8 dense baseline a
+Flax user writes.
 
 ``RECIPE/prepared`` runs the example's ``--prepare-weights always`` (the 2:4 weights masked and
 compressed once per step, batched across layers, before the forward/backward, also at
@@ -95,8 +96,12 @@ AT_BACKEND = "@"
 FP8 = "+fp8"
 #: ``RECIPE+fp8-delayed``: the same with ``--fp8-scaling delayed`` (Flax's amax-history scaling).
 FP8_DELAYED = "+fp8-delayed"
+#: ``dense+fp8-flax``: the dense model with Flax's own fp8 layer (``--fp8 --fp8-scaling delayed
+#: --fp8-dense flax``: ``nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp)``, all three GEMMs fp8) — the
+#: fp8 dense baseline a Flax user writes. Dense recipe only.
+FP8_FLAX = "+fp8-flax"
 #: The form of a ``--recipes`` entry.
-LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}|{FP8_DELAYED}][{PER_CALL}|{PREPARED}]"
+LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}|{FP8_DELAYED}|{FP8_FLAX}][{PER_CALL}|{PREPARED}]"
 
 
 class Label(NamedTuple):
@@ -105,10 +110,11 @@ class Label(NamedTuple):
     fp8: bool
     prepare_weights: str | None  # --prepare-weights (None: the example's default)
     fp8_scaling: str = "current"  # --fp8-scaling
+    fp8_dense: str = "sparse24"  # --fp8-dense
 
 
 def _split_label(label: str) -> Label:
-    """``RECIPE[@BACKEND][+fp8|+fp8-delayed][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
+    """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
     wrong for an unknown recipe or backend, or both suffixes."""
     found = [suffix for suffix in PREPARE_SUFFIXES if suffix in label]
     if len(found) > 1:
@@ -116,16 +122,19 @@ def _split_label(label: str) -> Label:
     name, prepare = label, None
     if found and label.endswith(found[0]):
         name, prepare = label[: -len(found[0])], PREPARE_SUFFIXES[found[0]]
-    scaling = "delayed" if name.endswith(FP8_DELAYED) else "current"
-    suffix = FP8_DELAYED if scaling == "delayed" else FP8
-    fp8 = name.endswith(suffix)
+    # (suffix, --fp8-scaling, --fp8-dense) of the fp8 variants
+    variants = ((FP8_FLAX, "delayed", "flax"), (FP8_DELAYED, "delayed", "sparse24"), (FP8, "current", "sparse24"))
+    suffix, scaling, fp8_dense = next((v for v in variants if name.endswith(v[0])), ("", "current", "sparse24"))
+    fp8 = bool(suffix)
     recipe, _, backend = (name[: -len(suffix)] if fp8 else name).partition(AT_BACKEND)
     if recipe not in train_gpt.RECIPES:
         raise ValueError(f"{label!r}: unknown recipe {recipe!r} (expected {LABEL_FORM}, RECIPE one of "
                          f"{sorted(train_gpt.RECIPES)})")
     if backend and backend not in train_gpt.s24.BACKENDS:
         raise ValueError(f"{label!r}: unknown backend {backend!r} (one of {list(train_gpt.s24.BACKENDS)})")
-    return Label(recipe, backend or None, fp8, prepare, scaling)
+    if fp8_dense == "flax" and recipe != "dense":
+        raise ValueError(f"{label!r}: {FP8_FLAX} is Flax's fp8 dense layer, for the dense recipe only")
+    return Label(recipe, backend or None, fp8, prepare, scaling, fp8_dense)
 
 
 def label_errors(labels) -> list[str]:
@@ -142,7 +151,7 @@ def label_errors(labels) -> list[str]:
 def _experiment(size, label, batch, seq, steps, extra):
     lb = _split_label(label)
     if lb.fp8:
-        extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling]
+        extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling, "--fp8-dense", lb.fp8_dense]
     if lb.prepare_weights:
         extra = [*extra, "--prepare-weights", lb.prepare_weights]
     if lb.backend:

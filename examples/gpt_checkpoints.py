@@ -219,7 +219,7 @@ def _short(e: Exception, n: int = 300) -> str:
 
 #: flags added after checkpoints were first written: a checkpoint without one ran with this value.
 CONFIG_DEFAULTS = {"grad_accum": 1, "fp8": False, "sparse_lr_scale": 1.0, "finetune_start": "weights",
-                   "fp8_scaling": "current"}
+                   "fp8_scaling": "current", "fp8_dense": "sparse24"}
 
 
 def check_config(saved: dict, now: dict, where: Path) -> None:

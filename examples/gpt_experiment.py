@@ -67,7 +67,7 @@ CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
-    "sparse_lr_scale", "finetune_start", "fp8_scaling",
+    "sparse_lr_scale", "finetune_start", "fp8_scaling", "fp8_dense",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -107,6 +107,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         grad_accum=args.grad_accum,
         fp8=bool(getattr(args, "fp8", False)),  # in CONFIG_KEYS: fp8 GEMMs change the numbers
         fp8_scaling=getattr(args, "fp8_scaling", "current"),  # in CONFIG_KEYS: the scales change the numbers
+        fp8_dense=getattr(args, "fp8_dense", "sparse24"),  # in CONFIG_KEYS: Flax's layer has fp8 weight gradients
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
     for k in ("n_layer", "n_head", "n_embd"):
@@ -136,6 +137,12 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--mask-every must be >= 1, got {hp['mask_every']}")
     if hp["fp8_scaling"] != "current" and not hp["fp8"]:
         raise CLIError(f"--fp8-scaling {hp['fp8_scaling']} needs --fp8")
+    if hp["fp8_dense"] != "sparse24":
+        if not (hp["fp8"] and recipe == "dense"):
+            raise CLIError(f"--fp8-dense {hp['fp8_dense']} chooses the fp8 layer of --recipe dense --fp8 "
+                           f"(got --recipe {recipe}{' --fp8' if hp['fp8'] else ' without --fp8'})")
+        if hp["fp8_scaling"] != "delayed":
+            raise CLIError(f"--fp8-dense {hp['fp8_dense']} is Flax's delayed-scaling layer: add --fp8-scaling delayed")
     if hp["fp8"] and RECIPES[recipe].get("ast"):
         raise CLIError("--fp8 is not supported with --recipe ast (its low-rank layers have no fp8 path)")
     if RECIPES[recipe].get("ast"):
@@ -267,6 +274,7 @@ def build_experiment(hp: dict) -> Experiment:
         attention=hp.get("attention", "xla"), linear=recipe.get("linear", "sparse24"),
         slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
         fp8=bool(hp.get("fp8", False)), fp8_scaling=hp.get("fp8_scaling", "current"),
+        fp8_dense=hp.get("fp8_dense", "sparse24"),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])

@@ -78,6 +78,11 @@ class GPTConfig:
     fp8: bool = False
     # fp8 scaling recipe of those layers: "current" or "delayed" (amax histories, Sparse24Dense(fp8_scaling=))
     fp8_scaling: str = "current"
+    # Implementation of the fp8 dense layers (method="dense", fp8=True): "sparse24" (Sparse24Dense(
+    # method="dense", fp8=True): e4m3 forward and input gradient, 16-bit weight gradient) or "flax"
+    # (nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): Flax's fp8 layer, delayed scaling, all three
+    # GEMMs in fp8 with e5m2 gradients; needs fp8_scaling="delayed", the recipe it implements).
+    fp8_dense: str = "sparse24"
     # Class of the sparse layers: "sparse24" (Sparse24Dense with `method`) or "lowrank"
     # (AST: Sparse24LowRankDense, adaptive 2:4 mask + SLoRB term of rank in // slorb_group).
     linear: str = "sparse24"
@@ -138,11 +143,22 @@ def slorb_rank(cfg: GPTConfig, features_in: int) -> int:
     return features_in // 4
 
 
+#: GPTConfig.fp8_dense: whose fp8 dense layer a dense fp8 model uses.
+FP8_DENSE_IMPLS = ("sparse24", "flax")
+
+
 def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float,
             features_in: int):
     init = nn.initializers.normal(std)
     if not sparse_layer or (cfg.method == "dense" and not cfg.fp8):
         return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name)
+    if cfg.fp8_dense not in FP8_DENSE_IMPLS:
+        raise ValueError(f"GPTConfig.fp8_dense must be one of {FP8_DENSE_IMPLS}, got {cfg.fp8_dense!r}")
+    if cfg.fp8_dense == "flax" and cfg.method == "dense":
+        if cfg.fp8_scaling != "delayed":
+            raise ValueError("GPTConfig: fp8_dense='flax' is Flax's delayed-scaling layer: set fp8_scaling='delayed'")
+        return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name,
+                        dot_general_cls=nn.Fp8DirectDotGeneralOp)
     if cfg.linear == "lowrank":
         if cfg.fp8:
             raise ValueError("GPTConfig: fp8=True is not supported with linear='lowrank' (ast)")

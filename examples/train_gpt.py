@@ -72,6 +72,9 @@ it, XLA's fp8 math elsewhere); with ``--recipe dense`` the same layers run XLA's
 embeddings, head and the other weight gradients stay 16-bit. It changes the
 numbers, so it is part of the checkpointed config (docs/fp8.md). ``--fp8-scaling delayed`` takes the
 scales from amax histories (Flax's delayed scaling; the histories are part of the train state).
+``--recipe dense --fp8 --fp8-scaling delayed --fp8-dense flax`` makes those layers Flax's own fp8 layer
+(``nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp)``: all three GEMMs in fp8, e5m2 gradients), the
+fp8 dense baseline a Flax user would write.
 
 ``--attention auto`` (default) uses cuDNN's flash attention on a GPU with bfloat16 compute (2.4x
 less kernel time per GPT-2 step than XLA's attention on the H100) and XLA's elsewhere; ``cudnn``
@@ -124,7 +127,7 @@ from gpt_errors import PROG, CLIError  # noqa: E402
 from gpt_experiment import (  # noqa: E402
     FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
     sizes_help, step_phase)
-from gpt_model import SIZES  # noqa: E402
+from gpt_model import FP8_DENSE_IMPLS, SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
 from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
 from gpt_runtime import format_plan, kernel_plan, make_runtime, parse_mesh  # noqa: E402
@@ -172,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fp8-scaling", choices=("current", "delayed"), default="current",
                     help="with --fp8: scales from each call's amax (current) or from amax histories of the previous "
                          "steps (delayed, Flax's recipe; its state is checkpointed with the run)")
+    ap.add_argument("--fp8-dense", choices=FP8_DENSE_IMPLS, default="sparse24",
+                    help="with --recipe dense --fp8: sparse24 (Sparse24Dense(method='dense', fp8=True): XLA's fp8 "
+                         "forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
+                         "nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): every GEMM fp8, e5m2 gradients; "
+                         "needs --fp8-scaling delayed)")
     ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
                     help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "

@@ -278,10 +278,16 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     exp = bench_train_gpt._experiment("tiny", "srste+fp8/prepared", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.hp["prepare_weights"] == "always" and not prepares(exp)
     assert not prepares(bench_train_gpt._experiment("tiny", "dense/prepared", 4, 32, 10, []))
-    assert bench_train_gpt._split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always", "current")
-    assert bench_train_gpt._split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed")
+    assert bench_train_gpt._split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always", "current",
+                                                                       "sparse24")
+    assert bench_train_gpt._split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed", "sparse24")
     exp = bench_train_gpt._experiment("tiny", "dense+fp8-delayed", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.fp8_scaling == "delayed" and exp.hp["fp8_scaling"] == "delayed"
+    assert exp.cfg.fp8_dense == "sparse24"
+    exp = bench_train_gpt._experiment("tiny", "dense+fp8-flax", 4, 32, 10, [])
+    assert (exp.cfg.fp8, exp.cfg.fp8_scaling, exp.cfg.fp8_dense) == (True, "delayed", "flax")
+    with pytest.raises(ValueError, match="for the dense recipe only"):
+        bench_train_gpt._split_label("srste+fp8-flax")
     for label in ("srste/prepared/per-call", "srste/per-call/prepared"):
         with pytest.raises(ValueError, match="/per-call and /prepared exclude each other"):
             bench_train_gpt._split_label(label)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -911,6 +912,46 @@ def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, 
     train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)
     assert run("--recipe", "srste", "--fp8-scaling", "delayed", "--out", tmp_path / "c") == 2
     assert "--fp8-scaling delayed needs --fp8" in capsys.readouterr().err
+
+
+def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
+    """--recipe dense --fp8 --fp8-scaling delayed --fp8-dense flax: the fp8 layers are Flax's own
+    nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp), its state (Flax's variables in the same
+    collection) goes through the example's delayed-scaling path: one history entry per optimizer step
+    with --grad-accum 2 (micro-batches combined, not summed), a bit-exact resume; the flag is part of
+    the checkpointed config and refused where it means nothing."""
+    import flax.linen as nn
+    import gpt_model
+
+    steps = ["--steps", 4, "--eval-every", 2, "--ckpt-every", 2, "--grad-accum", 2]
+    flags = ["--recipe", "dense", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax", *steps]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run(*flags, "--out", a) == 0
+    assert run(*flags, "--out", b, "--stop-at", 2) == 0
+    assert run(*flags, "--out", b, "--resume") == 0
+    assert history(a) == history(b)
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "dense")
+    assert hp["fp8_dense"] == "flax"
+    exp = train_gpt.build_experiment(hp)
+    fc = gpt_model._linear(exp.cfg, 128, "fc", True, 0.02, 32)
+    assert type(fc) is nn.Dense and fc.dot_general_cls is nn.Fp8DirectDotGeneralOp
+    meta = assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 4)["fp8_meta"]
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(meta)]
+    assert paths and all("Fp8DirectDotGeneralOp_0" in p for p in paths)  # Flax's layer owns the state
+    hists = [v for p, v in jax.tree_util.tree_leaves_with_path(meta) if "kernel_amax_history" in jax.tree_util.keystr(p)]
+    assert hists and all(int((np.asarray(h) > 0).sum()) == 4 for h in hists)  # one entry per optimizer step
+    for h in hists:  # combined by maximum (a sum would double the history every step)
+        h = np.asarray(h)[np.asarray(h) > 0]
+        assert h.max() / h.min() < 1.5, h
+    with pytest.raises(train_gpt.CLIError, match="'sparse24' in the checkpoint but 'flax' now"):
+        train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_dense": "flax"}, tmp_path)
+    assert run("--recipe", "dense", "--fp8", "--fp8-dense", "flax", "--out", tmp_path / "c") == 2
+    assert "add --fp8-scaling delayed" in capsys.readouterr().err
+    assert run("--recipe", "srste", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax",
+               "--out", tmp_path / "d") == 2
+    assert "chooses the fp8 layer of --recipe dense --fp8" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="fp8_dense must be one of"):
+        gpt_model._linear(dataclasses.replace(exp.cfg, fp8_dense="cublas"), 128, "fc", True, 0.02, 32)
 
 
 def test_finetune_start(tmp_path, capsys):

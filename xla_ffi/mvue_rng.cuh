@@ -84,6 +84,17 @@ SP24_HD float Recip(float x) {
 #endif
 }
 
+// a * b rounded once, never contracted into an FMA with a following add. nvcc contracts a * b + c
+// (-fmad=true) where the surrounding code lets it, so the same inline function could round
+// differently in two kernels; every kernel that draws the MVUE sample must agree bit for bit.
+SP24_HD float MulRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // ------------------------------------------------------------------------------------------------
 // Per-group math (host+device so it can be unit-tested on a CPU).
 
@@ -214,8 +225,8 @@ SP24_HD void Mvue24Probabilities(const Mvue24Sums& m, float (&p)[4]) {
   float q[4], w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    q[k] = m.a[k] * inv_s;
-    w[k] = q[k] * Recip(m.rest[k]);
+    q[k] = MulRn(m.a[k], inv_s);
+    w[k] = MulRn(q[k], Recip(m.rest[k]));  // not contracted into the sums below (see MulRn)
   }
   const float v01 = w[0] + w[1], v23 = w[2] + w[3];
   const float others[4] = {w[1] + v23, w[0] + v23, v01 + w[3], v01 + w[2]};
