@@ -4,7 +4,12 @@ to the quantized operand (bit for bit), of the fp8 sparse GEMM against an f32 re
 timings (GEMM only, in one jitted program per variant, interleaved rounds) against bf16 dense and
 XLA's fp8 dense dot at training shapes.
 
-    python scripts/probe_fp8.py [--out DIR] [--quick]
+    python scripts/probe_fp8.py [--out DIR] [--quick] [--speed-only] [--shapes T,I,O;... | --step llama-7b]
+
+``--step SIZE`` times every fp8 configuration on the three GEMMs of each linear layer of the example's
+SIZE at 16384 tokens, written as forward GEMMs (T, I, O) = (tokens, in, out): the forward
+(16384, in, out), the input gradient (16384, out, in) and the MVUE weight gradient (in, 16384, out) —
+the data for choosing the default configuration per shape (``CutlassDefaultConfigFp8``).
 
 Prints one line per check; writes probe_fp8.json to --out. Exit status 1 if a check fails.
 """
@@ -122,9 +127,41 @@ def timed(fns, args_list, rounds, iters):
     return [statistics.median(t) for t in times]
 
 
-def speed(rng, quick, results):
-    shp = [(8192, 4096, 11008), (16384, 4096, 11008), (8192, 8192, 8192), (16384, 11008, 4096), (8192, 2048, 5632),
-           (16384, 768, 3072)]
+DEFAULT_SHAPES = [(8192, 4096, 11008), (16384, 4096, 11008), (8192, 8192, 8192), (16384, 11008, 4096),
+                  (8192, 2048, 5632), (16384, 768, 3072)]
+
+
+def step_shapes(size: str, tokens: int = 16384):
+    """The forward-form (T, I, O) of the forward, input-gradient and weight-gradient GEMMs of each
+    distinct linear layer (in x out) of the example's model ``size``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    from gpt_model import SIZES, GPTConfig  # noqa: E402
+
+    if size not in SIZES:
+        raise SystemExit(f"--step: unknown size {size!r} (one of {sorted(SIZES)})")
+    cfg = GPTConfig(**{k: v for k, v in SIZES[size].items() if k in GPTConfig.__dataclass_fields__})
+    d, f = cfg.n_embd, cfg.ffn_hidden
+    layers = [(d, 3 * d), (d, d), (d, 2 * f if cfg.ffn == "swiglu" else f), (f, d)]  # qkv, proj, fc (gated), down
+    out = []
+    for i, o in layers:
+        for shape in ((tokens, i, o), (tokens, o, i), (i, tokens, o)):
+            if shape not in out:
+                out.append(shape)
+    return out
+
+
+def parse_shapes(text: str):
+    try:
+        shapes = [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"--shapes wants T,I,O;T,I,O;... (positive ints), got {text!r}")
+    return shapes
+
+
+def speed(rng, quick, results, shapes=None):
+    shp = list(shapes or DEFAULT_SHAPES)
     if quick:
         shp = shp[:2]
     names = cf.cutlass_configs_fp8()
@@ -170,16 +207,23 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness-only", action="store_true")
+    ap.add_argument("--speed-only", action="store_true", help="skip the correctness checks")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--shapes", type=parse_shapes, default=None, help="T,I,O;... forward-form GEMM shapes to time")
+    which.add_argument("--step", default=None, metavar="SIZE",
+                       help="the three GEMMs of each linear layer of the example's SIZE (e.g. llama-7b) at 16384 tokens")
     args = ap.parse_args()
+    shapes = step_shapes(args.step) if args.step else args.shapes
     if not ffi.cuda_kernels_available():
         print("no CUDA kernels:", ffi.extension_error())
         return 2
     print("fp8 configurations:", cf.cutlass_configs_fp8())
     rng = np.random.default_rng(0)
     results = []
-    correctness(rng, args.quick)
+    if not args.speed_only:
+        correctness(rng, args.quick)
     if not args.correctness_only:
-        speed(rng, args.quick, results)
+        speed(rng, args.quick, results, shapes)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "probe_fp8.json"), "w") as f:
         json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)

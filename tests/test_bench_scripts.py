@@ -315,3 +315,23 @@ def test_probe_loop_times_every_loop_style(capsys):
     assert all(float(c) > 0 for c in srste[1::2])  # ms per step of each loop
     with pytest.raises(SystemExit):
         probe_loop.main(["--size", "tiny", "--recipes", "srste,dense"])
+
+
+def test_probe_fp8_step_shapes_and_shape_flag():
+    """scripts/probe_fp8.py --step SIZE: the forward, input-gradient and weight-gradient GEMMs of every
+    linear layer (qkv, proj, gated fc, down) in forward form (T, I, O); --shapes parses or refuses."""
+    import argparse
+
+    import probe_fp8
+
+    shapes = probe_fp8.step_shapes("llama-7b")
+    for i, o in ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096)):
+        assert {(16384, i, o), (16384, o, i), (i, 16384, o)} <= set(shapes), (i, o)
+    assert len(shapes) == len(set(shapes)) == 11  # (16384, 4096, 4096)'s forward and input gradient coincide
+    assert (16384, 768, 3072) in probe_fp8.step_shapes("gpt2")  # ungated FFN: fc is d x 4d
+    assert probe_fp8.parse_shapes("1,2,3; 4,5,6") == [(1, 2, 3), (4, 5, 6)]
+    for bad in ("1,2", "a,b,c", "", "0,1,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            probe_fp8.parse_shapes(bad)
+    with pytest.raises(SystemExit, match="unknown size"):
+        probe_fp8.step_shapes("gpt5")
