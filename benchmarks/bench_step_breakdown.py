@@ -6,7 +6,7 @@
         --tag h100_llama-7b_l4
 
 Builds each recipe's train program exactly as ``bench_train_gpt.py`` does (sparse phase; the same
-``RECIPE@BACKEND``, ``RECIPE+fp8``, ``RECIPE/per-call`` and ``RECIPE/prepared`` labels, plus ``RECIPE@xla`` /
+``RECIPE@BACKEND``, ``RECIPE+fp8`` / ``+fp8-delayed`` / ``+fp8-flax``, ``RECIPE/per-call`` and ``RECIPE/prepared`` labels, plus ``RECIPE@xla`` /
 ``@cudnn`` / ``@auto`` for the attention kernel), then per recipe:
 
 * the wall-clock step time: median over ``--rounds`` rounds of ``--iters`` steps after warm-up;
@@ -466,7 +466,10 @@ def to_markdown(res: dict) -> str:
                   f"time, every other category as in {base}. The rows sum to the gap: Σ ({n} − ideal) = {n} − "
                   f"ceiling. The FLOP attribution is an estimate: it assumes all of {base}'s dense GEMMs run at the "
                   f"same FLOP rate, so the 2:4 layers' share of its GEMM time is their share of its GEMM FLOPs."]
-        if r.get("fp8"):
+        if r.get("fp8") and recs.get(base, {}).get("fp8"):
+            lines[-1] += (f" {n} and {base} both run fp8 GEMMs: the ceiling is the 2:4 GEMMs at 1/{cmp['ceiling']:g} "
+                          f"of {base}'s fp8 GEMM time, and *other* includes each one's own quantization work.")
+        elif r.get("fp8"):
             lines[-1] += (f" {n} runs the 2:4 layers' forward and input-gradient GEMMs (and a sparse MVUE weight gradient) in fp8: the ceiling is still "
                           f"the bf16 2:4 GEMM's over bf16 dense, which fp8 GEMMs can beat (negative rows).")
     if res.get("comparisons_note"):
@@ -541,14 +544,15 @@ def write(res: dict, out: Path, tag: str) -> None:
 # Measurement
 # ------------------------------------------------------------------------------------------------
 
-ATTENTION_LABEL = re.compile(r"([^@]+)@(auto|xla|cudnn)((?:\+fp8)?(?:/per-call|/prepared)?)")
+ATTENTION_LABEL = re.compile(r"([^@]+)@(auto|xla|cudnn)((?:\+fp8(?:-delayed|-flax)?)?(?:/per-call|/prepared)?)")
 
 
 def split_attention(label: str) -> tuple[str, str | None]:
-    """``RECIPE@ATTENTION[+fp8][/per-call|/prepared]`` -> (the label without it, the attention kernel or None).
+    """``RECIPE@ATTENTION[+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared]`` -> (the label without it, the
+    attention kernel or None).
 
-    >>> split_attention("dense@xla"), split_attention("srste@cutlass")
-    (('dense', 'xla'), ('srste@cutlass', None))
+    >>> split_attention("dense@xla"), split_attention("srste@cutlass"), split_attention("dense@xla+fp8-flax")
+    (('dense', 'xla'), ('srste@cutlass', None), ('dense+fp8-flax', 'xla'))
     """
     m = ATTENTION_LABEL.fullmatch(label)
     return (m.group(1) + m.group(3), m.group(2)) if m else (label, None)
@@ -559,7 +563,8 @@ def measure(rec: dict, label: str, rt, exes: dict, data, a, log) -> None:
     wall-clock step time, then the traced steps' kernels (per step)."""
     exp = rt.exp
     cfg = exp.cfg
-    rec.update(recipe=exp.hp["recipe"], method=cfg.method, fp8=cfg.fp8, backend=cfg.backend,
+    rec.update(recipe=exp.hp["recipe"], method=cfg.method, fp8=cfg.fp8, fp8_scaling=cfg.fp8_scaling,
+               fp8_dense=cfg.fp8_dense, backend=cfg.backend,
                attention=train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head),
                sparse_layers=len(exp.sparse_paths))
     tokens = exp.hp["batch_size"] * exp.hp["seq_len"]
@@ -607,7 +612,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="llama-300m", help=f"one of {list(train_gpt.SIZES)}")
     ap.add_argument("--recipes", default="dense,srste",
-                    help="comma-separated bench_train_gpt.py labels (RECIPE[@BACKEND][+fp8][/per-call|/prepared]); "
+                    help="comma-separated bench_train_gpt.py labels (RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared]); "
                          "RECIPE@ATTENTION (auto|xla|cudnn) picks the attention kernel of that recipe")
     ap.add_argument("--baseline", default="dense", help="the dense recipe the 2:4 ones are compared with")
     ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",

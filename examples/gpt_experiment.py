@@ -107,7 +107,10 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         grad_accum=args.grad_accum,
         fp8=bool(getattr(args, "fp8", False)),  # in CONFIG_KEYS: fp8 GEMMs change the numbers
         fp8_scaling=getattr(args, "fp8_scaling", "current"),  # in CONFIG_KEYS: the scales change the numbers
-        fp8_dense=getattr(args, "fp8_dense", "sparse24"),  # in CONFIG_KEYS: Flax's layer has fp8 weight gradients
+        # in CONFIG_KEYS: Flax's layer has fp8 weight gradients. Under --compare it is the dense recipe's
+        # layer; the 2:4 recipes keep theirs (so --compare dense,srste --fp8-dense flax pairs them).
+        fp8_dense=(getattr(args, "fp8_dense", "sparse24")
+                   if recipe == "dense" or getattr(args, "compare", None) is None else "sparse24"),
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
     )
     for k in ("n_layer", "n_head", "n_embd"):
@@ -139,8 +142,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         raise CLIError(f"--fp8-scaling {hp['fp8_scaling']} needs --fp8")
     if hp["fp8_dense"] != "sparse24":
         if not (hp["fp8"] and recipe == "dense"):
-            raise CLIError(f"--fp8-dense {hp['fp8_dense']} chooses the fp8 layer of --recipe dense --fp8 "
-                           f"(got --recipe {recipe}{' --fp8' if hp['fp8'] else ' without --fp8'})")
+            raise CLIError(f"--fp8-dense {hp['fp8_dense']} chooses the fp8 layer of the dense recipe with --fp8 "
+                           f"(got recipe {recipe}{' with --fp8' if hp['fp8'] else ' without --fp8'})")
         if hp["fp8_scaling"] != "delayed":
             raise CLIError(f"--fp8-dense {hp['fp8_dense']} is Flax's delayed-scaling layer: add --fp8-scaling delayed")
     if hp["fp8"] and RECIPES[recipe].get("ast"):

@@ -50,6 +50,10 @@ from jax_sparse24.nn import Sparse24Dense
 __all__ = ["GPTConfig", "GPT", "SIZES", "attention_implementation", "rotary", "sparse_layer_paths"]
 
 
+#: GPTConfig.fp8_dense: whose fp8 dense layer a dense fp8 model uses.
+FP8_DENSE_IMPLS = ("sparse24", "flax")
+
+
 @dataclasses.dataclass(frozen=True)
 class GPTConfig:
     """Model hyper-parameters (hashable: usable as a static jit argument)."""
@@ -91,6 +95,14 @@ class GPTConfig:
     # Attention kernel: "xla" (XLA's fused softmax attention), "cudnn" (cuDNN flash attention:
     # GPU, float16/bfloat16 only) or "auto" (cuDNN where it applies, else XLA).
     attention: str = "xla"
+
+    def __post_init__(self):
+        if self.fp8_dense not in FP8_DENSE_IMPLS:
+            raise ValueError(f"GPTConfig.fp8_dense must be one of {FP8_DENSE_IMPLS}, got {self.fp8_dense!r}")
+        if self.fp8_dense == "flax" and not (self.fp8 and self.method == "dense" and self.fp8_scaling == "delayed"):
+            raise ValueError("GPTConfig: fp8_dense='flax' (Flax's delayed-scaling fp8 layer) needs method='dense', "
+                             f"fp8=True and fp8_scaling='delayed', got method={self.method!r}, fp8={self.fp8}, "
+                             f"fp8_scaling={self.fp8_scaling!r}")
 
     @property
     def ffn_hidden(self) -> int:
@@ -143,20 +155,12 @@ def slorb_rank(cfg: GPTConfig, features_in: int) -> int:
     return features_in // 4
 
 
-#: GPTConfig.fp8_dense: whose fp8 dense layer a dense fp8 model uses.
-FP8_DENSE_IMPLS = ("sparse24", "flax")
-
-
 def _linear(cfg: GPTConfig, features: int, name: str, sparse_layer: bool, std: float,
             features_in: int):
     init = nn.initializers.normal(std)
     if not sparse_layer or (cfg.method == "dense" and not cfg.fp8):
         return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name)
-    if cfg.fp8_dense not in FP8_DENSE_IMPLS:
-        raise ValueError(f"GPTConfig.fp8_dense must be one of {FP8_DENSE_IMPLS}, got {cfg.fp8_dense!r}")
-    if cfg.fp8_dense == "flax" and cfg.method == "dense":
-        if cfg.fp8_scaling != "delayed":
-            raise ValueError("GPTConfig: fp8_dense='flax' is Flax's delayed-scaling layer: set fp8_scaling='delayed'")
+    if cfg.fp8_dense == "flax":  # GPTConfig checked method="dense", fp8=True, fp8_scaling="delayed"
         return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.dtype, kernel_init=init, name=name,
                         dot_general_cls=nn.Fp8DirectDotGeneralOp)
     if cfg.linear == "lowrank":

@@ -176,8 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --fp8: scales from each call's amax (current) or from amax histories of the previous "
                          "steps (delayed, Flax's recipe; its state is checkpointed with the run)")
     ap.add_argument("--fp8-dense", choices=FP8_DENSE_IMPLS, default="sparse24",
-                    help="with --recipe dense --fp8: sparse24 (Sparse24Dense(method='dense', fp8=True): XLA's fp8 "
-                         "forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
+                    help="the fp8 layers of the dense recipe (--recipe dense --fp8, or dense in --compare, "
+                         "where the 2:4 recipes keep theirs): sparse24 (Sparse24Dense(method='dense', fp8=True): "
+                         "XLA's fp8 forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
                          "nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): every GEMM fp8, e5m2 gradients; "
                          "needs --fp8-scaling delayed)")
     ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",

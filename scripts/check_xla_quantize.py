@@ -2,7 +2,7 @@
 math: one correctly rounded ``1/s``, one product, round to nearest even): random float32 tensors and
 random scales, every element compared. Prints the mismatches; exit 0 either way (a diagnostic).
 
-    python scripts/check_xla_quantize.py [--n 2**20] [--trials 20]
+    python scripts/check_xla_quantize.py [--n 1048576] [--trials 20]
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def parse_shapes(text: str):
     return shapes
 
 
-def speed(rng, quick, results, shapes=None):
+def speed(rng, quick, results, shapes=None, on_row=None):
     shp = list(shapes or DEFAULT_SHAPES)
     if quick:
         shp = shp[:2]
@@ -198,6 +198,8 @@ def speed(rng, quick, results, shapes=None):
         nbytes = i * o * 2 + i * o + i * o // 8 + i * o // 2
         row["fused quantize+compress (weight)"]["gbps"] = nbytes / ts[-1] / 1e9
         results.append(row)
+        if on_row is not None:
+            on_row(results)
         print(f"({t}, {i}, {o}): " + ", ".join(f"{lab} {tt*1e3:.3f} ms ({base/tt:.2f}x)" for lab, tt in zip(labels, ts)),
               flush=True)
 
@@ -211,7 +213,8 @@ def main():
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--shapes", type=parse_shapes, default=None, help="T,I,O;... forward-form GEMM shapes to time")
     which.add_argument("--step", default=None, metavar="SIZE",
-                       help="the three GEMMs of each linear layer of the example's SIZE (e.g. llama-7b) at 16384 tokens")
+                       help="the three GEMMs of each linear layer of the example's SIZE (e.g. llama-7b) at 16384 "
+                            "tokens (attention projections included, 2:4 or not in that size's default)")
     args = ap.parse_args()
     shapes = step_shapes(args.step) if args.step else args.shapes
     if not ffi.cuda_kernels_available():
@@ -219,14 +222,18 @@ def main():
         return 2
     print("fp8 configurations:", cf.cutlass_configs_fp8())
     rng = np.random.default_rng(0)
+    os.makedirs(args.out, exist_ok=True)
+
+    def save(results):  # after every shape too: a run cut off by a time limit keeps what it measured
+        with open(os.path.join(args.out, "probe_fp8.json"), "w") as f:
+            json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)
+
     results = []
     if not args.speed_only:
         correctness(rng, args.quick)
     if not args.correctness_only:
-        speed(rng, args.quick, results, shapes)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "probe_fp8.json"), "w") as f:
-        json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)
+        speed(rng, args.quick, results, shapes, on_row=save)
+    save(results)
     print(f"{len(FAIL)} failures")
     return 1 if FAIL else 0
 

@@ -949,9 +949,16 @@ def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
     assert "add --fp8-scaling delayed" in capsys.readouterr().err
     assert run("--recipe", "srste", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax",
                "--out", tmp_path / "d") == 2
-    assert "chooses the fp8 layer of --recipe dense --fp8" in capsys.readouterr().err
+    assert "chooses the fp8 layer of the dense recipe with --fp8 (got recipe srste with --fp8)" in capsys.readouterr().err
+    # under --compare it is the dense recipe's layer; the 2:4 recipe keeps its own (the pairing to time)
+    args = train_gpt.build_parser().parse_args([*TINY, "--compare", "dense,srste", "--fp8", "--fp8-scaling", "delayed",
+                                                 "--fp8-dense", "flax"])
+    assert [train_gpt.resolve_flags(args, r)["fp8_dense"] for r in ("dense", "srste")] == ["flax", "sparse24"]
     with pytest.raises(ValueError, match="fp8_dense must be one of"):
-        gpt_model._linear(dataclasses.replace(exp.cfg, fp8_dense="cublas"), 128, "fc", True, 0.02, 32)
+        dataclasses.replace(exp.cfg, fp8_dense="cublas")
+    for bad in (dict(method="srste"), dict(fp8=False), dict(fp8_scaling="current")):
+        with pytest.raises(ValueError, match="fp8_dense='flax' .* needs method='dense', fp8=True and fp8_scaling"):
+            dataclasses.replace(exp.cfg, **bad)
 
 
 def test_finetune_start(tmp_path, capsys):

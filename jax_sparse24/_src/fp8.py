@@ -18,7 +18,9 @@ tests — computes what this module defines (docs/fp8.md).
   :data:`META_COLLECTION` collection.
 * **Quantize** (:func:`quantize`): ``clip(t.astype(f32) * (1/s), -448, 448).astype(float8_e4m3fn)``
   — ``1/s`` is one correctly rounded float32 division, the product one float32 multiplication,
-  the cast rounds to nearest even; NaN propagates (``clip`` keeps it, the cast keeps it).
+  the cast rounds to nearest even; NaN propagates (``clip`` keeps it, the cast keeps it). XLA's CPU
+  lowering and the kernels follow this bit for bit; XLA's GPU lowering rounded 2 of 21M random
+  float32 elements to the other fp8 neighbour on the H100 (``scripts/check_xla_quantize.py``).
 * **fp8 GEMM** (:func:`scaled_matmul`): ``(Σ_k qa[., k]·qb[k, .] accumulated in float32) · alpha``
   with ``alpha = s_a·s_b`` (one float32 product), rounded once to bfloat16
   (:data:`GEMM_OUT_DTYPE`, what the sparse fp8 kernel writes). Products of two e4m3 values are
