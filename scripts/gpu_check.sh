@@ -13,7 +13,8 @@
 #          LLAMA_SIZES ("size:layers ..."), LLAMA_RECIPES, LLAMA_TRAIN_ARGS (e.g. "--batch-size 4" for
 #          8192 tokens per step) and LLAMA_TAG_SUFFIX (appended to the results' tag)
 #   fp8probe: scripts/probe_fp8.py (fp8 compress + GEMM correctness through the FFI targets, and
-#            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick)
+#            GEMM timings against bf16 / XLA fp8 dense); PROBE_FP8_ARGS (e.g. --quick, or
+#            "--step llama-7b --speed-only": every fp8 configuration on the step's three GEMMs per layer)
 #   fp8: the fp8 GPU tests (tests/test_gpu_fp8.py) and benchmarks/bench_fp8_gemm.py
 #   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
 #   breakdown: benchmarks/bench_step_breakdown.py (per-step time by kind of kernel and the gap to the
