@@ -5,7 +5,8 @@
 #   bash scripts/gpu_check.sh [all|build|test|bench|profile|sanitize|multigpu|llama ...]   (default: all)
 #   profile: Nsight Compute on the compressors, and a GPT step's kernel time by kind of kernel
 #            (benchmarks/bench_step_breakdown.py; PROFILE_SIZE, PROFILE_RECIPES)
-#   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU
+#   multigpu: the GPT example under data- and tensor-parallel meshes over every visible GPU (16-bit
+#            GEMMs per backend, MULTIGPU_BACKENDS; then fp8 with current and delayed scaling, MULTIGPU_FP8=0 skips)
 #   llama: the three GEMMs of the LLaMA-1B / -7B layer shapes at 16384 tokens (bench_layer.py
 #          --shapes: the rows of the `auto` table for those models) and the LLaMA train-step
 #          benchmark (bench_train_gpt.py --size llama-7b,llama-1b); LLAMA_SECTIONS="gemm table train"
@@ -221,13 +222,18 @@ if want multigpu; then
   if [ "${ngpu:-0}" -lt 2 ]; then
     note "multigpu skipped: $ngpu GPU(s) visible"
   else
+    # backend[:fp8 flags]: the 16-bit sparse GEMMs of each backend, then (MULTIGPU_FP8=1, default) the
+    # partitioned fp8 GEMMs (CUTLASS) with current and with delayed scaling
+    variants=${MULTIGPU_BACKENDS:-cutlass cusparselt}
+    [ "${MULTIGPU_FP8:-1}" = 1 ] && variants="$variants cutlass:--fp8 cutlass:--fp8,--fp8-scaling,delayed"
     for mesh in "data=$ngpu,model=1" "data=1,model=$ngpu"; do
-      for backend in ${MULTIGPU_BACKENDS:-cutlass cusparselt}; do
-        t0=$(date +%s); tag="train_${mesh//[=,]/_}_$backend"
+      for variant in $variants; do
+        backend=${variant%%:*}; flags=; [[ $variant == *:* ]] && flags=${variant#*:}
+        t0=$(date +%s); tag="train_${mesh//[=,]/_}_$backend${flags:+_fp8}"; [[ $flags == *delayed* ]] && tag+=_delayed
         timeout ${MULTIGPU_TIMEOUT:-180} $PY examples/train_gpt.py --recipe srste --size gpt2 --steps 30 \
-          --grad-accum 2 --mesh "$mesh" --sparse-backend "$backend" --out "/tmp/$tag" --overwrite --quiet \
+          --grad-accum 2 --mesh "$mesh" --sparse-backend "$backend" ${flags//,/ } --out "/tmp/$tag" --overwrite --quiet \
           --eval-every 15 --log-every 10 > "$OUT/logs/$tag.log" 2>&1
-        rc=$?; note "multigpu[$mesh $backend] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'final val loss|Error' "$OUT/logs/$tag.log" | tail -1 | cut -c1-300)"
+        rc=$?; note "multigpu[$mesh $backend ${flags//,/ }] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'final val loss|Error' "$OUT/logs/$tag.log" | tail -1 | cut -c1-300)"
         [ $rc -eq 0 ] || status=1
       done
     done
