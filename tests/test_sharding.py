@@ -29,6 +29,72 @@ pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs XLA_FLAGS=--xla_for
 CP_TARGET = "CustomSPMDPartitioning"
 
 
+def test_mvue_shard_map_without_vma_checks_draws_per_device():
+    """shard_map(check_vma=False): JAX tracks no varying axes, so which axes split the data is unknown;
+    every device then draws its own MVUE sample (fold_in with its index over all manual axes), as with
+    the checks on. Before, the key was folded by the data's (empty) varying axes: 8 identical token
+    shards drew 8 identical samples."""
+    mesh = _mesh("data=8")
+    key, block = jax.random.key(3), np.asarray(_rand((8, 16), 4))
+    g = jnp.asarray(np.tile(block, (8, 1)))  # 8 identical token shards
+    for check in (True, False):
+        out = jax.jit(jax.shard_map(lambda k, g: s24.mvue24(k, g, axis=0), mesh=mesh, in_specs=(P(), P("data")),
+                                    out_specs=P("data"), check_vma=check))(key, g)
+        shards = np.asarray(out).reshape(8, 8, 16)
+        assert len({s.tobytes() for s in shards}) == 8, f"check_vma={check}: shards drew the same sample"
+        want = [np.asarray(reference.mvue24(jax.random.fold_in(key, d), jnp.asarray(block), 0)) for d in range(8)]
+        np.testing.assert_allclose(shards, np.stack(want), rtol=1e-6, atol=1e-6)
+
+
+def test_kernel_ops_inside_shard_map_type_like_the_reference(monkeypatch):
+    """With the CUDA kernels planned (the extension's interface and the FFI call faked; a CPU traces
+    the CUDA branch of lax.platform_dependent), the ops trace inside shard_map with check_vma=True:
+    jax.ffi.ffi_call returns results that vary over no mesh axis, so without the cast in ffi.ffi_call
+    the CUDA branch did not type like the reference branch (TypeError: switch branches must have equal
+    output types) — fp8 and 16-bit GEMMs, the MVUE and mask kernels alike."""
+    from test_fp8 import _clear_caches, _FakeExt
+
+    from jax_sparse24._src import ffi
+
+    _clear_caches()
+    monkeypatch.setattr(ffi, "_load", lambda: (_FakeExt(), None))
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+
+    def fake_ffi_call(target, result_shape_dtypes, **kw):  # results typed as the real ones: no varying axes
+        def call(*args, **attrs):
+            single = not isinstance(result_shape_dtypes, (list, tuple))
+            outs = [jnp.zeros(r.shape, r.dtype) for r in ([result_shape_dtypes] if single else result_shape_dtypes)]
+            return outs[0] if single else outs
+        return call
+
+    monkeypatch.setattr(jax.ffi, "ffi_call", fake_ffi_call)
+    mesh = _mesh("data=4")
+    x, w = _rand((128, 64), 1), 0.1 * _rand((64, 32), 2)
+    m = reference.transposable_mask24(w)
+    key = jax.random.key(0)
+
+    def fp8_step(x):
+        return jax.grad(lambda x: jnp.sum(s24.sparse24_linear(x, w, m, transposable=True, fp8=True, backend="cutlass",
+                                                              key=key) ** 2))(x)
+
+    cases = {
+        "fp8 linear fwd+bwd": fp8_step,
+        "bf16 linear cutlass": lambda x: s24.sparse24_linear(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), m,
+                                                            backend="cutlass"),
+        "mvue24": lambda x: s24.mvue24(key, x, axis=0),
+        "mask24": lambda x: s24.mask24(x, axis=-1).astype(jnp.float32),
+    }
+    for name, fn in cases.items():
+        f = jax.shard_map(fn, mesh=mesh, in_specs=P("data"), out_specs=P("data"), check_vma=True)
+        jaxpr = jax.make_jaxpr(f)(x)  # raised TypeError before
+        assert "platform_index" in str(jaxpr) or "cond" in str(jaxpr), name  # the CUDA branch was traced
+    # sharding in types (Explicit axes): the ops run their own shard_map, the same cast applies
+    explicit = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,), devices=CPUS[:4])
+    xe = jax.device_put(x, NamedSharding(explicit, P("data")))
+    for name in ("fp8 linear fwd+bwd", "mvue24", "mask24"):
+        jax.make_jaxpr(cases[name])(xe)  # raised TypeError before
+
+
 def _mesh(spec):
     shape = dict(p.split("=") for p in spec.split(","))
     n = int(np.prod([int(v) for v in shape.values()]))

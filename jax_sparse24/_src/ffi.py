@@ -89,6 +89,54 @@ def per_platform(reference_fn: Callable[..., Any], cuda_fn: Callable[..., Any] |
 
 
 def ffi_call(target: str, result_shape_dtypes, *args, vmap_method: str | None = "sequential", **attrs):
-    """``jax.ffi.ffi_call`` of one of our targets (registering the extension first)."""
+    """``jax.ffi.ffi_call`` of one of our targets (registering the extension first).
+
+    Inside ``shard_map`` (``check_vma=True``) the operands are cast to vary over the union of their
+    manual axes and the results are typed as varying over it too: ``jax.ffi.ffi_call`` returns
+    results that vary over no axis, so the CUDA branch of ``lax.platform_dependent`` would not type
+    like the reference branch (a trace-time ``TypeError``), and a kernel's output is a per-shard value.
+    """
     require_extension()
-    return jax.ffi.ffi_call(target, result_shape_dtypes, vmap_method=vmap_method)(*args, **attrs)
+    args = vary_to_union(*args)
+    out = jax.ffi.ffi_call(target, result_shape_dtypes, vmap_method=vmap_method)(*args, **attrs)
+    axes = frozenset().union(*(_varying_axes(a) for a in args if a is not None))
+    return jax.tree.map(lambda y: _vary(y, axes), out) if axes else out
+
+
+def _varying_axes(x) -> frozenset:
+    """Manual mesh axes ``x`` varies over inside ``shard_map`` (empty outside)."""
+    try:
+        aval = jax.typeof(x)
+    except Exception:  # pragma: no cover
+        return frozenset()
+    vma = getattr(aval, "vma", None)  # jax 0.6–0.9
+    if vma is None:  # jax 0.10+: ManualAxisType
+        mat = getattr(aval, "manual_axis_type", None)
+        vma = getattr(mat, "varying", None)
+    return frozenset(vma or ())
+
+
+def _vary(x, axes: frozenset):
+    """``x`` cast to vary over ``axes`` too (``pcast(..., to='varying')``)."""
+    missing = tuple(sorted(axes - _varying_axes(x)))
+    if not missing:
+        return x
+    if hasattr(lax, "pcast"):  # jax 0.10+
+        return lax.pcast(x, missing, to="varying")
+    return lax.pvary(x, missing)  # pragma: no cover - jax < 0.10
+
+
+def vary_to_union(*xs):
+    """Inside ``shard_map``: cast each array to vary over the union of the arrays' varying mesh axes.
+
+    A ``custom_vjp`` op (``sparse24_linear``) whose operands vary over different manual axes
+    (tokens over ``data``, the weight over ``model``) would return a weight cotangent varying over
+    ``data`` too, which JAX rejects. Casting the operands first (``pcast(..., to='varying')``, the
+    implicit broadcast JAX inserts for primitive ops) makes the cotangents match, and JAX's
+    transpose of the cast is the ``psum`` over ``data`` — the data-parallel gradient reduction.
+    ``None`` entries pass through; outside ``shard_map`` this is the identity.
+    """
+    axes = frozenset().union(*(_varying_axes(x) for x in xs if x is not None))
+    if not axes:
+        return xs
+    return tuple(None if x is None else _vary(x, axes) for x in xs)

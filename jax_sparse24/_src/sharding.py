@@ -73,6 +73,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_sparse24._src import ffi
+from jax_sparse24._src.ffi import _varying_axes, vary_to_union  # noqa: F401  (re-exported)
 
 __all__ = [
     "Rule",
@@ -316,6 +317,12 @@ def _specs_for(labels_list, assign):
     return [P(*(_entry(assign.get(l, ())) for l in labels)) for labels in labels_list]
 
 
+def _vma_tracked(manual: frozenset) -> bool:
+    """Inside ``shard_map``: whether JAX tracks the varying axes of values (``check_vma=True``);
+    with ``check_vma=False`` every value reads as varying over no axis, ``axis_index`` included."""
+    return bool(_varying_axes(lax.axis_index(sorted(manual)[0])))
+
+
 def _block_index(axes: Sequence[str], sizes: Mapping[str, int]):
     idx = jnp.zeros((), jnp.uint32)
     for a in axes:
@@ -337,44 +344,6 @@ def manual_axes() -> frozenset:
         return frozenset(jax.sharding.get_abstract_mesh().manual_axes or ())
     except Exception:  # pragma: no cover - a JAX without abstract meshes
         return frozenset()
-
-
-def _varying_axes(x) -> frozenset:
-    """Manual mesh axes ``x`` varies over inside ``shard_map`` (empty outside)."""
-    try:
-        aval = jax.typeof(x)
-    except Exception:  # pragma: no cover
-        return frozenset()
-    vma = getattr(aval, "vma", None)  # jax 0.6–0.9
-    if vma is None:  # jax 0.10+: ManualAxisType
-        mat = getattr(aval, "manual_axis_type", None)
-        vma = getattr(mat, "varying", None)
-    return frozenset(vma or ())
-
-
-def vary_to_union(*xs):
-    """Inside ``shard_map``: cast each array to vary over the union of the arrays' varying mesh axes.
-
-    A ``custom_vjp`` op (``sparse24_linear``) whose operands vary over different manual axes
-    (tokens over ``data``, the weight over ``model``) would return a weight cotangent varying over
-    ``data`` too, which JAX rejects. Casting the operands first (``pcast(..., to='varying')``, the
-    implicit broadcast JAX inserts for primitive ops) makes the cotangents match, and JAX's
-    transpose of the cast is the ``psum`` over ``data`` — the data-parallel gradient reduction.
-    ``None`` entries pass through; outside ``shard_map`` this is the identity.
-    """
-    axes = frozenset().union(*(_varying_axes(x) for x in xs if x is not None))
-    if not axes:
-        return xs
-    out = []
-    for x in xs:
-        missing = tuple(sorted(axes - _varying_axes(x))) if x is not None else ()
-        if missing:
-            if hasattr(lax, "pcast"):  # jax 0.10+
-                x = lax.pcast(x, missing, to="varying")
-            else:  # pragma: no cover - jax < 0.10
-                x = lax.pvary(x, missing)
-        out.append(x)
-    return tuple(out)
 
 
 def eval_shape(fn, *args):
@@ -477,9 +446,13 @@ def _cp_call(rule: Rule, impl: Callable, *args):
     args = list(args)
     if len(args) != len(rule.operands):
         raise TypeError(f"{rule.name}: rule has {len(rule.operands)} operands, got {len(args)} arguments")
-    if rule.fold_key is not None:  # shard_map (manual axes): fold with the block index now
+    manual = manual_axes()
+    if rule.fold_key is not None and manual:  # shard_map (manual axes): fold with the block index now
         kpos, dpos = rule.fold_key
-        vma = _varying_axes(args[dpos]) - _varying_axes(args[kpos])
+        if _vma_tracked(manual):  # the data's blocks: the axes it varies over and the key does not
+            vma = _varying_axes(args[dpos]) - _varying_axes(args[kpos])
+        else:  # check_vma=False: which axes split the data is unknown, so every device draws its own
+            vma = manual
         if vma:
             am = jax.sharding.get_abstract_mesh()
             axes = [a for a in am.axis_names if a in vma]
