@@ -753,3 +753,37 @@ def test_cusparselt_errors():
     with pytest.raises(RuntimeError, match="cusparselt"):
         s24.sparse24_linear(jnp.ones((8, 24), jnp.bfloat16), jnp.ones((24, 40), jnp.bfloat16),
                             jnp.ones((24, 40), bool) & (jnp.arange(24)[:, None] % 4 < 2), backend="cusparselt")
+
+
+def test_kernels_inside_shard_map_on_one_gpu():
+    """The real kernels inside shard_map (check_vma=True) on a one-GPU mesh: the operands vary over the
+    mesh axis, so each FFI call's results must be typed as varying too (they failed to trace before,
+    `switch branches must have equal output types`). The deterministic ops equal their results outside
+    shard_map; the MVUE draw (key folded with the shard index 0) keeps 2 of every 4 with |value| >= |g|."""
+    import jax_sparse24 as s24
+    from jax.sharding import PartitionSpec as P
+
+    from jax_sparse24._src import reference
+
+    rng, seed = _rng()
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    x = jnp.asarray(rng.standard_normal((256, 128)), jnp.bfloat16)
+    w = jnp.asarray(0.1 * rng.standard_normal((128, 64)), jnp.bfloat16)
+    m = reference.transposable_mask24(w)
+    key = jax.random.key(int(rng.integers(1 << 30)))
+
+    def grads(x, fp8):
+        return jax.grad(lambda x: jnp.sum(s24.sparse24_linear(x, w, m, transposable=True, backend="cutlass",
+                                                              fp8=fp8).astype(jnp.float32) ** 2))(x)
+
+    cases = {"bf16 linear": functools.partial(grads, fp8=False), "fp8 linear": functools.partial(grads, fp8=True),
+             "mask24": lambda x: s24.mask24(x, axis=-1)}
+    for name, fn in cases.items():
+        inside = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("data"), out_specs=P("data")))(x)
+        np.testing.assert_array_equal(np.asarray(inside), np.asarray(jax.jit(fn)(x)), err_msg=f"{name} seed={seed}")
+    g = jax.jit(jax.shard_map(lambda g: s24.mvue24(key, g, axis=0), mesh=mesh, in_specs=P("data"),
+                              out_specs=P("data")))(x)
+    kept = np.asarray(g, np.float32).reshape(64, 4, 128) != 0
+    assert (kept.sum(axis=1) <= 2).all(), f"seed={seed}"
+    big = np.abs(np.asarray(g, np.float32)) >= np.abs(np.asarray(x, np.float32)) * (1 - 2 ** -7)
+    assert big[np.asarray(g) != 0].all(), f"seed={seed}"
