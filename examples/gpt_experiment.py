@@ -394,11 +394,11 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
                               opt_state=state["opt_state"], sparsity=state["sparsity"],
                               rng=jax.random.key(seed + 1) if exp.cfg.mvue else None,
                               flip_rate=jnp.zeros((), jnp.float32), fp8_meta=state.get("fp8_meta"))
-        delayed = st.fp8_meta is not None
 
         def loss_fn(pm, tokens, st, micro_batch=None):
-            # pm: the params, or (params, fp8_meta) with delayed fp8 scaling (the meta's gradient is its new value)
-            p, meta = pm if delayed else (pm, None)
+            # pm: (params, fp8_meta): the delayed-scaling fp8 state, whose gradient is its new value
+            # (None without delayed scaling: an empty pytree, so its gradient is None too)
+            p, meta = pm
             x, y = tokens[:, :-1], tokens[:, 1:]
             # the Python flag (one program per phase; None: the model's default)
             logits = st.apply(x, params=p, sparse=sparse, micro_batch=micro_batch, fp8_meta=meta)
@@ -411,7 +411,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             return total, (ce, aux["kd"])
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        params = (st.params, st.fp8_meta) if delayed else st.params
+        params = (st.params, st.fp8_meta)
         # Micro-batch j holds rows j, j + accum, ... (the leading axis keeps its data-parallel sharding).
         micro = jnp.swapaxes(tokens.reshape(tokens.shape[0] // accum, accum, -1), 0, 1)
         if prepare:
@@ -422,35 +422,24 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             st = st.replace(prepared=s24nn.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
                                                    tokens=tokens_per_device, reuse=accum) or None)
         if accum == 1:
-            (_, (loss, kd)), grads = grad_fn(params, tokens, st)
+            (_, (loss, kd)), (grads, new_meta) = grad_fn(params, tokens, st)
         else:
             # Gradient accumulation: each micro-batch its own MVUE key; the mean over micro-batches
-            # is the gradient of the mean loss of the whole batch.
-
-            # The delayed-scaling state's "gradients" (new values) are combined by maximum, not summed.
+            # is the gradient of the mean loss of the whole batch. The delayed-scaling state's
+            # "gradients" (new values) are combined by maximum, not summed.
 
             def body(acc, inp):
                 j, tok = inp
-                (_, aux), g = grad_fn(params, tok, st, j)
-                (aux_acc, g_acc) = acc
-                if delayed:
-                    g_new = (jax.tree.map(jnp.add, g_acc[0], g[0]), s24fp8.combine_meta(g_acc[1], g[1]))
-                else:
-                    g_new = jax.tree.map(jnp.add, g_acc, g)
-                return (jax.tree.map(jnp.add, aux_acc, aux), g_new), None
+                (_, aux), (g, m) = grad_fn(params, tok, st, j)
+                aux_acc, (g_acc, m_acc) = acc
+                return (jax.tree.map(jnp.add, aux_acc, aux),
+                        (jax.tree.map(jnp.add, g_acc, g), s24fp8.combine_meta(m_acc, m))), None
 
-            zero = ((jnp.zeros((), jnp.float32),) * 2, jax.tree.map(jnp.zeros_like, params))
-            if delayed:  # the max-combine starts from the smallest values
-                zero = (zero[0], (zero[1][0], jax.tree.map(lambda m: jnp.full_like(m, -jnp.inf), st.fp8_meta)))
-            ((loss, kd), grads), _ = jax.lax.scan(body, zero, (jnp.arange(accum), micro))
-            loss, kd = loss / accum, kd / accum
-            if delayed:
-                grads = (jax.tree.map(lambda g: g / accum, grads[0]), grads[1])
-            else:
-                grads = jax.tree.map(lambda g: g / accum, grads)
-        new_meta = None
-        if delayed:
-            grads, new_meta = grads
+            # the max-combine starts from the smallest values
+            lowest = jax.tree.map(lambda m: jnp.full_like(m, -jnp.inf), st.fp8_meta)
+            zero = ((jnp.zeros((), jnp.float32),) * 2, (jax.tree.map(jnp.zeros_like, st.params), lowest))
+            ((loss, kd), (grads, new_meta)), _ = jax.lax.scan(body, zero, (jnp.arange(accum), micro))
+            loss, kd, grads = loss / accum, kd / accum, jax.tree.map(lambda g: g / accum, grads)
         if exp.teacher_model is None:
             kd = None
         # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
@@ -459,7 +448,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         # marks the update's kernels in the compiled program (benchmarks/bench_step_breakdown.py).
         step = st.step
         with jax.named_scope("optimizer"):
-            new = st.apply_gradients(grads=grads, **({"fp8_meta": new_meta} if delayed else {}))
+            new = st.apply_gradients(grads=grads, fp8_meta=new_meta)
         if method == "srste":
             flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, new.flip_rate, jnp.nan)
         elif method in ("ste", "soft"):
@@ -486,7 +475,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             metrics["step_z"] = st_step.z_avg
             metrics["phase"] = st_step.phase
         new_state = {"step": new.step, "params": new.params, "sparsity": new.sparsity, "opt_state": new.opt_state}
-        if delayed:
+        if new.fp8_meta is not None:
             new_state["fp8_meta"] = new.fp8_meta
         return new_state, metrics
 

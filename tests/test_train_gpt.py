@@ -56,6 +56,17 @@ def history(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def straight_and_resumed(flags, tmp_path: Path, stop_at: int) -> tuple[Path, Path]:
+    """``flags`` trained straight into ``tmp_path/a`` and, stopped at ``stop_at`` then resumed, into
+    ``tmp_path/b``: the two histories are identical. Returns (a, b)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run(*flags, "--out", a) == 0
+    assert run(*flags, "--out", b, "--stop-at", stop_at) == 0
+    assert run(*flags, "--out", b, "--resume") == 0
+    assert history(a) == history(b)
+    return a, b
+
+
 def _get_path(tree, path):
     for k in path:
         tree = tree[k.key]
@@ -884,11 +895,7 @@ def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, 
 
     steps = ["--steps", 6, "--eval-every", 3, "--ckpt-every", 3, "--grad-accum", 2, "--mask-every", 2]
     flags = ["--recipe", "srste", "--fp8", "--fp8-scaling", "delayed", *steps]
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert run(*flags, "--out", a) == 0
-    assert run(*flags, "--out", b, "--stop-at", 3) == 0
-    assert run(*flags, "--out", b, "--resume") == 0
-    assert history(a) == history(b)
+    a, b = straight_and_resumed(flags, tmp_path, stop_at=3)
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "srste")
     assert hp["fp8_scaling"] == "delayed"
     meta = assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 6)["fp8_meta"]
@@ -925,11 +932,7 @@ def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
 
     steps = ["--steps", 4, "--eval-every", 2, "--ckpt-every", 2, "--grad-accum", 2]
     flags = ["--recipe", "dense", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax", *steps]
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert run(*flags, "--out", a) == 0
-    assert run(*flags, "--out", b, "--stop-at", 2) == 0
-    assert run(*flags, "--out", b, "--resume") == 0
-    assert history(a) == history(b)
+    a, b = straight_and_resumed(flags, tmp_path, stop_at=2)
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "dense")
     assert hp["fp8_dense"] == "flax"
     exp = train_gpt.build_experiment(hp)
