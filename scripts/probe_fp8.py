@@ -4,7 +4,15 @@ to the quantized operand (bit for bit), of the fp8 sparse GEMM against an f32 re
 timings (GEMM only, in one jitted program per variant, interleaved rounds) against bf16 dense and
 XLA's fp8 dense dot at training shapes.
 
-    python scripts/probe_fp8.py [--out DIR] [--quick] [--speed-only] [--shapes T,I,O;... | --step llama-7b]
+    python scripts/probe_fp8.py [--out DIR] [--quick] [--speed-only] [--configs default]
+                                [--shapes T,I,O;... | --step llama-7b]
+
+With cuSPARSELt loadable it also checks and times cuSPARSELt's fp8 2:4 GEMM (``cusparselt_spmm_fp8``:
+e4m3 A and B, bfloat16 out, the scales as its alpha vector) beside the CUTLASS configurations, and writes
+cuSPARSELt's compressed bytes of small fp8 operands next to CUTLASS's (``cusparselt_fp8_format.npz``)
+for reading off its layout. ``fp8 dense (qdq)`` is the pattern Flax's fp8 layer lowers to: quantize,
+dequantize in bfloat16, dot — XLA rewrites it into cuBLASLt's scaled fp8 GEMM (the line
+``qdq lowers to`` says whether it did).
 
 ``--step SIZE`` times every fp8 configuration on the three GEMMs of each linear layer of the example's
 SIZE at 16384 tokens, written as forward GEMMs (T, I, O) = (tokens, in, out): the forward
@@ -30,6 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24._src import cuda_cusparselt_ops as lt  # noqa: E402
 from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import ffi  # noqa: E402
@@ -110,6 +119,59 @@ def correctness(rng, quick):
             check(err < 2e-2, f"fp8 spmm {name}: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
 
 
+def lt_fp8_compress(q, m, n, k):
+    return lt.cusparselt_compress(q, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
+
+
+def lt_fp8_spmm(c, b, alpha, m, n, k):
+    return lt.cusparselt_spmm_fp8(c, b, alpha, m=m, n=n, k=k)
+
+
+def cusparselt_fp8(rng, quick, out):
+    """cuSPARSELt's fp8 GEMM against the f32 reference, and its compressed bytes beside CUTLASS's."""
+    if not lt.cusparselt_available():
+        print("cusparselt: unavailable:", lt.cusparselt_error())
+        return False
+    print("cusparselt", lt.cusparselt_version(), lt.cusparselt_library())
+    saved = {}
+    ok_all = True
+    for (n, k, m) in ([(256, 256, 128), (512, 768, 3072)] if quick else
+                      [(256, 256, 128), (512, 768, 3072), (1024, 4096, 1024), (2048, 1024, 4096)]):
+        w = rng.standard_normal((k, m)).astype(np.float32)  # (I, O): A = W~^T (m, k)
+        mk = mask24_along(w, 0)
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        sw = np.float32(np.abs(w * mk).max() / 448.0)
+        sx = np.float32(np.abs(x).max() / 448.0)
+        xq = quantize(jnp.asarray(x, jnp.bfloat16), jnp.float32(sx))
+        aq = quantize(jnp.asarray((w * mk).T, jnp.bfloat16), jnp.float32(sw))  # (m, k) e4m3, 2:4 along k
+        alpha = jnp.float32(sx) * jnp.float32(sw)
+        ref = np.asarray(jnp.dot(xq.astype(jnp.float32), aq.astype(jnp.float32).T, precision="highest") * alpha)
+        try:
+            c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, m, n, k)
+            y = np.asarray(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5))(c, xq, alpha, m, n, k), np.float32)
+        except Exception as e:  # noqa: BLE001 - a probe: report and go on
+            check(False, f"cusparselt fp8 spmm (n, k, m) = ({n}, {k}, {m}): {type(e).__name__}: {e}")
+            ok_all = False
+            continue
+        err = np.abs(y - ref).max() / (np.abs(ref).max() + 1e-12)
+        check(err < 2e-2, f"cusparselt fp8 spmm: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
+        ok_all &= err < 2e-2
+        if m * k <= 768 * 3072:
+            v, me = cs.cutlass_compress(aq)
+            saved[f"m{m}_k{k}_lt"] = np.asarray(c)
+            saved[f"m{m}_k{k}_cutv"] = np.asarray(v).view(np.uint8)
+            saved[f"m{m}_k{k}_cute"] = np.asarray(me)
+            saved[f"m{m}_k{k}_dense"] = np.asarray(aq).view(np.uint8)
+            lt_bytes = np.asarray(c)
+            vals = np.asarray(v).view(np.uint8).reshape(-1)
+            print(f"  fp8 format m={m} k={k}: lt {lt_bytes.size} bytes, cutlass values {vals.size} + meta "
+                  f"{np.asarray(me).size}; values prefix equal: {bool(np.array_equal(lt_bytes[:vals.size], vals))}")
+    if saved:
+        np.savez_compressed(os.path.join(out, "cusparselt_fp8_format.npz"), **saved)
+    print("cusparselt plans:", lt.cusparselt_plans())
+    return ok_all
+
+
 def timed(fns, args_list, rounds, iters):
     """Median seconds per call of each fn (interleaved rounds)."""
     jitted = [jax.jit(f) for f in fns]
@@ -160,11 +222,18 @@ def parse_shapes(text: str):
     return shapes
 
 
-def speed(rng, quick, results, shapes=None, on_row=None):
+def qdq_dot(xq, wq, sx, sw):
+    """Flax's fp8 pattern: dequantize both operands in bfloat16, then dot (XLA: cuBLASLt's scaled fp8 GEMM)."""
+    return jnp.dot(xq.astype(jnp.bfloat16) * sx.astype(jnp.bfloat16), wq.astype(jnp.bfloat16) * sw.astype(jnp.bfloat16),
+                   preferred_element_type=jnp.bfloat16)
+
+
+def speed(rng, quick, results, shapes=None, on_row=None, configs="all", with_lt=False):
     shp = list(shapes or DEFAULT_SHAPES)
     if quick:
         shp = shp[:2]
     names = cf.cutlass_configs_fp8()
+    printed_qdq = False
     for (t, i, o) in shp:
         x = jnp.asarray(rng.standard_normal((t, i)), jnp.bfloat16)
         w = rng.standard_normal((i, o)).astype(np.float32)
@@ -179,13 +248,29 @@ def speed(rng, quick, results, shapes=None, on_row=None):
         alpha = sx * sw
         dense = lambda x, w: jnp.dot(x, w)  # noqa: E731
         fp8_dense = lambda a, b: jax.lax.dot(a, b, preferred_element_type=jnp.bfloat16)  # noqa: E731
-        fns = [dense, dense, fp8_dense]
-        args = [(x, wb), (x, wb), (xq, wq)]
-        labels = ["bf16 dense", "bf16 dense (control)", "fp8 dense (XLA)"]
-        for cfg, name in enumerate(names):
+        fns = [dense, dense, fp8_dense, qdq_dot]
+        args = [(x, wb), (x, wb), (xq, wq), (xq, wq, sx, sw)]
+        labels = ["bf16 dense", "bf16 dense (control)", "fp8 dense (XLA)", "fp8 dense (qdq)"]
+        if not printed_qdq:
+            hlo = jax.jit(qdq_dot).lower(xq, wq, sx, sw).compile().as_text()
+            print("qdq lowers to:", "cuBLASLt fp8 (__cublas$lt$matmul$f8)" if "f8" in hlo and "cublas$lt" in hlo
+                  else "not cuBLASLt's fp8 GEMM", flush=True)
+            printed_qdq = True
+        cfgs = list(enumerate(names)) if configs == "all" else [(-1, "default")]
+        for cfg, name in cfgs:
             fns.append(lambda v, me, b, a, cfg=cfg: spmm_fp8(v, me, b, a, o, i, cfg))
             args.append((vals, meta, xq, alpha))
             labels.append(f"fp8 2:4 {name}")
+        if with_lt:
+            try:
+                aq = quantize(jnp.where(mkj, wb, 0).T, sw)  # (O, I) e4m3
+                c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, o, t, i)
+                jax.block_until_ready(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5))(c, xq, alpha, o, t, i))
+                fns.append(lambda c, b, a: lt_fp8_spmm(c, b, a, o, t, i))
+                args.append((c, xq, alpha))
+                labels.append("fp8 2:4 cusparselt")
+            except Exception as e:  # noqa: BLE001 - a probe: report and go on
+                print(f"  cusparselt fp8 at ({t}, {i}, {o}) failed: {type(e).__name__}: {e}", flush=True)
         fns.append(lambda wb, mk, s: fused(wb, mk, s, True))
         args.append((wb, mkj, sw))
         labels.append("fused quantize+compress (weight)")
@@ -210,6 +295,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness-only", action="store_true")
     ap.add_argument("--speed-only", action="store_true", help="skip the correctness checks")
+    ap.add_argument("--configs", choices=("all", "default"), default="all",
+                    help="time every compiled CUTLASS fp8 configuration, or only the planner's default")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--shapes", type=parse_shapes, default=None, help="T,I,O;... forward-form GEMM shapes to time")
     which.add_argument("--step", default=None, metavar="SIZE",
@@ -229,10 +316,12 @@ def main():
             json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)
 
     results = []
+    with_lt = lt.cusparselt_available()
     if not args.speed_only:
         correctness(rng, args.quick)
+        with_lt = cusparselt_fp8(rng, args.quick, args.out)
     if not args.correctness_only:
-        speed(rng, args.quick, results, shapes, on_row=save)
+        speed(rng, args.quick, results, shapes, on_row=save, configs=args.configs, with_lt=with_lt)
     save(results)
     print(f"{len(FAIL)} failures")
     return 1 if FAIL else 0

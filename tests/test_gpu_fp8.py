@@ -155,6 +155,35 @@ def test_cutlass_spmm_fp8_every_config(shape):
         _check_gemm(d, a, b, alpha, f"seed={seed} shape={shape} config={name}")
 
 
+# cuSPARSELt's fp8 2:4 GEMM (an experimental path beside CUTLASS's): multiples of 16, its own compressor.
+LT_GEMM_SHAPES = [(256, 128, 128), (272, 144, 160), (1024, 528, 512), (384, 256, 3072)]
+
+
+@pytest.mark.parametrize("shape", LT_GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cusparselt_spmm_fp8_matches_float64(shape):
+    from jax_sparse24._src import cuda_cusparselt_ops as lt
+
+    if not lt.cusparselt_available():
+        pytest.skip(f"cuSPARSELt unavailable: {lt.cusparselt_error()}")
+    m, n, k = shape
+    rng, seed = _rng()
+    a = _nonzero_fp8(rng, (m, k), 8.0)
+    a = jnp.where(jnp.asarray(mask24_np(np.asarray(a.astype(jnp.float32)), axis=1)), a, jnp.zeros((), FP8))
+    b = _nonzero_fp8(rng, (n, k), 8.0)
+    alpha = jnp.float32(rng.uniform(1e-4, 1e-2))
+    c = jax.jit(functools.partial(lt.cusparselt_compress, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK))(a)
+    gemm = functools.partial(lt.cusparselt_spmm_fp8, m=m, n=n, k=k)
+    _check_gemm(poisoned(gemm)(c, b, alpha), a, b, alpha, f"seed={seed} shape={shape} scalar alpha")
+    # a vector alpha scales output column j (row j of A) by alpha[j]
+    vec = jnp.asarray(rng.uniform(1e-4, 1e-2, m).astype(np.float32))
+    d = np.asarray(poisoned(gemm)(c, b, vec).astype(jnp.float32), np.float64)
+    a64, b64 = np.asarray(a.astype(jnp.float32), np.float64), np.asarray(b.astype(jnp.float32), np.float64)
+    exact = (b64 @ a64.T) * np.asarray(vec, np.float64)[None, :]
+    terms = (np.abs(b64) @ np.abs(a64).T) * np.asarray(vec, np.float64)[None, :]
+    bad = np.abs(d - exact) > 2.0**-8 * np.abs(exact) + ACC_REL * terms + 1e-30
+    assert not bad.any(), f"seed={seed} shape={shape} vector alpha: {bad.sum()} of {bad.size} off"
+
+
 def test_fp8_compress_then_gemm_round_trip():
     """fused compress (forward operand q(W̃)ᵀ) + GEMM with b = I and alpha = 1 gives q(W̃) back exactly."""
     rng, seed = _rng()

@@ -35,6 +35,7 @@ XLA_FFI_Error* Sparse24Fp8QuantizeTranspose(XLA_FFI_CallFrame* call_frame);
 // spmm_cusparselt.cu
 XLA_FFI_Error* Sparse24CusparseltCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CusparseltSpmm(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24CusparseltSpmmFp8(XLA_FFI_CallFrame* call_frame);
 // compress_kernels.cu
 XLA_FFI_Error* Sparse24Prune24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompress(XLA_FFI_CallFrame* call_frame);
@@ -79,6 +80,7 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_fp8_quantize_transpose"] = Capsule(Sparse24Fp8QuantizeTranspose);
     d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);
     d["jax_sparse24_cusparselt_spmm"] = Capsule(Sparse24CusparseltSpmm);
+    d["jax_sparse24_cusparselt_spmm_fp8"] = Capsule(Sparse24CusparseltSpmmFp8);
     d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);
     d["jax_sparse24_masked_compress"] = Capsule(Sparse24MaskCompress);
     d["jax_sparse24_masked_compress_both"] = Capsule(Sparse24MaskCompressBoth);

@@ -13,6 +13,9 @@
 // cusparseLtMatmulSearch, which synchronises; XLA never captures these calls in a command buffer):
 //   Sparse24CusparseltCompress: a (dense, 2:4 along K) -> compressed (opaque uint8 bytes)
 //   Sparse24CusparseltSpmm:     compressed, b -> d (N, M)
+//   Sparse24CusparseltSpmmFp8:  compressed, b, alpha (M,) float32 -> d (N, M) bfloat16, A and B
+//                               float8_e4m3fn (dtype code 2), d = alpha[row] * (A B) per output row m
+//                               (cuSPARSELt's alpha vector scaling: our per-tensor s_a * s_b broadcast)
 // State: one cuSPARSELt handle per device; one plan per (device, m, n, k, dtype, a_layout, b_layout),
 // created once under a mutex (at trace time through CusparseltCompressedSize, or on first use) and
 // kept for the life of the process; the algorithm is chosen once by cusparseLtMatmulSearch on the
@@ -66,6 +69,9 @@ constexpr int kSparsity50 = 0;      // CUSPARSELT_SPARSITY_50_PERCENT
 constexpr int kCompute32F = 2;      // CUSPARSE_COMPUTE_32F
 constexpr int kAlgDefault = 0;      // CUSPARSELT_MATMUL_ALG_DEFAULT
 constexpr int kAttrAlgConfigId = 0; // CUSPARSELT_MATMUL_ALG_CONFIG_ID
+constexpr int kAttrAlphaVector = 5; // CUSPARSELT_MATMUL_ALPHA_VECTOR_SCALING (cusparseLtMatmulDescAttribute_t)
+// dtype codes: 0 bfloat16, 1 float16 (in = out); 2 float8_e4m3fn in, bfloat16 out, alpha vector scaling
+constexpr int kDtypeE4m3 = 2;
 constexpr uint32_t kAlignment = 16; // bytes
 
 struct Api {
@@ -78,6 +84,7 @@ struct Api {
                                      int, int);
   Status (*MatmulDescriptorInit)(const Handle*, MatmulDescr*, int, int, const MatDescr*, const MatDescr*,
                                  const MatDescr*, const MatDescr*, int);
+  Status (*MatmulDescSetAttribute)(const Handle*, MatmulDescr*, int, const void*, size_t);
   Status (*MatmulAlgSelectionInit)(const Handle*, AlgSel*, const MatmulDescr*, int);
   Status (*MatmulAlgGetAttribute)(const Handle*, const AlgSel*, int, void*, size_t);
   Status (*MatmulGetWorkspace)(const Handle*, const Plan*, size_t*);
@@ -126,6 +133,7 @@ bool TryOpen(const std::string& path) {
   ok &= Sym(lib, "cusparseLtDenseDescriptorInit", &api.DenseDescriptorInit, &missing);
   ok &= Sym(lib, "cusparseLtStructuredDescriptorInit", &api.StructuredDescriptorInit, &missing);
   ok &= Sym(lib, "cusparseLtMatmulDescriptorInit", &api.MatmulDescriptorInit, &missing);
+  ok &= Sym(lib, "cusparseLtMatmulDescSetAttribute", &api.MatmulDescSetAttribute, &missing);
   ok &= Sym(lib, "cusparseLtMatmulAlgSelectionInit", &api.MatmulAlgSelectionInit, &missing);
   ok &= Sym(lib, "cusparseLtMatmulAlgGetAttribute", &api.MatmulAlgGetAttribute, &missing);
   ok &= Sym(lib, "cusparseLtMatmulGetWorkspace", &api.MatmulGetWorkspace, &missing);
@@ -251,7 +259,9 @@ ffi::Error HandleLocked(int device, const Handle** out) {
 }
 
 ffi::Error CheckShape(int64_t m, int64_t n, int64_t k, int dtype, int a_layout, int b_layout) {
-  if (dtype != 0 && dtype != 1) return InvalidArgument("cusparselt: dtype must be bfloat16 or float16");
+  if (dtype != 0 && dtype != 1 && dtype != kDtypeE4m3) {
+    return InvalidArgument("cusparselt: dtype must be bfloat16, float16 or float8_e4m3fn");
+  }
   if (a_layout != 0 && a_layout != 1) return InvalidArgument("cusparselt: a_layout must be 0 ((M, K)) or 1 ((K, M))");
   if (b_layout != 0 && b_layout != 1) return InvalidArgument("cusparselt: b_layout must be 0 ((N, K)) or 1 ((K, N))");
   if (m <= 0 || n <= 0 || k <= 0 || m % 16 || n % 16 || k % 16) {
@@ -275,7 +285,9 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
   }
   auto e = std::make_unique<PlanEntry>();
   const Handle* h = *handle;
-  const cudaDataType type = key.dtype == 0 ? CUDA_R_16BF : CUDA_R_16F;
+  const bool fp8 = key.dtype == kDtypeE4m3;
+  const cudaDataType type = key.dtype == 0 ? CUDA_R_16BF : (fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16F);
+  const cudaDataType out_type = fp8 ? CUDA_R_16BF : type;
   const int64_t m = key.m, n = key.n, k = key.k;
   // A: layout 0 = (M, K) row-major = col-major K x M (ld K), opA = T; layout 1 = (K, M) row-major =
   // col-major M x K (ld M), opA = N.
@@ -291,10 +303,16 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
   SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->b, b_rows, b_cols, b_rows, kAlignment, type, kOrderCol),
                 "cusparseLtDenseDescriptorInit (B)");
   // C = D: (N, M) row-major = col-major M x N (ld M).
-  SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->c, m, n, m, kAlignment, type, kOrderCol),
+  SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->c, m, n, m, kAlignment, out_type, kOrderCol),
                 "cusparseLtDenseDescriptorInit (C/D)");
   SP24_LT_CHECK(g_api.MatmulDescriptorInit(h, &e->matmul, op_a, op_b, &e->a, &e->b, &e->c, &e->c, kCompute32F),
                 "cusparseLtMatmulDescriptorInit");
+  if (fp8) {
+    // alpha becomes a device vector of m floats (per row of op(A)): the fp8 scales s_a * s_b
+    const int32_t on = 1;
+    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrAlphaVector, &on, sizeof(on)),
+                  "cusparseLtMatmulDescSetAttribute (ALPHA_VECTOR_SCALING)");
+  }
   SP24_LT_CHECK(g_api.MatmulAlgSelectionInit(h, &e->alg, &e->matmul, kAlgDefault), "cusparseLtMatmulAlgSelectionInit");
   SP24_LT_CHECK(g_api.MatmulPlanInit(h, &e->plan, &e->matmul, &e->alg), "cusparseLtMatmulPlanInit");
   SP24_LT_CHECK(g_api.MatmulGetWorkspace(h, &e->plan, &e->workspace), "cusparseLtMatmulGetWorkspace");
@@ -308,6 +326,7 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
 int DtypeCode(ffi::DataType t) {
   if (t == ffi::DataType::BF16) return 0;
   if (t == ffi::DataType::F16) return 1;
+  if (t == ffi::DataType::F8E4M3FN) return kDtypeE4m3;
   return -1;
 }
 
@@ -330,7 +349,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
                         ffi::Result<ffi::AnyBuffer> out, int64_t m, int64_t n, int64_t k, int64_t a_layout,
                         int64_t b_layout) {
   const int dtype = DtypeCode(a.element_type());
-  if (dtype < 0) return InvalidArgument(std::string("cusparselt_compress: a must be bfloat16 or float16, got ") +
+  if (dtype < 0) return InvalidArgument(std::string("cusparselt_compress: a must be bfloat16, float16 or float8_e4m3fn, got ") +
                                         DataTypeName(a.element_type()));
   const bool a_mk = a_layout == 0;
   if (!Is2D(a.dimensions(), a_mk ? m : k, a_mk ? k : m)) {
@@ -358,35 +377,22 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
   return ffi::Error::Success();
 }
 
-ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer compressed,
-                    ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n, int64_t k, int64_t a_layout,
-                    int64_t b_layout) {
-  const int dtype = DtypeCode(b.element_type());
-  if (dtype < 0 || d->element_type() != b.element_type()) {
-    return InvalidArgument(std::string("cusparselt_spmm: b and d must both be bfloat16 or both float16, got ") +
-                           DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
-  }
-  const bool b_nk = b_layout == 0;
-  if (!Is2D(b.dimensions(), b_nk ? n : k, b_nk ? k : n)) {
-    return InvalidArgument("cusparselt_spmm: b must have shape " + std::string(b_nk ? "(n, k)" : "(k, n)") +
-                           " for n=" + std::to_string(n) + " k=" + std::to_string(k) + ", got " +
-                           DimsString(b.dimensions()));
-  }
-  if (!Is2D(d->dimensions(), n, m)) {
-    return InvalidArgument("cusparselt_spmm: d must have shape (n, m), got " + DimsString(d->dimensions()));
-  }
+// The GEMM of a plan on checked operands. alpha: a host float (16-bit plans) or a device vector of m
+// floats (the fp8 plan).
+ffi::Error RunPlan(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device, const PlanKey& key,
+                   ffi::AnyBuffer compressed, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, const void* alpha) {
   DeviceGuard guard;
   SP24_RETURN_IF_ERROR(guard.Set(device));
   const Handle* h = nullptr;
   PlanEntry* e = nullptr;
-  SP24_RETURN_IF_ERROR(GetPlan(PlanKey{device, m, n, k, dtype, int(a_layout), int(b_layout)}, &h, &e));
+  SP24_RETURN_IF_ERROR(GetPlan(key, &h, &e));
   if (compressed.element_type() != ffi::DataType::U8 || compressed.dimensions().size() != 1 ||
       static_cast<size_t>(compressed.dimensions()[0]) != e->compressed_size) {
     return InvalidArgument("cusparselt_spmm: compressed must be a uint8 array of cuSPARSELt's compressed size " +
                            std::to_string(e->compressed_size) + ", got " + DataTypeName(compressed.element_type()) +
                            " " + DimsString(compressed.dimensions()));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float beta = 0.0f;
   cudaStream_t streams[1] = {stream};
   {
     // The algorithm is chosen once per plan, by cusparseLtMatmulSearch on its first matmul (it runs
@@ -396,7 +402,7 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
       void* ws = nullptr;
       const size_t search_ws = std::max<size_t>(e->workspace, size_t(32) << 20);
       SP24_RETURN_IF_ERROR(Scratch(scratch, search_ws, &ws, "cuSPARSELt search workspace"));
-      SP24_LT_CHECK(g_api.MatmulSearch(h, &e->plan, &alpha, compressed.untyped_data(), b.untyped_data(), &beta,
+      SP24_LT_CHECK(g_api.MatmulSearch(h, &e->plan, alpha, compressed.untyped_data(), b.untyped_data(), &beta,
                                        d->untyped_data(), d->untyped_data(), ws, streams, 1),
                     "cusparseLtMatmulSearch");
       int id = -1;
@@ -407,11 +413,56 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
   }
   void* ws = nullptr;
   SP24_RETURN_IF_ERROR(Scratch(scratch, e->workspace, &ws, "cuSPARSELt workspace"));
-  SP24_LT_CHECK(g_api.Matmul(h, &e->plan, &alpha, compressed.untyped_data(), b.untyped_data(), &beta,
+  SP24_LT_CHECK(g_api.Matmul(h, &e->plan, alpha, compressed.untyped_data(), b.untyped_data(), &beta,
                              d->untyped_data(), d->untyped_data(), ws, streams, 1),
                 "cusparseLtMatmul");
   SP24_CHECK_LAUNCH("cusparseLtMatmul");
   return ffi::Error::Success();
+}
+
+ffi::Error CheckB(const char* op, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, int64_t m, int64_t n, int64_t k,
+                  int64_t b_layout) {
+  const bool b_nk = b_layout == 0;
+  if (!Is2D(b.dimensions(), b_nk ? n : k, b_nk ? k : n)) {
+    return InvalidArgument(std::string(op) + ": b must have shape " + std::string(b_nk ? "(n, k)" : "(k, n)") +
+                           " for n=" + std::to_string(n) + " k=" + std::to_string(k) + ", got " +
+                           DimsString(b.dimensions()));
+  }
+  if (!Is2D(d->dimensions(), n, m)) {
+    return InvalidArgument(std::string(op) + ": d must have shape (n, m), got " + DimsString(d->dimensions()));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer compressed,
+                    ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n, int64_t k, int64_t a_layout,
+                    int64_t b_layout) {
+  const int dtype = DtypeCode(b.element_type());
+  if (dtype < 0 || dtype == kDtypeE4m3 || d->element_type() != b.element_type()) {
+    return InvalidArgument(std::string("cusparselt_spmm: b and d must both be bfloat16 or both float16, got ") +
+                           DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
+  }
+  SP24_RETURN_IF_ERROR(CheckB("cusparselt_spmm", b, d, m, n, k, b_layout));
+  const float alpha = 1.0f;
+  return RunPlan(stream, scratch, device, PlanKey{device, m, n, k, dtype, int(a_layout), int(b_layout)}, compressed,
+                 b, d, &alpha);
+}
+
+ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer compressed,
+                       ffi::AnyBuffer b, ffi::AnyBuffer alpha, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
+                       int64_t k, int64_t a_layout, int64_t b_layout) {
+  if (b.element_type() != ffi::DataType::F8E4M3FN || d->element_type() != ffi::DataType::BF16) {
+    return InvalidArgument(std::string("cusparselt_spmm_fp8: b must be float8_e4m3fn and d bfloat16, got ") +
+                           DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
+  }
+  if (alpha.element_type() != ffi::DataType::F32 || alpha.dimensions().size() != 1 || alpha.dimensions()[0] != m) {
+    return InvalidArgument("cusparselt_spmm_fp8: alpha must be a float32 vector of m=" + std::to_string(m) +
+                           " elements, got " + DataTypeName(alpha.element_type()) + " " +
+                           DimsString(alpha.dimensions()));
+  }
+  SP24_RETURN_IF_ERROR(CheckB("cusparselt_spmm_fp8", b, d, m, n, k, b_layout));
+  return RunPlan(stream, scratch, device, PlanKey{device, m, n, k, kDtypeE4m3, int(a_layout), int(b_layout)},
+                 compressed, b, d, alpha.untyped_data());
 }
 
 }  // namespace
@@ -483,6 +534,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmm, jax_sparse24::lt::SpmmImpl
                                   .Ctx<::xla::ffi::DeviceOrdinal>()
                                   .Arg<::xla::ffi::AnyBuffer>()  // compressed
                                   .Arg<::xla::ffi::AnyBuffer>()  // b
+                                  .Ret<::xla::ffi::AnyBuffer>()  // d
+                                  .Attr<int64_t>("m")
+                                  .Attr<int64_t>("n")
+                                  .Attr<int64_t>("k")
+                                  .Attr<int64_t>("a_layout")
+                                  .Attr<int64_t>("b_layout"));
+
+// compressed A (float8_e4m3fn, cuSPARSELt's bytes), b (float8_e4m3fn), alpha (m,) float32 -> d (n, m) bfloat16.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmmFp8, jax_sparse24::lt::SpmmFp8Impl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::ScratchAllocator>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // compressed
+                                  .Arg<::xla::ffi::AnyBuffer>()  // b
+                                  .Arg<::xla::ffi::AnyBuffer>()  // alpha
                                   .Ret<::xla::ffi::AnyBuffer>()  // d
                                   .Attr<int64_t>("m")
                                   .Attr<int64_t>("n")

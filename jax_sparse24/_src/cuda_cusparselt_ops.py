@@ -334,10 +334,16 @@ def cusparselt_plans():
     return list(_ffi.require_extension().cusparselt_plans())
 
 
+#: The fp8 plan's dtype code: float8_e4m3fn A and B, bfloat16 out, alpha a device vector (``xla_ffi/spmm_cusparselt.cu``).
+_FP8_CODE = 2
+
+
 def _code(dtype) -> int:
     d = jnp.dtype(dtype)
+    if d == jnp.dtype(jnp.float8_e4m3fn):
+        return _FP8_CODE
     if d not in _DTYPE_CODES:
-        raise ValueError(f"cusparselt: bfloat16 and float16 only, got {d}")
+        raise ValueError(f"cusparselt: bfloat16, float16 and float8_e4m3fn only, got {d}")
     return _DTYPE_CODES[d]
 
 
@@ -358,7 +364,7 @@ def cusparselt_compress(a, *, m: int, n: int, k: int, a_layout: int, b_layout: i
 
     Args:
       a: (m, k) for ``A_MK`` or (k, m) for ``A_KM``, bfloat16/float16, at most 2 nonzeros per group
-        of 4 along k.
+        of 4 along k; or float8_e4m3fn (m, k) with ``A_MK``, ``B_NK`` for :func:`cusparselt_spmm_fp8`.
       m, n, k, a_layout, b_layout: the plan (n and b_layout too: cuSPARSELt's compressed form belongs
         to a plan).
 
@@ -401,6 +407,34 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
                          f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
     return _ffi.ffi_call("jax_sparse24_cusparselt_spmm", jax.ShapeDtypeStruct((n, m), dtype), compressed, b,
                          **_attrs(m, n, k, a_layout, b_layout))
+
+
+def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int):
+    """``d (n, m) = (b (n, k) @ A.T) · alpha`` in bfloat16 with float8_e4m3fn operands: A (m, k) given by
+    :func:`cusparselt_compress` of its float8_e4m3fn values (``a_layout=A_MK, b_layout=B_NK``, the same
+    m, n, k), b (n, k) float8_e4m3fn, float32 accumulation.
+
+    Args:
+      alpha: float32 scalar (read on the device: the per-tensor ``s_a·s_b``) or an (m,) float32
+        vector, one factor per output column; cuSPARSELt applies it as its alpha vector.
+
+    An experimental path (``scripts/probe_fp8.py`` compares it with the CUTLASS fp8 GEMM); the fp8
+    layers use :func:`jax_sparse24._src.cuda_fp8_ops.cutlass_spmm_fp8`.
+    """
+    op = "cusparselt_spmm_fp8"
+    m, n, k = int(m), int(n), int(k)
+    _check_dims(op, m, n, k, A_MK, B_NK)
+    if tuple(np.shape(b)) != (n, k) or jnp.result_type(b) != jnp.float8_e4m3fn:
+        raise ValueError(f"{op}: `b` must be float8_e4m3fn of shape {(n, k)}, got {jnp.result_type(b)} {np.shape(b)}")
+    alpha = jnp.asarray(alpha)
+    if alpha.dtype != jnp.float32 or alpha.shape not in ((), (m,)):
+        raise ValueError(f"{op}: `alpha` must be a float32 scalar or ({m},) vector, got {alpha.dtype} {alpha.shape}")
+    size = cusparselt_compressed_size(m, n, k, jnp.float8_e4m3fn, A_MK, B_NK)
+    if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
+        raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "
+                         f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
+    return _ffi.ffi_call("jax_sparse24_cusparselt_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16), compressed,
+                         b, jnp.broadcast_to(alpha, (m,)), **_attrs(m, n, k, A_MK, B_NK))
 
 
 @functools.lru_cache(maxsize=None)
