@@ -123,18 +123,18 @@ def lt_fp8_compress(q, m, n, k):
     return lt.cusparselt_compress(q, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
 
 
-def lt_fp8_spmm(c, b, alpha, m, n, k):
-    return lt.cusparselt_spmm_fp8(c, b, alpha, m=m, n=n, k=k)
+def lt_fp8_spmm(c, b, alpha, m, n, k, mode="none"):
+    return lt.cusparselt_spmm_fp8(c, b, alpha, m=m, n=n, k=k, scale_mode=mode)
 
 
 def cusparselt_fp8(rng, quick, out):
     """cuSPARSELt's fp8 GEMM against the f32 reference, and its compressed bytes beside CUTLASS's."""
     if not lt.cusparselt_available():
         print("cusparselt: unavailable:", lt.cusparselt_error())
-        return False
+        return []
+    modes = list(lt.FP8_SCALE_MODES)
     print("cusparselt", lt.cusparselt_version(), lt.cusparselt_library())
     saved = {}
-    ok_all = True
     for (n, k, m) in ([(256, 256, 128), (512, 768, 3072)] if quick else
                       [(256, 256, 128), (512, 768, 3072), (1024, 4096, 1024), (2048, 1024, 4096)]):
         w = rng.standard_normal((k, m)).astype(np.float32)  # (I, O): A = W~^T (m, k)
@@ -146,16 +146,17 @@ def cusparselt_fp8(rng, quick, out):
         aq = quantize(jnp.asarray((w * mk).T, jnp.bfloat16), jnp.float32(sw))  # (m, k) e4m3, 2:4 along k
         alpha = jnp.float32(sx) * jnp.float32(sw)
         ref = np.asarray(jnp.dot(xq.astype(jnp.float32), aq.astype(jnp.float32).T, precision="highest") * alpha)
-        try:
-            c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, m, n, k)
-            y = np.asarray(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5))(c, xq, alpha, m, n, k), np.float32)
-        except Exception as e:  # noqa: BLE001 - a probe: report and go on
-            check(False, f"cusparselt fp8 spmm (n, k, m) = ({n}, {k}, {m}): {type(e).__name__}: {e}")
-            ok_all = False
-            continue
-        err = np.abs(y - ref).max() / (np.abs(ref).max() + 1e-12)
-        check(err < 2e-2, f"cusparselt fp8 spmm: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
-        ok_all &= err < 2e-2
+        c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, m, n, k)
+        for mode in list(modes):
+            try:
+                y = np.asarray(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5, 6))(c, xq, alpha, m, n, k, mode),
+                               np.float32)
+            except Exception as e:  # noqa: BLE001 - a probe: report and go on
+                print(f"  cusparselt fp8 scale_mode={mode} (n, k, m) = ({n}, {k}, {m}): {type(e).__name__}: {e}")
+                modes.remove(mode)
+                continue
+            err = np.abs(y - ref).max() / (np.abs(ref).max() + 1e-12)
+            check(err < 2e-2, f"cusparselt fp8 spmm scale_mode={mode}: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
         if m * k <= 768 * 3072:
             v, me = cs.cutlass_compress(aq)
             saved[f"m{m}_k{k}_lt"] = np.asarray(c)
@@ -169,7 +170,8 @@ def cusparselt_fp8(rng, quick, out):
     if saved:
         np.savez_compressed(os.path.join(out, "cusparselt_fp8_format.npz"), **saved)
     print("cusparselt plans:", lt.cusparselt_plans())
-    return ok_all
+    print("cusparselt fp8 scale modes that run:", modes)
+    return modes
 
 
 def timed(fns, args_list, rounds, iters):
@@ -228,7 +230,7 @@ def qdq_dot(xq, wq, sx, sw):
                    preferred_element_type=jnp.bfloat16)
 
 
-def speed(rng, quick, results, shapes=None, on_row=None, configs="all", with_lt=False):
+def speed(rng, quick, results, shapes=None, on_row=None, configs="all", lt_modes=()):
     shp = list(shapes or DEFAULT_SHAPES)
     if quick:
         shp = shp[:2]
@@ -253,24 +255,26 @@ def speed(rng, quick, results, shapes=None, on_row=None, configs="all", with_lt=
         labels = ["bf16 dense", "bf16 dense (control)", "fp8 dense (XLA)", "fp8 dense (qdq)"]
         if not printed_qdq:
             hlo = jax.jit(qdq_dot).lower(xq, wq, sx, sw).compile().as_text()
-            print("qdq lowers to:", "cuBLASLt fp8 (__cublas$lt$matmul$f8)" if "f8" in hlo and "cublas$lt" in hlo
-                  else "not cuBLASLt's fp8 GEMM", flush=True)
+            import re
+
+            print("qdq lowers to custom calls:", sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo))),
+                  "; fusions:", len(re.findall(r"^\s*\S+ = \S+ fusion\(", hlo, re.M)), flush=True)
             printed_qdq = True
         cfgs = list(enumerate(names)) if configs == "all" else [(-1, "default")]
         for cfg, name in cfgs:
             fns.append(lambda v, me, b, a, cfg=cfg: spmm_fp8(v, me, b, a, o, i, cfg))
             args.append((vals, meta, xq, alpha))
             labels.append(f"fp8 2:4 {name}")
-        if with_lt:
+        for mode in lt_modes:
             try:
                 aq = quantize(jnp.where(mkj, wb, 0).T, sw)  # (O, I) e4m3
                 c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, o, t, i)
-                jax.block_until_ready(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5))(c, xq, alpha, o, t, i))
-                fns.append(lambda c, b, a: lt_fp8_spmm(c, b, a, o, t, i))
+                jax.block_until_ready(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5, 6))(c, xq, alpha, o, t, i, mode))
+                fns.append(lambda c, b, a, mode=mode: lt_fp8_spmm(c, b, a, o, t, i, mode))
                 args.append((c, xq, alpha))
-                labels.append("fp8 2:4 cusparselt")
+                labels.append(f"fp8 2:4 cusparselt ({mode})")
             except Exception as e:  # noqa: BLE001 - a probe: report and go on
-                print(f"  cusparselt fp8 at ({t}, {i}, {o}) failed: {type(e).__name__}: {e}", flush=True)
+                print(f"  cusparselt fp8 {mode} at ({t}, {i}, {o}) failed: {type(e).__name__}: {e}", flush=True)
         fns.append(lambda wb, mk, s: fused(wb, mk, s, True))
         args.append((wb, mkj, sw))
         labels.append("fused quantize+compress (weight)")
@@ -316,12 +320,12 @@ def main():
             json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)
 
     results = []
-    with_lt = lt.cusparselt_available()
+    lt_modes = [m for m in lt.FP8_SCALE_MODES if m != "vector"] if lt.cusparselt_available() else []
     if not args.speed_only:
         correctness(rng, args.quick)
-        with_lt = cusparselt_fp8(rng, args.quick, args.out)
+        lt_modes = cusparselt_fp8(rng, args.quick, args.out)
     if not args.correctness_only:
-        speed(rng, args.quick, results, shapes, on_row=save, configs=args.configs, with_lt=with_lt)
+        speed(rng, args.quick, results, shapes, on_row=save, configs=args.configs, lt_modes=lt_modes)
     save(results)
     print(f"{len(FAIL)} failures")
     return 1 if FAIL else 0

@@ -347,9 +347,9 @@ def _code(dtype) -> int:
     return _DTYPE_CODES[d]
 
 
-def _check_dims(op, m, n, k, a_layout, b_layout):
-    if min(m, n, k) <= 0 or m % ALIGN or n % ALIGN or k % ALIGN:
-        raise ValueError(f"{op}: m, n, k must be positive multiples of {ALIGN}, got m={m}, n={n}, k={k}")
+def _check_dims(op, m, n, k, a_layout, b_layout, align=ALIGN):
+    if min(m, n, k) <= 0 or m % align or n % align or k % align:
+        raise ValueError(f"{op}: m, n, k must be positive multiples of {align}, got m={m}, n={n}, k={k}")
     if a_layout not in (A_MK, A_KM) or b_layout not in (B_NK, B_KN):
         raise ValueError(f"{op}: a_layout must be A_MK/A_KM and b_layout B_NK/B_KN, got {a_layout}, {b_layout}")
 
@@ -409,32 +409,52 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
                          **_attrs(m, n, k, a_layout, b_layout))
 
 
-def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int):
+#: cuSPARSELt's 8-bit descriptors need rows, columns and leading dimensions in multiples of 32.
+FP8_ALIGN = 32
+
+#: How :func:`cusparselt_spmm_fp8` applies the scales (the extension's ``scale_mode``).
+FP8_SCALE_MODES = {"none": 0, "vector": 1, "pointers": 2}
+
+
+def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_mode: str = "none"):
     """``d (n, m) = (b (n, k) @ A.T) · alpha`` in bfloat16 with float8_e4m3fn operands: A (m, k) given by
     :func:`cusparselt_compress` of its float8_e4m3fn values (``a_layout=A_MK, b_layout=B_NK``, the same
     m, n, k), b (n, k) float8_e4m3fn, float32 accumulation.
 
     Args:
-      alpha: float32 scalar (read on the device: the per-tensor ``s_a·s_b``) or an (m,) float32
-        vector, one factor per output column; cuSPARSELt applies it as its alpha vector.
+      alpha: float32 scalar (read on the device: the per-tensor ``s_a·s_b``); with
+        ``scale_mode="vector"`` also an (m,) vector, one factor per output column.
+      scale_mode: how alpha reaches the GEMM. ``"none"``: the GEMM writes the unscaled product in
+        bfloat16 and XLA multiplies by alpha after (two roundings); ``"vector"``: cuSPARSELt's alpha
+        vector; ``"pointers"``: its per-tensor A/B scale pointers. Which the library accepts for fp8
+        depends on its version (0.8.0 on the H100: not ``"vector"``).
 
     An experimental path (``scripts/probe_fp8.py`` compares it with the CUTLASS fp8 GEMM); the fp8
     layers use :func:`jax_sparse24._src.cuda_fp8_ops.cutlass_spmm_fp8`.
     """
     op = "cusparselt_spmm_fp8"
     m, n, k = int(m), int(n), int(k)
-    _check_dims(op, m, n, k, A_MK, B_NK)
+    _check_dims(op, m, n, k, A_MK, B_NK, align=FP8_ALIGN)
+    if scale_mode not in FP8_SCALE_MODES:
+        raise ValueError(f"{op}: scale_mode must be one of {sorted(FP8_SCALE_MODES)}, got {scale_mode!r}")
     if tuple(np.shape(b)) != (n, k) or jnp.result_type(b) != jnp.float8_e4m3fn:
         raise ValueError(f"{op}: `b` must be float8_e4m3fn of shape {(n, k)}, got {jnp.result_type(b)} {np.shape(b)}")
     alpha = jnp.asarray(alpha)
-    if alpha.dtype != jnp.float32 or alpha.shape not in ((), (m,)):
-        raise ValueError(f"{op}: `alpha` must be a float32 scalar or ({m},) vector, got {alpha.dtype} {alpha.shape}")
+    shapes = ((), (m,)) if scale_mode == "vector" else ((),)
+    if alpha.dtype != jnp.float32 or alpha.shape not in shapes:
+        want = f"float32 scalar or ({m},) vector" if scale_mode == "vector" else "float32 scalar"
+        raise ValueError(f"{op}: `alpha` must be a {want} (scale_mode={scale_mode!r}), got {alpha.dtype} {alpha.shape}")
     size = cusparselt_compressed_size(m, n, k, jnp.float8_e4m3fn, A_MK, B_NK)
     if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
         raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "
                          f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
-    return _ffi.ffi_call("jax_sparse24_cusparselt_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16), compressed,
-                         b, jnp.broadcast_to(alpha, (m,)), **_attrs(m, n, k, A_MK, B_NK))
+    scales = {"none": jnp.ones((1,), jnp.float32), "vector": jnp.broadcast_to(alpha, (m,)),
+              "pointers": jnp.stack([alpha, jnp.float32(1.0)])}[scale_mode]
+    d = _ffi.ffi_call("jax_sparse24_cusparselt_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16), compressed,
+                      b, scales, **_attrs(m, n, k, A_MK, B_NK), scale_mode=np.int64(FP8_SCALE_MODES[scale_mode]))
+    if scale_mode == "none":
+        d = (d.astype(jnp.float32) * alpha).astype(jnp.bfloat16)
+    return d
 
 
 @functools.lru_cache(maxsize=None)
