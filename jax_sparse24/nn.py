@@ -52,6 +52,7 @@ __all__ = [
     "refresh_masks",
     "masks_for_params",
     "apply_masks",
+    "sparse_weights",
     "kernel_flip_rate",
 ]
 
@@ -484,6 +485,64 @@ def apply_masks(params, sparsity):
         return leaf
 
     return jax.tree_util.tree_map_with_path(apply, params)
+
+
+def sparse_weights(params, sparsity, *, method: str, paths):
+    """Params with the kernels of the given 2:4 layers replaced by the weights their sparse forward
+    pass computes with, as dense ``(in, out)`` arrays (zeros at the pruned positions).
+
+    ``method="srste"``: ``kernel ⊙ mask`` (the stored mask, as :func:`apply_masks`); ``"ste"``:
+    ``kernel ⊙ mask24(kernel)`` along ``in``; ``"soft"`` (S-STE): ``β·S(kernel)``, the soft-thresholded
+    kernel times the layer's frozen β from ``sparsity``. For a switch to dense training that starts
+    from the function the 2:4 model computed (the example's ``--finetune-start masked``): for
+    ``soft`` the plain kernel is not that function at all (S subtracts each group's threshold and β
+    rescales), so a dense phase from the raw kernels starts elsewhere.
+
+    Args:
+      params: the model's params.
+      sparsity: the ``"sparsity"`` collection (β of ``soft`` layers, masks of ``srste`` ones).
+      method: the layers' :class:`Sparse24Dense` method.
+      paths: module paths of the layers (tuples of keys or ``"a/b"`` strings), each with a
+        ``kernel`` ``(in, out)``.
+
+    Returns:
+      ``(new_params, masks)``: masks is a params-shaped tree with each replaced kernel's 2:4 mask
+      (bool) and ``None`` elsewhere.
+    """
+    if method not in ("srste", "ste", "soft"):
+        raise ValueError(f"sparse_weights: method must be 'srste', 'ste' or 'soft', got {method!r}")
+    if isinstance(paths, (str, tuple)):
+        raise ValueError(f"sparse_weights: paths must be a list of layer paths, got {paths!r}")
+    paths = [tuple(p.strip("/").split("/")) if isinstance(p, str) else tuple(p) for p in paths]
+    stored = dict(_layer_states(sparsity)) if method == "srste" else {}
+    new_params, masks = params, jax.tree.map(lambda _: None, params)
+    for path in paths:
+        try:
+            kernel = _get(params, path + ("kernel",))
+        except (KeyError, TypeError):
+            raise ValueError(f"sparse_weights: no kernel at {'/'.join(path)} in params") from None
+        zero = jnp.zeros((), kernel.dtype)
+        if method == "srste":
+            if path not in stored:
+                raise ValueError(f"sparse_weights: no srste mask for {'/'.join(path)} in sparsity")
+            layer = stored[path]
+            mask = layer[_TMASK if _TMASK in layer else _MASK]
+            w = jnp.where(mask, kernel, zero)
+        elif method == "ste":
+            mask = _ops.mask24(kernel, axis=-2)
+            w = jnp.where(mask, kernel, zero)
+        else:
+            try:
+                beta = _get(sparsity, path + (_BETA,))
+            except (KeyError, TypeError):
+                raise ValueError(f"sparse_weights: no S-STE beta for {'/'.join(path)} in sparsity") from None
+            if kernel.ndim != 2:
+                raise ValueError(f"sparse_weights: soft kernels must be (in, out), got {kernel.shape} at "
+                                 f"{'/'.join(path)}")
+            w, mask = _layer.soft_weight(kernel, beta)
+        new_params = _set(new_params, path + ("kernel",), w)
+        masks = _set(masks, path + ("kernel",), mask)
+    return new_params, masks
 
 
 def _kernel_paths(params) -> list:

@@ -326,8 +326,9 @@ class SparseTrainState(struct.PyTreeNode):
             tokens, reuse, batch)
         return self.replace(prepared=prepared or None)
 
-    def prune_to_masks(self, *, reset_moments: bool = False) -> "SparseTrainState":
-        """The state with every ``srste`` kernel set to ``kernel * mask`` (its pruned weights zero).
+    def prune_to_masks(self, *, reset_moments: bool = False, method: str | None = None,
+                       paths=None) -> "SparseTrainState":
+        """The state with the 2:4 kernels set to the weights the sparse forward pass uses.
 
         For the switch to a dense fine-tune (``dense_after``): the dense model then starts from
         exactly the function the 2:4 model computed, instead of taking back at once the pruned
@@ -337,35 +338,54 @@ class SparseTrainState(struct.PyTreeNode):
             if step == dense_after:
                 state = state.prune_to_masks()
 
-        The masks are the ones the sparse forward pass would use at this step (the transposable
-        mask where the layer keeps one), as :func:`jax_sparse24.nn.apply_masks`. Only layers with
-        stored masks (``srste``) are pruned; other params, the ``sparsity`` collection and ``step``
-        are unchanged. Idempotent: a second call changes nothing.
+        Without ``method``: every ``srste`` kernel becomes ``kernel * mask`` with the masks the sparse
+        forward pass would use at this step (the transposable mask where the layer keeps one), as
+        :func:`jax_sparse24.nn.apply_masks`; layers without stored masks are unchanged. With
+        ``method`` and ``paths``: the layers at ``paths`` (module paths) of that
+        :class:`~jax_sparse24.nn.Sparse24Dense` method, whose masks are not stored — ``"ste"``
+        (``kernel ⊙ mask24(kernel)``) and ``"soft"`` (S-STE's ``β·S(kernel)``, values changed too) —
+        as :func:`jax_sparse24.nn.sparse_weights`. ``step`` is unchanged, and so is the ``sparsity``
+        collection except that ``soft`` layers' β become 1 (the dense phase does not read β; with β = 1
+        the soft threshold of the new kernels is the kernels themselves). So a second call changes
+        nothing, for every method.
 
         Args:
           reset_moments: also zero, at the pruned positions, every entry of the optimizer state
             that is a params-shaped tree (Adam's ``mu`` and ``nu``, ``adamw_step``'s moments), so
             the pruned weights restart like freshly added ones (their moments then rebuild from
             the dense gradients). ``False``: the optimizer state is kept.
+          method, paths: see above (both or neither).
 
         Returns:
           The new state (``prepared=None``: the preparation was of the old weights).
         """
-        masks = _nn.masks_for_params(self.params, self.sparsity)
+        if (method is None) != (paths is None):
+            raise ValueError("prune_to_masks: pass method and paths together (or neither, for srste's stored masks)")
+        if method is None:
+            masks = _nn.masks_for_params(self.params, self.sparsity)
+        else:
+            params, masks = _nn.sparse_weights(self.params, self.sparsity, method=method, paths=paths)
         is_none = lambda x: x is None  # noqa: E731
 
         def prune(tree):
             return jax.tree.map(lambda m, x: x if m is None else jnp.where(m, x, jnp.zeros((), x.dtype)),
                                 masks, tree, is_leaf=is_none)
 
-        params = prune(self.params)
+        sparsity = self.sparsity
+        if method is None:
+            params = prune(self.params)
+        elif method == "soft":
+            for path in paths:
+                path = tuple(path.strip("/").split("/")) if isinstance(path, str) else tuple(path)
+                beta = _nn._get(sparsity, path + ("beta",))
+                sparsity = _nn._set(sparsity, path + ("beta",), jnp.ones_like(beta))
         opt_state = self.opt_state
         if reset_moments:
             params_def = jax.tree.structure(self.params)
             is_params = lambda x: (not isinstance(x, (jax.Array, np.ndarray))  # noqa: E731
                                    and jax.tree.structure(x) == params_def)
             opt_state = jax.tree.map(lambda x: prune(x) if is_params(x) else x, opt_state, is_leaf=is_params)
-        return self.replace(params=params, opt_state=opt_state, prepared=None)
+        return self.replace(params=params, opt_state=opt_state, sparsity=sparsity, prepared=None)
 
     # ------------------------------------------------------------------------------------------
     # the update

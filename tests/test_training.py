@@ -393,3 +393,65 @@ def test_prune_to_masks(reset_moments):
     # and a dense step from it trains
     after = _static_step(pruned, x, y, False)
     assert float(jnp.abs(jnp.where(m, 0.0, after.params["up"]["kernel"])).max()) > 0
+
+
+@pytest.mark.parametrize("method", ["ste", "soft"])
+def test_prune_to_masks_of_layers_without_stored_masks(method):
+    """prune_to_masks(method=, paths=) for ste / soft (S-STE) layers: each kernel becomes the weight its
+    sparse forward pass used (ste: kernel ⊙ mask24(kernel); soft: β·S(kernel)), so the dense model of
+    the new state computes the 2:4 model of the old one; soft's β become 1 and a second call changes
+    nothing; reset_moments zeroes Adam's moments where the new kernel is pruned."""
+    tx = optax.adamw(0.05)
+    x, y = _data()
+    model = MLP(method=method, mvue=False)
+    v = model.init(jax.random.key(0), x)  # ste: no sparsity collection at all
+    state = SparseTrainState.create(apply_fn=model.apply, params=v["params"], tx=tx,
+                                    sparsity=v.get("sparsity", {}), dense_after=3)
+    for _ in range(3):
+        state = _static_step(state, x, y, True)
+    paths = [("up",), "down"]  # tuples or "a/b" strings
+    new, masks = s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths=paths)
+    for name in ("up", "down"):
+        w, m = state.params[name]["kernel"], masks[name]["kernel"]
+        if method == "ste":
+            want_m = s24.mask24(w, axis=0)
+            want = jnp.where(want_m, w, 0.0)
+        else:
+            s, want_m = s24.soft_threshold24(w, axis=0)
+            beta = state.sparsity[name]["beta"]
+            assert float(beta) != 1.0
+            want = (beta * s).astype(w.dtype)
+        _assert_tree_equal(m, want_m)
+        _assert_tree_equal(new[name]["kernel"], want)
+        _assert_tree_equal(new[name]["bias"], state.params[name]["bias"])
+        assert masks[name]["bias"] is None
+    pruned = state.prune_to_masks(method=method, paths=paths)
+    _assert_tree_equal(pruned.params, new)
+    sparse_before = state.apply(x, sparse=True)
+    np.testing.assert_allclose(pruned.apply(x, sparse=False), sparse_before, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(state.apply(x, sparse=False) - sparse_before).max()) > 1e-4
+    if method == "soft":
+        for name in ("up", "down"):
+            assert float(pruned.sparsity[name]["beta"]) == 1.0
+    else:
+        _assert_tree_equal(pruned.sparsity, state.sparsity)
+    again = pruned.prune_to_masks(method=method, paths=paths)  # idempotent: a resumed run may apply it twice
+    _assert_tree_equal(again.params, pruned.params)
+    _assert_tree_equal(again.sparsity, pruned.sparsity)
+    reset = state.prune_to_masks(method=method, paths=paths, reset_moments=True)
+    mu = reset.opt_state[0].mu
+    m = masks["up"]["kernel"]
+    _assert_tree_equal(mu["up"]["kernel"], jnp.where(m, state.opt_state[0].mu["up"]["kernel"], 0.0))
+    _assert_tree_equal(mu["up"]["bias"], state.opt_state[0].mu["up"]["bias"])
+    # the srste call is unchanged by the new arguments' defaults; errors name the problem
+    with pytest.raises(ValueError, match="method and paths together"):
+        state.prune_to_masks(method=method)
+    with pytest.raises(ValueError, match="no kernel at nope"):
+        s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths=["nope"])
+    with pytest.raises(ValueError, match="must be 'srste', 'ste' or 'soft'"):
+        s24.nn.sparse_weights(state.params, state.sparsity, method="dense", paths=paths)
+    with pytest.raises(ValueError, match="list of layer paths"):
+        s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths="up")
+    if method == "soft":
+        with pytest.raises(ValueError, match="no S-STE beta for up"):
+            s24.nn.sparse_weights(state.params, {}, method="soft", paths=["up"])

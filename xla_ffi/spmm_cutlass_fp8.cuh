@@ -31,7 +31,10 @@
 #define SP24_FP8_CONFIGS(X)                      \
   X(cooperative_fastaccum, 256, 128, 128, 2, 1)  \
   X(cooperative_fastaccum, 128, 256, 128, 1, 2)  \
-  X(pingpong_fastaccum, 128, 128, 128, 1, 2)
+  X(pingpong_fastaccum, 128, 128, 128, 1, 2)     \
+  X(cooperative_fastaccum, 256, 128, 256, 2, 1)  \
+  X(cooperative_fastaccum, 128, 256, 256, 1, 2)  \
+  X(pingpong_fastaccum, 128, 128, 256, 1, 2)
 #endif
 
 namespace jax_sparse24 {

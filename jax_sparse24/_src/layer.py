@@ -55,6 +55,12 @@ def init_beta(kernel):
     return reference.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
 
 
+def soft_weight(w, beta):
+    """``(β·S(w), its 2:4 mask)``: S-STE's sparse weight, S the soft threshold along ``in`` (axis 0)."""
+    s, m = ops.soft_threshold24(w, axis=0)
+    return (beta * s.astype(jnp.float32)).astype(w.dtype), m
+
+
 def effective(method: str, w, mask, beta, transposable: bool):
     """``(weight passed to sparse24_linear, its mask, transposable)`` for a sparse ``method``."""
     if method == "srste":
@@ -62,8 +68,7 @@ def effective(method: str, w, mask, beta, transposable: bool):
     if method == "ste":
         return w, lax.stop_gradient(ops.mask24(w, axis=0)), False
     if method == "soft":  # β·S(w), straight-through to w.
-        s, m = ops.soft_threshold24(w, axis=0)
-        w_eff = (beta * s.astype(jnp.float32)).astype(w.dtype)
+        w_eff, m = soft_weight(w, beta)
         return w + lax.stop_gradient(w_eff - w), lax.stop_gradient(m), False
     raise ValueError(f"effective: no sparse weight for method {method!r}")
 
