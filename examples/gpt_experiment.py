@@ -36,9 +36,9 @@ from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_la
 RECIPES: dict[str, dict[str, Any]] = {
     "dense": dict(method="dense", mvue=False),
     "srste": dict(method="srste", mvue=True, transposable=True, masked_decay=True, finetune=True, lr_scale=True),
-    "sste": dict(method="soft", mvue=True, lr_scale=True, finetune=True),
+    "sste": dict(method="soft", mvue=True, lr_scale=True),
     "step": dict(method="ste", mvue=False, step=True),
-    "ste": dict(method="ste", mvue=False, lr_scale=True, finetune=True),
+    "ste": dict(method="ste", mvue=False, lr_scale=True),
     # AST: Sparse24LowRankDense layers (mask recomputed every call, like ste), dense teacher.
     "ast": dict(method="ste", mvue=False, linear="lowrank", ast=True),
 }
@@ -93,8 +93,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         finetune_fraction=args.finetune_fraction,
         # what the dense fine-tune starts from ("weights" where the recipe has none, so the checkpoint
         # config of the other recipes is unchanged)
-        finetune_start=(FINETUNE_START_DEFAULT.get(recipe, "weights") if args.finetune_start is None
-                        else args.finetune_start) if RECIPES[recipe].get("finetune") else "weights",
+        finetune_start=args.finetune_start if RECIPES[recipe].get("finetune") else "weights",
         # the 2:4 kernels' learning-rate multiplier (jax_sparse24.optim.sparse_lr_scale); 1 where the
         # recipe does not use it, so the checkpoint config of dense / step / ast runs is unchanged
         sparse_lr_scale=args.sparse_lr_scale if RECIPES[recipe].get("lr_scale") else 1.0,
@@ -484,10 +483,6 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
 
 
 FINETUNE_STARTS = ("weights", "masked", "masked-reset")
-#: ``--finetune-start`` when not given: srste keeps its measured default (``weights``, the pruned weights,
-#: decayed by SR-STE, come back); sste and ste start the dense phase from the weights their 2:4 forward
-#: pass used (for sste the raw kernels are not even that function: β·S(w) thresholds and rescales).
-FINETUNE_START_DEFAULT = {"srste": "weights", "sste": "masked", "ste": "masked"}
 
 
 def start_finetune(exp: Experiment, state):
@@ -501,12 +496,8 @@ def start_finetune(exp: Experiment, state):
         return state
     st = SparseTrainState(step=state["step"], apply_fn=exp.model.apply, params=state["params"], tx=exp.tx,
                           opt_state=state["opt_state"], sparsity=state["sparsity"])
-    method = exp.cfg.method
-    if method == "srste":  # its masks are stored: every srste layer
-        st = st.prune_to_masks(reset_moments=how == "masked-reset")
-    else:  # ste / soft: masks recomputed from the kernels (soft: β·S(w), the values change too)
-        st = st.prune_to_masks(reset_moments=how == "masked-reset", method=method, paths=exp.sparse_paths)
-    return dict(state, params=st.params, opt_state=st.opt_state, sparsity=st.sparsity)
+    st = st.prune_to_masks(reset_moments=how == "masked-reset")
+    return dict(state, params=st.params, opt_state=st.opt_state)
 
 
 def make_eval_step(exp: Experiment, sparse: Optional[bool]):

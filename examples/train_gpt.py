@@ -201,15 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "per Adam step; 1: off)")
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
-    ap.add_argument("--finetune-fraction", type=float, default=1 / 6,
-                    help="srste, sste, ste: final dense fraction (default: 1/6; 0: 2:4 to the last step)")
-    ap.add_argument("--finetune-start", choices=FINETUNE_STARTS, default=None,
-                    help="srste, sste, ste: what the dense fine-tune starts from (default: weights for srste, masked "
-                         "for sste and ste): weights (the kernels as they are: the pruned "
+    ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")
+    ap.add_argument("--finetune-start", choices=FINETUNE_STARTS, default="weights",
+                    help="srste: what the dense fine-tune starts from: weights (the kernels as they are: the pruned "
                          "weights, decayed but unused by the 2:4 forward pass, come back at once), masked (the 2:4 "
-                         "kernels set to the weights the 2:4 forward pass used at the switch (srste, ste: pruned to their "
-                         "masks; sste: beta * S(w)): the dense model starts from the 2:4 model's function; "
-                         "SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
+                         "kernels pruned to their masks at the switch: the dense model starts from the 2:4 model's "
+                         "function; SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
                          "Adam moments zeroed)")
     ap.add_argument("--final-eval-tokens", type=float, default=0,
                     help="after the last step, also evaluate on about this many validation tokens (non-overlapping "

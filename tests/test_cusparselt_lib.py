@@ -258,6 +258,6 @@ def test_fp8_gemm_arguments_are_checked_before_the_library():
     with pytest.raises(ValueError, match=r"`alpha` must be a float32 scalar \(scale_mode='none'\)"):
         lt.cusparselt_spmm_fp8(c, b, jnp.ones((64,), jnp.float32), m=64, n=32, k=64)
     with pytest.raises(ValueError, match=r"float32 scalar"):
-        lt.cusparselt_spmm_fp8(c, b, jnp.bfloat16(1), m=64, n=32, k=64, scale_mode="pointers")
+        lt.cusparselt_spmm_fp8(c, b, jnp.bfloat16(1), m=64, n=32, k=64, scale_mode="vector")
     with pytest.raises(ValueError, match="scale_mode must be one of"):
-        lt.cusparselt_spmm_fp8(c, b, one, m=64, n=32, k=64, scale_mode="rows")
+        lt.cusparselt_spmm_fp8(c, b, one, m=64, n=32, k=64, scale_mode="pointers")

@@ -159,10 +159,10 @@ def test_cutlass_spmm_fp8_every_config(shape):
 LT_GEMM_SHAPES = [(256, 128, 128), (288, 160, 160), (1024, 544, 512), (384, 256, 3072)]
 
 
-@pytest.mark.parametrize("scale_mode", ["none", "pointers", "vector"])
+@pytest.mark.parametrize("scale_mode", ["none", "vector"])
 @pytest.mark.parametrize("shape", LT_GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_cusparselt_spmm_fp8_matches_float64(shape, scale_mode):
-    """Every scale mode against float64, twice with different scales (a stale scale pointer shows)."""
+    """Every scale mode against float64, twice with different scales (a stale or ignored scale shows)."""
     from jax_sparse24._src import cuda_cusparselt_ops as lt
 
     if not lt.cusparselt_available():

@@ -16,8 +16,8 @@
 //   Sparse24CusparseltSpmmFp8:  compressed, b, scales (float32) -> d (N, M) bfloat16, A and B
 //                               float8_e4m3fn (dtype code 2); attribute scale_mode: 0 = none (host
 //                               alpha 1: the caller scales), 1 = alpha vector (scales (M,): d = alpha[m]
-//                               * (A B)), 2 = A/B scale pointers (scales (2,) = s_a, s_b: per-tensor
-//                               SCALAR_32F, the pointers set on the descriptor before each call)
+//                               * (A B)). Not offered: cuSPARSELt's per-tensor A/B scale pointers
+//                               (SCALAR_32F): 0.8.0 on the H100 accepted them and ignored the scales.
 // State: one cuSPARSELt handle per device; one plan per (device, m, n, k, dtype, a_layout, b_layout),
 // created once under a mutex (at trace time through CusparseltCompressedSize, or on first use) and
 // kept for the life of the process; the algorithm is chosen once by cusparseLtMatmulSearch on the
@@ -72,10 +72,7 @@ constexpr int kCompute32F = 2;      // CUSPARSE_COMPUTE_32F
 constexpr int kAlgDefault = 0;      // CUSPARSELT_MATMUL_ALG_DEFAULT
 constexpr int kAttrAlgConfigId = 0; // CUSPARSELT_MATMUL_ALG_CONFIG_ID
 constexpr int kAttrAlphaVector = 5; // CUSPARSELT_MATMUL_ALPHA_VECTOR_SCALING (cusparseLtMatmulDescAttribute_t)
-constexpr int kAttrAScaleMode = 10, kAttrBScaleMode = 11;        // CUSPARSELT_MATMUL_{A,B}_SCALE_MODE
-constexpr int kAttrAScalePointer = 15, kAttrBScalePointer = 16;  // CUSPARSELT_MATMUL_{A,B}_SCALE_POINTER
-constexpr int kScaleScalar32F = 1;                                // CUSPARSELT_MATMUL_MATRIX_SCALE_SCALAR_32F
-constexpr int kScaleNone = 0, kScaleAlphaVector = 1, kScalePointers = 2;  // our scale_mode
+constexpr int kScaleNone = 0, kScaleAlphaVector = 1;  // our scale_mode
 // dtype codes: 0 bfloat16, 1 float16 (in = out); 2 float8_e4m3fn in, bfloat16 out, alpha vector scaling
 constexpr int kDtypeE4m3 = 2;
 constexpr uint32_t kAlignment = 16; // bytes
@@ -319,12 +316,6 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
     const int32_t on = 1;
     SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrAlphaVector, &on, sizeof(on)),
                   "cusparseLtMatmulDescSetAttribute (ALPHA_VECTOR_SCALING)");
-  } else if (fp8 && key.scale_mode == kScalePointers) {
-    const int32_t mode = kScaleScalar32F;
-    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrAScaleMode, &mode, sizeof(mode)),
-                  "cusparseLtMatmulDescSetAttribute (A_SCALE_MODE = SCALAR_32F)");
-    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrBScaleMode, &mode, sizeof(mode)),
-                  "cusparseLtMatmulDescSetAttribute (B_SCALE_MODE = SCALAR_32F)");
   }
   SP24_LT_CHECK(g_api.MatmulAlgSelectionInit(h, &e->alg, &e->matmul, kAlgDefault), "cusparseLtMatmulAlgSelectionInit");
   SP24_LT_CHECK(g_api.MatmulPlanInit(h, &e->plan, &e->matmul, &e->alg), "cusparseLtMatmulPlanInit");
@@ -393,8 +384,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
 // The GEMM of a plan on checked operands. alpha: a host float (16-bit plans) or a device vector of m
 // floats (the fp8 plan).
 ffi::Error RunPlan(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device, const PlanKey& key,
-                   ffi::AnyBuffer compressed, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, const void* alpha,
-                   const float* scale_a = nullptr, const float* scale_b = nullptr) {
+                   ffi::AnyBuffer compressed, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, const void* alpha) {
   DeviceGuard guard;
   SP24_RETURN_IF_ERROR(guard.Set(device));
   const Handle* h = nullptr;
@@ -408,21 +398,10 @@ ffi::Error RunPlan(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t 
   }
   const float beta = 0.0f;
   cudaStream_t streams[1] = {stream};
-  // A plan with scale pointers: the pointers of this call on the descriptor, set and used under the
-  // plan's lock (cuSPARSELt reads them when it launches).
-  std::unique_lock<std::mutex> scale_lock(e->mu, std::defer_lock);
-  if (key.scale_mode == kScalePointers) {
-    scale_lock.lock();
-    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrAScalePointer, &scale_a, sizeof(scale_a)),
-                  "cusparseLtMatmulDescSetAttribute (A_SCALE_POINTER)");
-    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrBScalePointer, &scale_b, sizeof(scale_b)),
-                  "cusparseLtMatmulDescSetAttribute (B_SCALE_POINTER)");
-  }
   {
     // The algorithm is chosen once per plan, by cusparseLtMatmulSearch on its first matmul (it runs
     // and times the candidates on these buffers; the matmul below then overwrites d).
-    std::unique_lock<std::mutex> lock(e->mu, std::defer_lock);
-    if (!scale_lock.owns_lock()) lock.lock();
+    std::lock_guard<std::mutex> lock(e->mu);
     if (!e->searched) {
       void* ws = nullptr;
       const size_t search_ws = std::max<size_t>(e->workspace, size_t(32) << 20);
@@ -480,10 +459,10 @@ ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32
     return InvalidArgument(std::string("cusparselt_spmm_fp8: b must be float8_e4m3fn and d bfloat16, got ") +
                            DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
   }
-  if (scale_mode != kScaleNone && scale_mode != kScaleAlphaVector && scale_mode != kScalePointers) {
-    return InvalidArgument("cusparselt_spmm_fp8: scale_mode must be 0 (none), 1 (alpha vector) or 2 (scale pointers)");
+  if (scale_mode != kScaleNone && scale_mode != kScaleAlphaVector) {
+    return InvalidArgument("cusparselt_spmm_fp8: scale_mode must be 0 (none) or 1 (alpha vector)");
   }
-  const int64_t want = scale_mode == kScaleAlphaVector ? m : (scale_mode == kScalePointers ? 2 : 1);
+  const int64_t want = scale_mode == kScaleAlphaVector ? m : 1;
   if (scales.element_type() != ffi::DataType::F32 || scales.dimensions().size() != 1 ||
       scales.dimensions()[0] != want) {
     return InvalidArgument("cusparselt_spmm_fp8: scales must be a float32 vector of " + std::to_string(want) +
@@ -496,7 +475,6 @@ ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32
   const float one = 1.0f;
   const float* sp = static_cast<const float*>(scales.untyped_data());
   if (scale_mode == kScaleAlphaVector) return RunPlan(stream, scratch, device, key, compressed, b, d, sp);
-  if (scale_mode == kScalePointers) return RunPlan(stream, scratch, device, key, compressed, b, d, &one, sp, sp + 1);
   return RunPlan(stream, scratch, device, key, compressed, b, d, &one);
 }
 

@@ -413,7 +413,7 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
 FP8_ALIGN = 32
 
 #: How :func:`cusparselt_spmm_fp8` applies the scales (the extension's ``scale_mode``).
-FP8_SCALE_MODES = {"none": 0, "vector": 1, "pointers": 2}
+FP8_SCALE_MODES = {"none": 0, "vector": 1}
 
 
 def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_mode: str = "none"):
@@ -425,9 +425,10 @@ def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_m
       alpha: float32 scalar (read on the device: the per-tensor ``s_a·s_b``); with
         ``scale_mode="vector"`` also an (m,) vector, one factor per output column.
       scale_mode: how alpha reaches the GEMM. ``"none"``: the GEMM writes the unscaled product in
-        bfloat16 and XLA multiplies by alpha after (two roundings); ``"vector"``: cuSPARSELt's alpha
-        vector; ``"pointers"``: its per-tensor A/B scale pointers. Which the library accepts for fp8
-        depends on its version (0.8.0 on the H100: not ``"vector"``).
+        bfloat16 and XLA multiplies by alpha after (two roundings; XLA may fuse the multiply into the
+        consumer); ``"vector"``: cuSPARSELt's alpha vector, which cuSPARSELt 0.8.0 refuses for fp8
+        (CUSPARSE_STATUS_NOT_SUPPORTED, raised as an error). Its per-tensor A/B scale pointers are not
+        offered: 0.8.0 on the H100 accepted them and ignored the scales (``scripts/probe_fp8.py``).
 
     An experimental path (``scripts/probe_fp8.py`` compares it with the CUTLASS fp8 GEMM); the fp8
     layers use :func:`jax_sparse24._src.cuda_fp8_ops.cutlass_spmm_fp8`.
@@ -448,8 +449,7 @@ def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_m
     if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
         raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "
                          f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
-    scales = {"none": jnp.ones((1,), jnp.float32), "vector": jnp.broadcast_to(alpha, (m,)),
-              "pointers": jnp.stack([alpha, jnp.float32(1.0)])}[scale_mode]
+    scales = jnp.broadcast_to(alpha, (m,)) if scale_mode == "vector" else jnp.ones((1,), jnp.float32)
     d = _ffi.ffi_call("jax_sparse24_cusparselt_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16), compressed,
                       b, scales, **_attrs(m, n, k, A_MK, B_NK), scale_mode=np.int64(FP8_SCALE_MODES[scale_mode]))
     if scale_mode == "none":
