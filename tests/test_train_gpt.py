@@ -705,7 +705,7 @@ def test_checkpoint_config_without_grad_accum(tmp_path):
 
 
 def test_sparse_lr_scale_flag():
-    """--sparse-lr-scale (default 2): the 2:4 kernels of srste/sste/ste move that many times as far
+    """--sparse-lr-scale (default 2 on the tiny size): the 2:4 kernels of srste/sste/ste move that many times as far
     per step as the dense kernels (srste: until the dense fine-tune); 1 (and dense/step, which do not
     use it, whatever the flag) leaves every update as AdamW's; the value is in the checkpoint config."""
     import jax.numpy as jnp
@@ -730,6 +730,14 @@ def test_sparse_lr_scale_flag():
         ratio, scale = first_update(recipe, *flags)
         assert scale == 1.0 and abs(ratio - 1) < 1e-5, recipe
     assert run("--size", "tiny", "--sparse-lr-scale", "0", "--steps", "1") == 2
+    # the default by size and recipe (train_gpt.default_sparse_lr_scale): 1 for sste/ste beyond the tiny sizes
+    for size, recipe, want in (("gpt2", "srste", 2.0), ("gpt2", "sste", 1.0), ("gpt2", "ste", 1.0),
+                               ("llama-1b", "sste", 1.0), ("llama-tiny", "ste", 2.0), ("gpt2", "dense", 1.0)):
+        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(["--size", size]), recipe)
+        assert hp["sparse_lr_scale"] == want, (size, recipe)
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(["--size", "gpt2", "--sparse-lr-scale", "2"]),
+                                 "sste")
+    assert hp["sparse_lr_scale"] == 2.0
     # checkpoints written before the flag ran without it: they resume only with --sparse-lr-scale 1
     now = {"recipe": "srste", "grad_accum": 1, "sparse_lr_scale": 1.0}
     train_gpt.check_config({"recipe": "srste"}, now, Path("."))
