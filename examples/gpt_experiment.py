@@ -73,7 +73,7 @@ def default_sparse_lr_scale(size: str, recipe: str) -> float:
     learning rate the tiny model's 2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x,
     ``quality_tiny_cpu_realtext.md``), and GPT-2 124M srste with 2 ends +0.30% from dense. 1 for sste
     and ste at the GPT-2 and LLaMA sizes: GPT-2 124M at 100M tokens ends +2.33% / +3.32% from dense
-    with 2 but +0.35% / +0.00% with 1, no spike (``quality_gpt2_h100_realtext_100m_lr1.md``).
+    with 2 but +0.35% / 0.00% with 1, no spike (``quality_gpt2_h100_realtext_100m_lr1.md``).
     """
     return 2.0 if size in TINY_SIZES or recipe == "srste" else 1.0
 

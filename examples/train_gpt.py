@@ -40,7 +40,7 @@ attention takes over and the loss spikes (srste 2.30x the running loss at step 2
 on real text, +3.3% final val loss vs dense; with the factor 2: no spike, +0.6%;
 ``benchmarks/results/quality_tiny_cpu_realtext.md``). It is 1 for sste and ste at the GPT-2 and
 LLaMA sizes: on GPT-2 124M (100M tokens of real text) the factor 2 cost them 2-3 points (sste
-+2.33%, ste +3.32% against +0.35%, +0.00% with 1; ``quality_gpt2_h100_realtext_100m_lr1.md``).
++2.33%, ste +3.32% against +0.35%, 0.00% with 1; ``quality_gpt2_h100_realtext_100m_lr1.md``).
 
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
