@@ -83,3 +83,39 @@ def test_cusparselt_layout_formula_matches_the_library_bytes(tmp_path):
     got = (meta[pos >> 1] >> (4 * (pos & 1))) & 0xF
     np.testing.assert_array_equal(got, want)
     assert np.unique(pos).size == pos.size == 2 * meta.size  # every nibble of the buffer, once
+
+
+def test_cusparselt_fp8_layout_formula_matches_the_library_bytes(tmp_path):
+    """compress_layout.h's LtMetaByte8 (cuSPARSELt's compressed 8-bit A, not yet written by our compressors)
+    against bytes cusparseLtSpMMACompress 0.8.0 wrote on the H100 for a float8_e4m3fn A (128, 256) stored
+    row-major (scripts/probe_fp8.py), beside CUTLASS's compressor of the same operand: the values are CUTLASS's,
+    and every metadata byte of CUTLASS's (fp8 layout of fp8_compress_kernels.cu) sits where the formula puts it.
+    Runs without a GPU (host compiler only)."""
+    import numpy as np
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    z = np.load(os.path.join(ROOT, "tests", "data", "cusparselt_probe_fp8_m128_k256.npz"))
+    lib, values, cut_meta = z["compressed"], z["cutlass_values"], z["cutlass_meta"].reshape(-1)
+    m, k = values.shape[0], 2 * values.shape[1]
+    src = tmp_path / "lt_bytes8.cc"
+    src.write_text('#include "compress_layout.h"\n#include <cstdio>\nint main() {\n'
+                   f'  for (int r = 0; r < {m}; ++r) for (int c = 0; c < {k // 8}; ++c)\n'
+                   f'    std::printf("%lld\\n", (long long)jax_sparse24::compress::LtMetaByte8(r, 8 * c, {k}));\n'
+                   '}\n')
+    exe = tmp_path / "lt_bytes8"
+    build = subprocess.run([cxx, "-std=c++17", "-D__host__=", "-D__device__=", "-D__forceinline__=inline",
+                            "-I", os.path.join(ROOT, "xla_ffi"), str(src), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    pos = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
+                   np.int64).reshape(m, k // 8)
+    assert lib.shape == (m * k // 2 + m * k // 8,)
+    np.testing.assert_array_equal(lib[: m * k // 2], values.reshape(-1))
+    # CUTLASS's fp8 metadata byte of (row, 8 columns): (k / 128) * M_al * 16 + row * 16 + (k % 128) / 8
+    rows, cols = np.meshgrid(np.arange(m), np.arange(k // 8) * 8, indexing="ij")
+    cut = cut_meta[(cols >> 7) * m * 16 + rows * 16 + ((cols & 127) >> 3)]
+    meta = lib[m * k // 2:]
+    np.testing.assert_array_equal(meta[pos], cut)
+    assert np.unique(pos).size == pos.size == meta.size  # every byte of the metadata, once

@@ -59,11 +59,18 @@ __host__ __device__ __forceinline__ int64_t LtMetaNibble(int64_t m, int64_t k, i
 
 // cuSPARSELt's compressed A for 8-bit types (float8_e4m3fn; read off cusparseLtSpMMACompress 0.8.0 on the
 // H100 with scripts/probe_fp8.py's cusparselt_fp8_format.npz, A stored (m, k), m and k multiples of 64; not
-// written by our compressors yet): values (m, k/2) row-major as CUTLASS, then the metadata, one byte per 8
-// columns (two groups, the even group in the low nibble, as CUTLASS's fp8 layout), m * k / 8 bytes, in pieces
-// of 512 bytes = 64 rows x 64 columns; piece (m / 64, k / 64) at 512 * (k / 64 + (K / 64) * (m / 64)).
-// Inside a piece, row r (0..63) and byte column c = (k % 64) / 8 (0..7): byte index with bits, low to high,
-// r3 c2 c0 c1 r0 r1 r2 r4 r5.
+// written by our compressors yet; tests/test_compress_emulation.py checks this formula against the library's
+// bytes): values (m, k/2) row-major as CUTLASS, then the metadata, m * k / 8 bytes, one byte per 8 columns
+// (two groups, the even group in the low nibble, as CUTLASS's fp8 layout), in pieces of 512 bytes = 64 rows x
+// 64 columns; piece (m / 64, k / 64) at 512 * (k / 64 + (K / 64) * (m / 64)). Inside a piece, row r (0..63)
+// and byte column c = (k % 64) / 8 (0..7) give the byte whose bits, low to high, are r3 c2 c0 c1 r0 r1 r2 r4 r5.
+__host__ __device__ __forceinline__ int64_t LtMetaByte8(int64_t m, int64_t k, int64_t K) {
+  const int64_t r = m & 63, c = (k >> 3) & 7;
+  const int64_t in_piece = ((r >> 3) & 1) | (((c >> 2) & 1) << 1) | ((c & 1) << 2) | (((c >> 1) & 1) << 3) |
+                           ((r & 7) << 4) | (((r >> 4) & 3) << 7);
+  return 512 * ((k >> 6) + (K >> 6) * (m >> 6)) + in_piece;
+}
+
 // Hopper's sparse MMA accepts 6 index pairs per group: (0,1)=0x4 (0,2)=0x8 (0,3)=0xC (1,2)=0x9
 // (1,3)=0xD (2,3)=0xE. Compression of a group whose nonzero pattern is p (bit i: element i is
 // nonzero, +-0 counts as zero) follows CUTLASS's compressor (transform/kernel/
