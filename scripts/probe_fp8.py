@@ -79,22 +79,20 @@ def correctness(rng, quick):
                 mk = jnp.asarray(mask24_along(np.asarray(x, np.float32), 0 if transposed else 1))
                 scale = jnp.max(jnp.abs(jnp.where(mk, x, 0).astype(jnp.float32))) / 448.0
                 got = jax.jit(fused, static_argnums=3)(x, mk, scale, transposed)
-                q = quantize(jnp.where(mk, x, 0), scale)
-                a = q.T if transposed else q
-                want = jax.jit(cs.cutlass_compress)(a)
+                # the reference quantization on XLA's CPU backend: its GPU lowering of the same op is not
+                # bit-exact (scripts/check_xla_quantize.py; the GPU tests use the CPU reference too)
+                cpu_dev = jax.devices("cpu")[0]
+                qc = np.asarray(jax.jit(quantize)(jax.device_put(jnp.where(mk, x, 0), cpu_dev),
+                                                  jax.device_put(scale, cpu_dev)))
+                want = jax.jit(cs.cutlass_compress)(jnp.asarray(qc.T if transposed else qc))
                 vs_ok = np.array_equal(np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8))
                 me_ok = np.array_equal(np.asarray(got[1]), np.asarray(want[1]))
                 detail = ""
-                if not vs_ok:  # which side differs from the reference quantization run on the CPU?
+                if not vs_ok:
                     gv, wv = np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8)
-                    cpu_dev = jax.devices("cpu")[0]  # the same reference op, lowered for the CPU
-                    qc = jax.jit(quantize)(jax.device_put(jnp.where(mk, x, 0), cpu_dev), jax.device_put(scale, cpu_dev))
-                    qc = np.asarray(qc).T if transposed else np.asarray(qc)
-                    cpu = np.asarray(jax.jit(cs.cutlass_compress)(jnp.asarray(qc))[0]).view(np.uint8)
                     bad = np.argwhere(gv != wv)
-                    detail = (f"; {len(bad)} value bytes differ, kernel==cpu {int((gv == cpu).all())} "
-                              f"xla==cpu {int((wv == cpu).all())}; first {bad[:3].tolist()} kernel "
-                              f"{gv[tuple(bad[0])]:#x} xla {wv[tuple(bad[0])]:#x} cpu {cpu[tuple(bad[0])]:#x}")
+                    detail = (f"; {len(bad)} value bytes differ; first {bad[:3].tolist()} kernel "
+                              f"{gv[tuple(bad[0])]:#x} reference {wv[tuple(bad[0])]:#x}")
                 check(vs_ok and me_ok, f"fused fp8 compress == cutlass_compress(quantize): x {r}x{c} {jnp.dtype(dt).name} "
                       f"transposed={transposed} (values {vs_ok}, meta {me_ok}){detail}")
     # GEMM against the f32 reference (every compiled configuration).
