@@ -44,6 +44,29 @@ def test_compress_kernels_host_emulation(tmp_path):
     assert "all cases ok" in run.stdout
 
 
+def _layout_positions(tmp_path, call: str, rows: int, cols: int):
+    """Compile a host program printing ``call`` (a C++ expression of ``r`` and ``c`` from
+    compress_layout.h) for every ``r < rows``, ``c < cols``; return the values as a (rows, cols) array.
+    Skips without a C++ compiler."""
+    import numpy as np
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    src = tmp_path / "layout_positions.cc"
+    src.write_text('#include "compress_layout.h"\n#include <cstdio>\nint main() {\n'
+                   f'  for (int r = 0; r < {rows}; ++r) for (int c = 0; c < {cols}; ++c)\n'
+                   f'    std::printf("%lld\\n", (long long)jax_sparse24::compress::{call});\n'
+                   '}\n')
+    exe = tmp_path / "layout_positions"
+    build = subprocess.run([cxx, "-std=c++17", "-D__host__=", "-D__device__=", "-D__forceinline__=inline",
+                            "-I", os.path.join(ROOT, "xla_ffi"), str(src), "-o", str(exe)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    return np.array(out, np.int64).reshape(rows, cols)
+
+
 def test_cusparselt_layout_formula_matches_the_library_bytes(tmp_path):
     """compress_layout.h's LtMetaNibble (what the fused compressors write for layout="cusparselt")
     against bytes cusparseLtSpMMACompress wrote on the H100 (cuSPARSELt 0.8, bf16, A (128, 128)
@@ -51,24 +74,10 @@ def test_cusparselt_layout_formula_matches_the_library_bytes(tmp_path):
     every metadata nibble are where the formula puts them. Runs without a GPU (host compiler only)."""
     import numpy as np
 
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler")
     z = np.load(os.path.join(ROOT, "tests", "data", "cusparselt_probe_bf16_m128_k128.npz"))
     dense, lib = z["dense"].astype(np.float32), z["compressed"]
     m, k = dense.shape
-    src = tmp_path / "lt_nibbles.cc"
-    src.write_text('#include "compress_layout.h"\n#include <cstdio>\nint main() {\n'
-                   f'  for (int r = 0; r < {m}; ++r) for (int g = 0; g < {k // 4}; ++g)\n'
-                   f'    std::printf("%lld\\n", (long long)jax_sparse24::compress::LtMetaNibble(r, 4 * g, {k}));\n'
-                   '}\n')
-    exe = tmp_path / "lt_nibbles"
-    build = subprocess.run([cxx, "-std=c++17", "-D__host__=", "-D__device__=", "-D__forceinline__=inline",
-                            "-I", os.path.join(ROOT, "xla_ffi"), str(src), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    pos = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
-                   np.int64).reshape(m, k // 4)
+    pos = _layout_positions(tmp_path, f"LtMetaNibble(r, 4 * c, {k})", m, k // 4)
     assert lib.shape == (m * k + m * k // 8,)
     # values: the two nonzeros of each group, (m, k/2) row-major, bf16 bit patterns
     groups = dense.reshape(m, k // 4, 4)
@@ -93,24 +102,10 @@ def test_cusparselt_fp8_layout_formula_matches_the_library_bytes(tmp_path):
     Runs without a GPU (host compiler only)."""
     import numpy as np
 
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler")
     z = np.load(os.path.join(ROOT, "tests", "data", "cusparselt_probe_fp8_m128_k256.npz"))
     lib, values, cut_meta = z["compressed"], z["cutlass_values"], z["cutlass_meta"].reshape(-1)
     m, k = values.shape[0], 2 * values.shape[1]
-    src = tmp_path / "lt_bytes8.cc"
-    src.write_text('#include "compress_layout.h"\n#include <cstdio>\nint main() {\n'
-                   f'  for (int r = 0; r < {m}; ++r) for (int c = 0; c < {k // 8}; ++c)\n'
-                   f'    std::printf("%lld\\n", (long long)jax_sparse24::compress::LtMetaByte8(r, 8 * c, {k}));\n'
-                   '}\n')
-    exe = tmp_path / "lt_bytes8"
-    build = subprocess.run([cxx, "-std=c++17", "-D__host__=", "-D__device__=", "-D__forceinline__=inline",
-                            "-I", os.path.join(ROOT, "xla_ffi"), str(src), "-o", str(exe)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    pos = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
-                   np.int64).reshape(m, k // 8)
+    pos = _layout_positions(tmp_path, f"LtMetaByte8(r, 8 * c, {k})", m, k // 8)
     assert lib.shape == (m * k // 2 + m * k // 8,)
     np.testing.assert_array_equal(lib[: m * k // 2], values.reshape(-1))
     # CUTLASS's fp8 metadata byte of (row, 8 columns): (k / 128) * M_al * 16 + row * 16 + (k % 128) / 8
