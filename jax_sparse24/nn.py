@@ -487,6 +487,13 @@ def apply_masks(params, sparsity):
     return jax.tree_util.tree_map_with_path(apply, params)
 
 
+def _layer_paths(paths, op: str) -> list:
+    """Module paths given as a list of key tuples or ``"a/b"`` strings, as a list of tuples."""
+    if isinstance(paths, (str, tuple)):
+        raise ValueError(f"{op}: paths must be a list of layer paths, got {paths!r}; wrap a single path in a list")
+    return [tuple(p.strip("/").split("/")) if isinstance(p, str) else tuple(p) for p in paths]
+
+
 def sparse_weights(params, sparsity, *, method: str, paths):
     """Params with the kernels of the given 2:4 layers replaced by the weights their sparse forward
     pass computes with, as dense ``(in, out)`` arrays (zeros at the pruned positions).
@@ -511,9 +518,7 @@ def sparse_weights(params, sparsity, *, method: str, paths):
     """
     if method not in ("srste", "ste", "soft"):
         raise ValueError(f"sparse_weights: method must be 'srste', 'ste' or 'soft', got {method!r}")
-    if isinstance(paths, (str, tuple)):
-        raise ValueError(f"sparse_weights: paths must be a list of layer paths, got {paths!r}")
-    paths = [tuple(p.strip("/").split("/")) if isinstance(p, str) else tuple(p) for p in paths]
+    paths = _layer_paths(paths, "sparse_weights")
     stored = dict(_layer_states(sparsity)) if method == "srste" else {}
     new_params, masks = params, jax.tree.map(lambda _: None, params)
     for path in paths:
@@ -604,10 +609,7 @@ def kernel_flip_rate(old_params, new_params, paths=None):
     if paths is None:
         paths = _kernel_paths(old_params)
     else:
-        if isinstance(paths, (str, tuple)):
-            raise ValueError(f"kernel_flip_rate: paths must be a list of layer paths, got {paths!r}; "
-                             "wrap a single path in a list")
-        paths = [tuple(p.strip("/").split("/")) if isinstance(p, str) else tuple(p) for p in paths]
+        paths = _layer_paths(paths, "kernel_flip_rate")
     flips, total = jnp.zeros((), jnp.float32), 0
     for path in paths:
         kernels = []

@@ -375,10 +375,9 @@ class SparseTrainState(struct.PyTreeNode):
         if method is None:
             params = prune(self.params)
         elif method == "soft":
-            for path in paths:
-                path = tuple(path.strip("/").split("/")) if isinstance(path, str) else tuple(path)
-                beta = _nn._get(sparsity, path + ("beta",))
-                sparsity = _nn._set(sparsity, path + ("beta",), jnp.ones_like(beta))
+            for path in _nn._layer_paths(paths, "prune_to_masks"):
+                beta = _nn._get(sparsity, path + (_nn._BETA,))
+                sparsity = _nn._set(sparsity, path + (_nn._BETA,), jnp.ones_like(beta))
         opt_state = self.opt_state
         if reset_moments:
             params_def = jax.tree.structure(self.params)

@@ -8,11 +8,11 @@ XLA's fp8 dense dot at training shapes.
                                 [--shapes T,I,O;... | --step llama-7b]
 
 With cuSPARSELt loadable it also checks and times cuSPARSELt's fp8 2:4 GEMM (``cusparselt_spmm_fp8``:
-e4m3 A and B, bfloat16 out, the scales as its alpha vector) beside the CUTLASS configurations, and writes
-cuSPARSELt's compressed bytes of small fp8 operands next to CUTLASS's (``cusparselt_fp8_format.npz``)
-for reading off its layout. ``fp8 dense (qdq)`` is the pattern Flax's fp8 layer lowers to: quantize,
-dequantize in bfloat16, dot — XLA rewrites it into cuBLASLt's scaled fp8 GEMM (the line
-``qdq lowers to`` says whether it did).
+e4m3 A and B, bfloat16 out, in every scale mode the library accepts) beside the CUTLASS configurations,
+and writes cuSPARSELt's compressed bytes of small fp8 operands next to CUTLASS's
+(``cusparselt_fp8_format.npz``) for reading off its layout. ``fp8 dense (qdq)`` is the pattern Flax's
+fp8 layer lowers to: quantize, dequantize in bfloat16, dot — which XLA may rewrite into cuBLASLt's
+scaled fp8 GEMM (the line ``qdq lowers to custom calls`` lists what it compiled to).
 
 ``--step SIZE`` times every fp8 configuration on the three GEMMs of each linear layer of the example's
 SIZE at 16384 tokens, written as forward GEMMs (T, I, O) = (tokens, in, out): the forward

@@ -73,7 +73,7 @@ constexpr int kAlgDefault = 0;      // CUSPARSELT_MATMUL_ALG_DEFAULT
 constexpr int kAttrAlgConfigId = 0; // CUSPARSELT_MATMUL_ALG_CONFIG_ID
 constexpr int kAttrAlphaVector = 5; // CUSPARSELT_MATMUL_ALPHA_VECTOR_SCALING (cusparseLtMatmulDescAttribute_t)
 constexpr int kScaleNone = 0, kScaleAlphaVector = 1;  // our scale_mode
-// dtype codes: 0 bfloat16, 1 float16 (in = out); 2 float8_e4m3fn in, bfloat16 out, alpha vector scaling
+// dtype codes: 0 bfloat16, 1 float16 (in = out); 2 float8_e4m3fn in, bfloat16 out (scaled per PlanKey::scale_mode)
 constexpr int kDtypeE4m3 = 2;
 constexpr uint32_t kAlignment = 16; // bytes
 

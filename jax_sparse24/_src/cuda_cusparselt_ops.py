@@ -334,7 +334,7 @@ def cusparselt_plans():
     return list(_ffi.require_extension().cusparselt_plans())
 
 
-#: The fp8 plan's dtype code: float8_e4m3fn A and B, bfloat16 out, alpha a device vector (``xla_ffi/spmm_cusparselt.cu``).
+#: The fp8 plans' dtype code: float8_e4m3fn A and B, bfloat16 out (``xla_ffi/spmm_cusparselt.cu``).
 _FP8_CODE = 2
 
 
