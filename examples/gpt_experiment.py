@@ -66,16 +66,24 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
 TINY_SIZES = ("tiny", "llama-tiny")
 
 
-def default_sparse_lr_scale(size: str, recipe: str) -> float:
+def default_sparse_lr_scale(size: str, recipe: str, finetune_fraction: float = 1 / 6) -> float:
     """``--sparse-lr-scale`` when not given (issue 23, measured on the real corpus).
 
-    2 (= 1/density) for srste at every size and for every recipe on the tiny sizes: at the dense
-    learning rate the tiny model's 2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x,
-    ``quality_tiny_cpu_realtext.md``), and GPT-2 124M srste with 2 ends +0.30% from dense. 1 for sste
-    and ste at the GPT-2 and LLaMA sizes: GPT-2 124M at 100M tokens ends +2.33% / +3.32% from dense
-    with 2 but +0.35% / 0.00% with 1, no spike (``quality_gpt2_h100_realtext_100m_lr1.md``).
+    2 (= 1/density) on the tiny sizes for every recipe: at the dense learning rate the tiny model's
+    2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x, ``quality_tiny_cpu_realtext.md``).
+    At the GPT-2 and LLaMA sizes (GPT-2 124M, 100M tokens):
+
+    * srste with its default short dense fine-tune (``finetune_fraction`` <= 1/4): 2 -- +0.30% from
+      dense on the validation windows (+0.46% on 1M val tokens); 1 ended +0.97% (+0.48%)
+      (``quality_gpt2_h200_realtext_100m_srste_lr1.md``);
+    * srste with a long dense tail (``finetune_fraction`` > 1/4, e.g. the quality benchmark's
+      dense-tail, 1/2 dense): 1 -- +0.39% (-0.17% on 1M val tokens) where 2 ended +1.73%;
+    * sste and ste: 1 -- +0.35% / 0.00% where 2 ended +2.33% / +3.32%
+      (``quality_gpt2_h100_realtext_100m_lr1.md``).
     """
-    return 2.0 if size in TINY_SIZES or recipe == "srste" else 1.0
+    if size in TINY_SIZES:
+        return 2.0
+    return 2.0 if recipe == "srste" and finetune_fraction <= 0.25 else 1.0
 
 
 #: flags that define the training run; a checkpoint is only resumed by an identical set.
@@ -112,7 +120,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         finetune_start=args.finetune_start if RECIPES[recipe].get("finetune") else "weights",
         # the 2:4 kernels' learning-rate multiplier (jax_sparse24.optim.sparse_lr_scale); 1 where the
         # recipe does not use it, so the checkpoint config of dense / step / ast runs is unchanged
-        sparse_lr_scale=((default_sparse_lr_scale(args.size, recipe) if args.sparse_lr_scale is None
+        sparse_lr_scale=((default_sparse_lr_scale(args.size, recipe, args.finetune_fraction)
+                          if args.sparse_lr_scale is None
                           else args.sparse_lr_scale) if RECIPES[recipe].get("lr_scale") else 1.0),
         ffn=args.ffn or SIZES[args.size].get("ffn", "gelu"),
         sparse_attn=defaults.get("sparse_attn", False) if args.sparse_attn is None else args.sparse_attn,

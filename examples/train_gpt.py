@@ -35,12 +35,14 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
 ``srste``, ``sste`` and ``ste`` train the 2:4 kernels at ``--sparse-lr-scale`` times the learning
 rate while the model runs sparse (``jax_sparse24.optim.sparse_lr_scale``): a 2:4 layer has half the
 inputs per output, so at the dense learning rate its output moves half as far per AdamW step. The
-default is 2 for srste at every size and for every recipe on the tiny sizes: there the FFNs lag,
-attention takes over and the loss spikes (srste 2.30x the running loss at step 29 of the tiny model
-on real text, +3.3% final val loss vs dense; with the factor 2: no spike, +0.6%;
-``benchmarks/results/quality_tiny_cpu_realtext.md``). It is 1 for sste and ste at the GPT-2 and
+default is 2 for srste (with its default short dense fine-tune) and for every recipe on the tiny
+sizes: there the FFNs lag, attention takes over and the loss spikes (srste 2.30x the running loss
+at step 29 of the tiny model on real text, +3.3% final val loss vs dense; with the factor 2: no
+spike, +0.6%; ``benchmarks/results/quality_tiny_cpu_realtext.md``). It is 1 for sste and ste at the GPT-2 and
 LLaMA sizes: on GPT-2 124M (100M tokens of real text) the factor 2 cost them 2-3 points (sste
-+2.33%, ste +3.32% against +0.35%, 0.00% with 1; ``quality_gpt2_h100_realtext_100m_lr1.md``).
++2.33%, ste +3.32% against +0.35%, 0.00% with 1; ``quality_gpt2_h100_realtext_100m_lr1.md``), and 1
+for srste with a long dense tail there (``--finetune-fraction`` above 1/4: half dense ended +1.73%
+with 2, +0.39% with 1; ``quality_gpt2_h200_realtext_100m_srste_lr1.md``).
 
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
@@ -200,8 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sparse-lr-scale", type=float, default=None,
                     help="srste/sste/ste: learning-rate multiplier of the 2:4 kernels while the model runs sparse "
                          "(jax_sparse24.optim.sparse_lr_scale; 2 = 1/density: a 2:4 layer's output moves half as far "
-                         "per Adam step; 1: off). Default: 2 for srste and on the tiny sizes, 1 for sste and ste at "
-                         "the GPT-2 and LLaMA sizes (measured, see the module docstring)")
+                         "per Adam step; 1: off). Default: 2 on the tiny sizes and for srste with its short dense "
+                         "fine-tune (--finetune-fraction <= 1/4); 1 for sste, ste and srste with a longer dense tail "
+                         "at the GPT-2 and LLaMA sizes (measured, see the module docstring)")
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
     ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")

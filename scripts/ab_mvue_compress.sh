@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Time variants of the fused MVUE compressor side by side (scripts/ab_mvue_compress.cu), on the GPU:
+# (AB_HARNESS=scripts/ab_fp8_mvue_compress.cu: the fp8 one, fp8_compress_kernels.cu, instead)
 #
 #   bash scripts/ab_mvue_compress.sh xla_ffi /path/to/variant_xla_ffi ...   (default: xla_ffi)
 #   bash scripts/ab_mvue_compress.sh git:f88f697~1 xla_ffi    (an older commit's kernel against this one)
@@ -7,7 +8,7 @@
 # Each argument is a directory holding compress_kernels.cu and its headers (a copy of xla_ffi/ with
 # a change), or git:<rev> for xla_ffi/ as it was at <rev> (extracted to a temporary directory; the
 # old kernel lives only there, never in the library). Three interleaved rounds; results to stdout
-# and $OUT/ab_mvue_compress.txt. Variants that draw differently (another generator or formula, e.g.
+# and $OUT/<harness name>.txt. Variants that draw differently (another generator or formula, e.g.
 # before and after issue 20's MVUE change) print different output hashes; variants that only change
 # how the same draws are computed must print equal ones.
 set -uo pipefail
@@ -16,6 +17,8 @@ OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 INC=$(python3 -c "import jax; print(jax.ffi.include_dir())") || exit 1
 dirs=("${@:-xla_ffi}")
+HARNESS=${AB_HARNESS:-scripts/ab_mvue_compress.cu}
+NAME=$(basename "$HARNESS" .cu)
 for n in "${!dirs[@]}"; do
   if [[ "${dirs[$n]}" == git:* ]]; then
     rev=${dirs[$n]#git:}
@@ -27,7 +30,7 @@ for n in "${!dirs[@]}"; do
 done
 for n in "${!dirs[@]}"; do
   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -O3 -DNDEBUG -I"$INC" \
-    -I"${dirs[$n]}" -o "/tmp/ab_mvue_$n" scripts/ab_mvue_compress.cu > "/tmp/ab_mvue_$n.log" 2>&1 &
+    -I"${dirs[$n]}" -o "/tmp/ab_mvue_$n" "$HARNESS" > "/tmp/ab_mvue_$n.log" 2>&1 &
 done
 wait
 for n in "${!dirs[@]}"; do
@@ -35,4 +38,4 @@ for n in "${!dirs[@]}"; do
 done
 for round in 1 2 3; do
   for n in "${!dirs[@]}"; do echo "== round $round variant ${dirs[$n]}"; "/tmp/ab_mvue_$n" || exit 1; done
-done 2>&1 | tee "$OUT/ab_mvue_compress.txt"
+done 2>&1 | tee "$OUT/$NAME.txt"

@@ -20,7 +20,8 @@
 #   launch: benchmarks/bench_launch.py (custom-call launch cost under XLA command-buffer settings)
 #   breakdown: benchmarks/bench_step_breakdown.py (per-step time by kind of kernel and the gap to the
 #            1.6x GEMM ceiling) for BREAKDOWN_SPECS="size[:n_layer] ..." (default "llama-300m llama-7b:4"),
-#            BREAKDOWN_RECIPES (default dense,srste); results tagged h100_<size>[_l<n_layer>]
+#            BREAKDOWN_RECIPES (default dense,srste), BREAKDOWN_ARGS (more flags, e.g. "--baseline
+#            dense+fp8-flax"); results tagged <gpu>_<size>[_l<n_layer>]<BREAKDOWN_TAG_SUFFIX> (gpu: h100, h200)
 #   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_SIZE,
 #            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_SEED, QUALITY_FLAGS (bench_quality's --flags),
 #            QUALITY_RUNS = the --runs directory, returned as
@@ -48,6 +49,10 @@ status=0
 note() { echo "== $*" | tee -a "$OUT/logs/summary.txt"; tar -C "$OUT" -czf "$OUT/logs.tgz" logs; }
 BENCHES=${BENCHES:-"bench_spmm bench_mask_kernels"}
 BENCH_ARGS=${BENCH_ARGS:-}
+
+# The GPU's short name for result tags (h100, h200): results say which card gave them.
+GPU_TAG=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h[0-9]{3}|a[0-9]{3}|b[0-9]{3}' | head -1 | tr 'A-Z' 'a-z')
+GPU_TAG=${GPU_TAG:-gpu}
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -107,9 +112,10 @@ fi
 if asked breakdown; then
   for spec in ${BREAKDOWN_SPECS:-llama-300m llama-7b:4}; do
     size=${spec%%:*}; layers=; [[ $spec == *:* ]] && layers=${spec#*:}
-    tag="h100_${size}${layers:+_l$layers}"; t0=$(date +%s)
+    tag="${GPU_TAG}_${size}${layers:+_l$layers}${BREAKDOWN_TAG_SUFFIX:-}"; t0=$(date +%s)
     timeout ${BREAKDOWN_TIMEOUT:-300} $PY benchmarks/bench_step_breakdown.py --size "$size" ${layers:+--n-layer $layers} \
-      --recipes ${BREAKDOWN_RECIPES:-dense,srste} --out "$OUT" --tag "$tag" > "$OUT/logs/breakdown_$tag.log" 2>&1
+      --recipes ${BREAKDOWN_RECIPES:-dense,srste} ${BREAKDOWN_ARGS:-} --out "$OUT" --tag "$tag" \
+      > "$OUT/logs/breakdown_$tag.log" 2>&1
     rc=$?; note "bench_step_breakdown $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E ': kernel time .*, ceiling ' "$OUT/logs/breakdown_$tag.log" | tr '\n' ' ')"
     [ $rc -eq 0 ] || { tail -20 "$OUT/logs/breakdown_$tag.log"; status=1; }
   done

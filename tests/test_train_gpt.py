@@ -730,11 +730,15 @@ def test_sparse_lr_scale_flag():
         ratio, scale = first_update(recipe, *flags)
         assert scale == 1.0 and abs(ratio - 1) < 1e-5, recipe
     assert run("--size", "tiny", "--sparse-lr-scale", "0", "--steps", "1") == 2
-    # the default by size and recipe (train_gpt.default_sparse_lr_scale): 1 for sste/ste beyond the tiny sizes
-    for size, recipe, want in (("gpt2", "srste", 2.0), ("gpt2", "sste", 1.0), ("gpt2", "ste", 1.0),
-                               ("llama-1b", "sste", 1.0), ("llama-tiny", "ste", 2.0), ("gpt2", "dense", 1.0)):
-        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(["--size", size]), recipe)
-        assert hp["sparse_lr_scale"] == want, (size, recipe)
+    # the default by size, recipe and dense-tail length (train_gpt.default_sparse_lr_scale): 1 for sste/ste and
+    # for srste with a dense second half beyond the tiny sizes
+    for size, recipe, flags, want in (
+            ("gpt2", "srste", (), 2.0), ("gpt2", "sste", (), 1.0), ("gpt2", "ste", (), 1.0),
+            ("llama-1b", "sste", (), 1.0), ("llama-tiny", "ste", (), 2.0), ("gpt2", "dense", (), 1.0),
+            ("gpt2", "srste", ("--finetune-fraction", "0.5"), 1.0), ("gpt2", "srste", ("--finetune-fraction", "0.25"), 2.0),
+            ("tiny", "srste", ("--finetune-fraction", "0.5"), 2.0), ("llama-1b", "srste", ("--finetune-fraction", "0.5"), 1.0)):
+        hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(["--size", size, *flags]), recipe)
+        assert hp["sparse_lr_scale"] == want, (size, recipe, flags)
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(["--size", "gpt2", "--sparse-lr-scale", "2"]),
                                  "sste")
     assert hp["sparse_lr_scale"] == 2.0

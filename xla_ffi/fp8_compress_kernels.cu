@@ -30,9 +30,9 @@
 // elements with 16-byte loads and compresses them from registers. Transposed (A = x^T): the tile of x
 // (128 rows x 64 columns) is loaded row-wise (16-byte loads along x's rows), quantized, and staged as
 // bytes in shared memory (row pitch 65 bytes: the column reads of the second phase hit distinct banks).
-// MVUE (transposed only): the first phase instead draws the tile's 32 x 64 groups (thread: 4 rows x 8
-// columns, 8 groups, one Philox call) and stages their quantized dense result; the second phase is
-// the same.
+// MVUE (transposed only): its own kernel (Fp8Mvue24CompressKernel) on 128 x 128 tiles of g, as the
+// 16-bit MVUE compressor: each thread draws and compresses its 16 groups in registers and stages only
+// the compressed bytes (it staged the dense quantized tile before: 1.2 TB/s in the LLaMA-7B step).
 // Command-buffer compatible: no allocation, no synchronisation; the scale and key are read on the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -243,56 +243,144 @@ __device__ __forceinline__ float RoundTo<__nv_bfloat16>(float v) { return __bflo
 template <>
 __device__ __forceinline__ float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
 
+// The raw bits of 8 consecutive elements of one row of g (one or two 16-byte loads), read as floats.
+template <typename T>
+struct Row8;
+template <>
+struct Row8<__nv_bfloat16> {
+  uint32_t w[4];
+  __device__ __forceinline__ void Load(const __nv_bfloat16* p) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  }
+  __device__ __forceinline__ void Zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
+  __device__ __forceinline__ float Get(int j) const {
+    return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
+  }
+};
+template <>
+struct Row8<__half> {
+  uint32_t w[4];
+  __device__ __forceinline__ void Load(const __half* p) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  }
+  __device__ __forceinline__ void Zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
+  __device__ __forceinline__ float Get(int j) const {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu)));
+  }
+};
+template <>
+struct Row8<float> {
+  uint32_t w[8];
+  __device__ __forceinline__ void Load(const float* p) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  }
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w[e] = 0u;
+  }
+  __device__ __forceinline__ float Get(int j) const { return __uint_as_float(w[j]); }
+};
+
+// Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
+// previous one has its nibble, so that ptxas does not interleave groups (which spills registers;
+// as the 16-bit MVUE compressor, compress_kernels.cu).
+__device__ __forceinline__ void After(float& x, uint32_t y) { asm volatile("" : "+f"(x) : "r"(y)); }
+
+// The MVUE kernel's tile: 128 rows (k) x 128 columns (m) of g, A-rows c0 .. c0+127, k r0 .. r0+127.
+constexpr int kMvTile = 128;
+constexpr int kMvMetaStride = 272;  // staged metadata: blocks of 16 A-rows x 16 bytes, 16 bytes apart
+// Registers: the 8 x 8 patch is 32 words of 16-bit g (3 CTAs per SM, <= 80 registers, as the 16-bit
+// MVUE compressor), 64 of float32 g (2 CTAs per SM).
+template <typename T>
+constexpr int MvueMinBlocks() {
+  return sizeof(T) == 4 ? 2 : 3;
+}
+
 // A = q(MVUE(g))^T, g (R, C) = (K, M): groups of 4 along g's rows; group (row group gr, column c) has
 // index gr * C + c in the Philox stream (the element-wise kernel's numbering along axis 0).
+// Thread t = (gp = t / 16, cc = t % 16) loads the 8 x 8 patch at g rows r0 + 8 gp.., columns c0 + 8 cc..
+// (16-byte loads; a warp reads 2 rows x 256 bytes of bfloat16), draws its 16 groups (two Philox calls)
+// and compresses each one as it is drawn: column j of the patch is A-row a = 8 cc + j, k-chunk gp --
+// 4 value bytes and one metadata byte, staged in shared memory (values: 64 bytes per A-row, its four
+// 16-byte chunks XOR-swizzled by (a / 8) % 4; metadata: 16 bytes per A-row, kMvMetaStride per 16
+// rows), then written with 16-byte stores: 64 contiguous value bytes per A-row, the tile's 2 KB of
+// metadata contiguous (one 128-column block of the layout).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) Fp8Mvue24CompressKernel(const uint32_t* __restrict__ key, int nkw,
-                                                                    const T* __restrict__ g,
-                                                                    const float* __restrict__ scale, int64_t R,
-                                                                    int64_t C, uint8_t* __restrict__ values,
-                                                                    uint8_t* __restrict__ meta, int64_t M, int64_t K,
-                                                                    int64_t m_al) {
+__global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
+    Fp8Mvue24CompressKernel(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
+                            const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values,
+                            uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al) {
   namespace mk = mask_kernels;
-  __shared__ uint8_t staged[kTileK * kPitch];
+  __shared__ alignas(16) uint8_t s_val[kMvTile * 64];
+  __shared__ alignas(16) uint8_t s_meta[8 * kMvMetaStride];
   const float inv = 1.0f / __ldg(scale);
   const mk::KeyWords kw = mk::MakeKey(__ldg(key), nkw > 1 ? __ldg(key + 1) : 0u, nkw > 2 ? __ldg(key + 2) : 0u,
                                       nkw > 3 ? __ldg(key + 3) : 0u);
-  const int64_t m0 = int64_t(blockIdx.x) * kTileM;
-  const int64_t k0 = int64_t(blockIdx.y) * kTileK;
-  const int t = threadIdx.x;
-  const int rg = t >> 3;         // row group 0..31 of the tile: g rows k0 + 4 rg .. + 3
-  const int col = (t & 7) * 8;   // columns m0 + col .. + 7
-  const int64_t gr = k0 + 4 * rg, gc = m0 + col;
-  uint8_t q[4][8];
-  if (gr < R && gc < C) {  // R % 4 == 0, C % 8 == 0: the 4 x 8 patch is all in or all out
-    float v[4][8];
+  const int64_t c0 = int64_t(blockIdx.x) * kMvTile;  // A-rows (g columns)
+  const int64_t r0 = int64_t(blockIdx.y) * kMvTile;  // k (g rows)
+  const int t = threadIdx.x, cc = t & 15, gp = t >> 4;
+  const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
+  const bool in = rb < R && cb < C;  // R % 8 == 0 (K % 32), C % 8 == 0: the patch is all in or all out
+
+  Row8<T> x[8];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) Load8<T>::Run(g + (gr + i) * C + gc, v[i]);
-    uint32_t bits[8];
-    mk::GroupBitsRun<8>(kw, (gr / 4) * C + gc, bits);  // gc % 8 == 0: one Philox octet
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float grp[4] = {v[0][e], v[1][e], v[2][e], v[3][e]};
-      const mk::Mvue24Kept2 kept = mk::Mvue24Pick(grp, bits[e]);
-      const int lo = kept.lo(), hi = kept.hi();
-      const uint8_t q_lo = Quantize(RoundTo<T>(kept.v_lo), inv), q_hi = Quantize(RoundTo<T>(kept.v_hi), inv);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) q[i][e] = i == lo ? q_lo : (i == hi ? q_hi : uint8_t(0));
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[i][e] = 0;
-    }
+  for (int i = 0; i < 8; ++i) {
+    if (in) x[i].Load(g + (rb + i) * C + cb);
+    else x[i].Zero();  // zero groups: all-zero values, nibble 0x4 (the layout's padding)
   }
+  uint32_t bits[2][8];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int h = 0; h < 2; ++h) mk::GroupBitsRun<8>(kw, (rb / 4 + h) * C + cb, bits[h]);  // cb % 8 == 0: one octet
+
+  uint32_t prev = 0;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) staged[(4 * rg + i) * kPitch + col + e] = q[i][e];
+  for (int j = 0; j < 8; ++j) {
+    uint32_t vals4 = 0, mbyte = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float v[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        v[q] = x[4 * h + q].Get(j);
+        if (j + h > 0) After(v[q], prev);
+      }
+      const mk::Mvue24Kept2 kept = mk::Mvue24Pick(v, bits[h][j]);
+      const uint32_t q_lo = Quantize(RoundTo<T>(kept.v_lo), inv), q_hi = Quantize(RoundTo<T>(kept.v_hi), inv);
+      // The dense quantized group (a kept value may quantize to +-0), compressed by CUTLASS's rule.
+      uint32_t pair;
+      const uint32_t nib = CompressGroup((q_lo << (8 * kept.lo())) | (q_hi << (8 * kept.hi())), &pair);
+      vals4 |= pair << (16 * h);
+      mbyte |= nib << (4 * h);
+      prev = nib;
+    }
+    const int a = 8 * cc + j;
+    *reinterpret_cast<uint32_t*>(s_val + a * 64 + (((gp >> 2) ^ (cc & 3)) << 4) + ((gp & 3) << 2)) = vals4;
+    s_meta[(a >> 4) * kMvMetaStride + (a & 15) * 16 + gp] = static_cast<uint8_t>(mbyte);
   }
   __syncthreads();
-  StoreStagedTile(staged, t, m0, k0, values, meta, M, K, m_al);
+
+  // Values: A-row a's 64 bytes (k r0 .. r0+127) as four 16-byte chunks; K % 32 == 0: a chunk is all
+  // in or all out.
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int idx = pass * kThreads + t, a = idx >> 2, s = idx & 3;
+    const int64_t m = c0 + a, k = r0 + 32 * s;
+    if (m < M && k < K) {
+      const uint4 v = *reinterpret_cast<const uint4*>(s_val + a * 64 + ((s ^ ((a >> 3) & 3)) << 4));
+      *reinterpret_cast<uint4*>(values + m * (K / 2) + k / 2) = v;
+    }
+  }
+  // Metadata: 16 bytes per A-row, padding rows (M .. m_al) and columns (K .. round_up(K, 128)) too.
+  if (t < kMvTile) {
+    const int64_t m = c0 + t;
+    if (m < m_al) {
+      const uint4 v = *reinterpret_cast<const uint4*>(s_meta + (t >> 4) * kMvMetaStride + (t & 15) * 16);
+      *reinterpret_cast<uint4*>(meta + MetaOffset(m, r0, m_al)) = v;
+    }
+  }
 }
 
 // q(x)^T: one CTA (256 threads) per 64 x 64 tile of x. Each thread loads 8 consecutive elements of a
@@ -461,8 +549,9 @@ ffi::Error Fp8MaskCompressImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBu
 
 template <typename T>
 ffi::Error LaunchMvue(cudaStream_t stream, const uint32_t* key, int nkw, const void* g, const Operand& o) {
-  Fp8Mvue24CompressKernel<T><<<o.grid(), kThreads, 0, stream>>>(key, nkw, static_cast<const T*>(g), o.scale, o.R, o.C,
-                                                                 o.values, o.meta, o.M, o.K, o.m_al);
+  const dim3 grid(static_cast<unsigned>((o.M + kMvTile - 1) / kMvTile), static_cast<unsigned>((o.K + kMvTile - 1) / kMvTile));
+  Fp8Mvue24CompressKernel<T><<<grid, kThreads, 0, stream>>>(key, nkw, static_cast<const T*>(g), o.scale, o.R, o.C,
+                                                            o.values, o.meta, o.M, o.K, o.m_al);
   SP24_CHECK_LAUNCH("Fp8Mvue24CompressKernel");
   return ffi::Error::Success();
 }

@@ -1,0 +1,73 @@
+// A/B timing of the fused fp8 MVUE compressor (Sparse24Fp8Mvue24Compress: dy (R, C) bf16 ->
+// q(MVUE(dy))^T, e4m3 values + metadata in CUTLASS's fp8 layout) without JAX or a full build, as
+// ab_mvue_compress.cu does for the 16-bit one: compiles xla_ffi/fp8_compress_kernels.cu from the
+// directory on the include path, so variants can be timed side by side in one run. Prints, per
+// shape, the median of 60 launches over 3 inputs (each larger than L2), the effective TB/s (dense
+// bytes read + compressed bytes written) and a hash of the outputs (poisoned before the run): equal
+// across variants that draw and quantize the same samples. Shapes: the weight-gradient operands of
+// the LLaMA-7B step (16384 tokens x qkv 12288, o / down 4096, gate+up 22016) and GPT-2's (8192 x
+// 3072, 768). Run through scripts/ab_mvue_compress.sh with AB_HARNESS=scripts/ab_fp8_mvue_compress.cu.
+#include "fp8_compress_kernels.cu"
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+namespace jax_sparse24 {
+bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
+}  // namespace jax_sparse24
+
+using namespace jax_sparse24::fp8;
+
+__global__ void Fill(__nv_bfloat16* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed; h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    float u = (h >> 8) * (1.0f / 16777216.0f);
+    x[i] = __float2bfloat16((u - 0.5f) * 4.0f * ((h & 7) == 0 ? 0.01f : 1.0f));
+  }
+}
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
+
+int main() {
+  const int64_t shapes[][2] = {{16384, 22016}, {16384, 12288}, {16384, 4096}, {8192, 3072}, {8192, 768}};
+  cudaStream_t st; CK(cudaStreamCreate(&st));
+  for (auto& sh : shapes) {
+    const int64_t R = sh[0], C = sh[1];
+    const int nsets = 3;
+    __nv_bfloat16* x[nsets];
+    for (int s = 0; s < nsets; ++s) { CK(cudaMalloc(&x[s], R * C * 2)); Fill<<<1024, 256>>>(x[s], R * C, 1234u + s); }
+    uint32_t* key; CK(cudaMalloc(&key, 8)); uint32_t hk[2] = {42u, 7u}; CK(cudaMemcpy(key, hk, 8, cudaMemcpyHostToDevice));
+    float* scale; CK(cudaMalloc(&scale, 4)); const float hs = 0.01f; CK(cudaMemcpy(scale, &hs, 4, cudaMemcpyHostToDevice));
+    Operand o;  // A = q(MVUE(g))^T: M = C, K = R (the handler's CheckOperand, by hand)
+    o.R = R; o.C = C; o.M = C; o.K = R; o.m_al = (C + 63) / 64 * 64; o.k_al = (R + 127) / 128 * 128;
+    const int64_t vbytes = o.M * (o.K / 2), mbytes = o.m_al * (o.k_al / 8);
+    CK(cudaMalloc(&o.values, vbytes)); CK(cudaMalloc(&o.meta, mbytes)); o.scale = scale;
+    CK(cudaMemset(o.values, 0xFF, vbytes)); CK(cudaMemset(o.meta, 0xFF, mbytes));  // poisoned
+    if (!LaunchMvue<__nv_bfloat16>(st, key, 2, x[0], o).success()) { printf("launch failed\n"); return 1; }
+    CK(cudaStreamSynchronize(st));
+    std::vector<uint8_t> hv(vbytes), hm(mbytes);
+    CK(cudaMemcpy(hv.data(), o.values, vbytes, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hm.data(), o.meta, mbytes, cudaMemcpyDeviceToHost));
+    if (std::all_of(hm.begin(), hm.end(), [](uint8_t b) { return b == 0xFF; })) {
+      printf("R=%lld C=%lld: the metadata is still the poison: the kernel wrote nothing\n", (long long)R, (long long)C);
+      return 1;
+    }
+    uint64_t hsh = 1469598103934665603ull;
+    for (auto b : hv) hsh = (hsh ^ b) * 1099511628211ull;
+    for (auto b : hm) hsh = (hsh ^ b) * 1099511628211ull;
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int it = 0; it < 5 + 60; ++it) {
+      CK(cudaEventRecord(e0, st));
+      if (!LaunchMvue<__nv_bfloat16>(st, key, 2, x[it % nsets], o).success()) { printf("launch failed\n"); return 1; }
+      CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
+      float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); if (it >= 5) ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    const double med = ts[ts.size() / 2];
+    const double bytes = double(R * C * 2 + vbytes + mbytes);
+    printf("R=%lld C=%lld median %.4f ms  %.3f TB/s  min %.4f  hash %016llx\n", (long long)R, (long long)C, med,
+           bytes / (med * 1e-3) / 1e12, ts[0], (unsigned long long)hsh);
+    for (int s = 0; s < nsets; ++s) cudaFree(x[s]);
+    cudaFree(key); cudaFree(scale); cudaFree(o.values); cudaFree(o.meta);
+  }
+  return 0;
+}
