@@ -80,6 +80,9 @@ def default_sparse_lr_scale(size: str, recipe: str, finetune_fraction: float = 1
       dense-tail, 1/2 dense): 1 -- +0.39% (-0.17% on 1M val tokens) where 2 ended +1.73%;
     * sste and ste: 1 -- +0.35% / 0.00% where 2 ended +2.33% / +3.32%
       (``quality_gpt2_h100_realtext_100m_lr1.md``).
+
+    Single runs (a dense repeat moved 0.33%); the 1/4 boundary lies between the two measured dense
+    fractions (1/6 and 1/2), it was not itself measured.
     """
     if size in TINY_SIZES:
         return 2.0

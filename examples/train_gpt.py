@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(jax_sparse24.optim.sparse_lr_scale; 2 = 1/density: a 2:4 layer's output moves half as far "
                          "per Adam step; 1: off). Default: 2 on the tiny sizes and for srste with its short dense "
                          "fine-tune (--finetune-fraction <= 1/4); 1 for sste, ste and srste with a longer dense tail "
-                         "at the GPT-2 and LLaMA sizes (measured, see the module docstring)")
+                         "at the GPT-2 and LLaMA sizes (measured at 1/6 and 1/2 dense, see the module docstring)")
     ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
     ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
     ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")

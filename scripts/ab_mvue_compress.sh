@@ -28,14 +28,17 @@ for n in "${!dirs[@]}"; do
     echo "variant $n: xla_ffi at $rev ($(git rev-parse --short "$rev")) -> ${dirs[$n]}"
   fi
 done
+# one binary per harness and variant, removed first: a failed build never leaves an older binary to time
+pids=()
 for n in "${!dirs[@]}"; do
+  bin="/tmp/${NAME}_$n"; rm -f "$bin"
   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -O3 -DNDEBUG -I"$INC" \
-    -I"${dirs[$n]}" -o "/tmp/ab_mvue_$n" "$HARNESS" > "/tmp/ab_mvue_$n.log" 2>&1 &
+    -I"${dirs[$n]}" -o "$bin" "$HARNESS" > "$bin.log" 2>&1 &
+  pids[$n]=$!
 done
-wait
 for n in "${!dirs[@]}"; do
-  [ -x "/tmp/ab_mvue_$n" ] || { echo "build of ${dirs[$n]} failed:"; tail -20 "/tmp/ab_mvue_$n.log"; exit 1; }
+  wait "${pids[$n]}" && [ -x "/tmp/${NAME}_$n" ] || { echo "build of ${dirs[$n]} failed:"; tail -20 "/tmp/${NAME}_$n.log"; exit 1; }
 done
 for round in 1 2 3; do
-  for n in "${!dirs[@]}"; do echo "== round $round variant ${dirs[$n]}"; "/tmp/ab_mvue_$n" || exit 1; done
+  for n in "${!dirs[@]}"; do echo "== round $round variant ${dirs[$n]}"; "/tmp/${NAME}_$n" || exit 1; done
 done 2>&1 | tee "$OUT/$NAME.txt"

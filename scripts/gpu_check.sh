@@ -177,7 +177,7 @@ PYEOF
     for spec in ${LLAMA_SIZES:-llama-7b:4 llama-1b:4}; do
       size=${spec%%:*}; layers=${spec#*:}; t0=$(date +%s)
       timeout ${LLAMA_TRAIN_TIMEOUT:-300} $PY benchmarks/bench_train_gpt.py --out "$OUT" \
-        --tag "h100_${size}_l$layers${LLAMA_TAG_SUFFIX:-}" \
+        --tag "${GPU_TAG}_${size}_l$layers${LLAMA_TAG_SUFFIX:-}" \
         --size $size --n-layer $layers --quality-steps 0 --rounds ${LLAMA_ROUNDS:-5} --iters ${LLAMA_ITERS:-10} \
         --compile-workers 4 --recipes ${LLAMA_RECIPES:-dense,srste,srste@cusparselt,srste@cutlass} ${LLAMA_TRAIN_ARGS:-} \
         > "$OUT/logs/train_$size.log" 2>&1
