@@ -9,24 +9,13 @@
 // LLaMA-7B FFN's (16384 tokens x 11008, issue 20's target: >= 2.5 TB/s).
 // scripts/ab_mvue_compress.sh builds and runs it.
 #include "compress_kernels.cu"
-#include <algorithm>
-#include <cstdio>
-#include <vector>
+#include "ab_common.cuh"
 
 namespace jax_sparse24 {
 bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
 }  // namespace jax_sparse24
 
 using namespace jax_sparse24::compress;
-
-__global__ void Fill(__nv_bfloat16* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B9u ^ seed; h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
-    float u = (h >> 8) * (1.0f / 16777216.0f);
-    x[i] = __float2bfloat16((u - 0.5f) * 4.0f * ((h & 7) == 0 ? 0.01f : 1.0f));
-  }
-}
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); return 1; } } while (0)
 
 int main() {
   const int64_t shapes[][2] = {{16384, 11008}, {16384, 4096}, {8192, 5120}, {8192, 3072}, {8192, 1280}, {8192, 768}};
@@ -54,23 +43,12 @@ int main() {
       printf("R=%lld C=%lld: the metadata is still the poison: the kernel wrote nothing\n", (long long)R, (long long)C);
       return 1;
     }
-    uint64_t hsh = 1469598103934665603ull;
-    for (auto b : hv) hsh = (hsh ^ b) * 1099511628211ull;
-    for (auto b : hm) hsh = (hsh ^ b) * 1099511628211ull;
-    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    std::vector<float> ts;
-    for (int it = 0; it < 5 + 60; ++it) {
-      p.x = x[it % nsets];
-      CK(cudaEventRecord(e0, st));
-      if (!Launch<__nv_bfloat16, Op::kMvue, false, true>(st, sms, p).success()) { printf("launch failed\n"); return 1; }
-      CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
-      float ms; CK(cudaEventElapsedTime(&ms, e0, e1)); if (it >= 5) ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    const double med = ts[ts.size() / 2];
     const double bytes = double(R * C * 2 + vbytes + mbytes);
-    printf("R=%lld C=%lld median %.4f ms  %.3f TB/s  min %.4f  hash %016llx\n", (long long)R, (long long)C, med,
-           bytes / (med * 1e-3) / 1e12, ts[0], (unsigned long long)hsh);
+    if (TimeAndReport(st, R, C, bytes, HashBytes({&hv, &hm}), [&](int it) {
+          p.x = x[it % nsets];
+          return Launch<__nv_bfloat16, Op::kMvue, false, true>(st, sms, p).success();
+        }))
+      return 1;
     for (int s = 0; s < nsets; ++s) cudaFree(x[s]);
     cudaFree(key); cudaFree(tv); cudaFree(tm);
   }

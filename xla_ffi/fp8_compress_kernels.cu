@@ -250,46 +250,35 @@ __device__ __forceinline__ float RoundTo<__nv_bfloat16>(float v) { return __bflo
 template <>
 __device__ __forceinline__ float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
 
-// The raw bits of 8 consecutive elements of one row of g (one or two 16-byte loads), read as floats.
+// The raw bits of 8 consecutive elements of one row of g (16-byte loads: one of 16-bit g, two of
+// float32), read as floats.
 template <typename T>
-struct Row8;
-template <>
-struct Row8<__nv_bfloat16> {
-  uint32_t w[4];
-  __device__ __forceinline__ void Load(const __nv_bfloat16* p) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-  }
-  __device__ __forceinline__ void Zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
-  __device__ __forceinline__ float Get(int j) const {
-    return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
-  }
-};
-template <>
-struct Row8<__half> {
-  uint32_t w[4];
-  __device__ __forceinline__ void Load(const __half* p) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-  }
-  __device__ __forceinline__ void Zero() { w[0] = w[1] = w[2] = w[3] = 0u; }
-  __device__ __forceinline__ float Get(int j) const {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu)));
-  }
-};
-template <>
-struct Row8<float> {
-  uint32_t w[8];
-  __device__ __forceinline__ void Load(const float* p) {
-    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p)), b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+struct Row8 {
+  static constexpr int kWords = 2 * static_cast<int>(sizeof(T));  // 8 elements in 32-bit words
+  uint32_t w[kWords];
+  __device__ __forceinline__ void Load(const T* p) {
+#pragma unroll
+    for (int q = 0; q < kWords / 4; ++q) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + q);
+      w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
+    }
   }
   __device__ __forceinline__ void Zero() {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) w[e] = 0u;
+    for (int e = 0; e < kWords; ++e) w[e] = 0u;
   }
-  __device__ __forceinline__ float Get(int j) const { return __uint_as_float(w[j]); }
+  __device__ __forceinline__ float Get(int j) const;  // element j (0..7)
 };
+template <>
+__device__ __forceinline__ float Row8<__nv_bfloat16>::Get(int j) const {
+  return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
+}
+template <>
+__device__ __forceinline__ float Row8<__half>::Get(int j) const {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu)));
+}
+template <>
+__device__ __forceinline__ float Row8<float>::Get(int j) const { return __uint_as_float(w[j]); }
 
 // Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
 // previous one has its nibble, so that ptxas does not interleave groups (which spills registers;
