@@ -1,10 +1,11 @@
-"""CPU check of the fused 2:4 compressors' kernel code (xla_ffi/compress_kernels.cu) without a GPU.
+"""CPU check of the fused 2:4 compressors' kernel code (xla_ffi/compress_kernels.cu, and the fp8 MVUE
+compressor of xla_ffi/fp8_compress_kernels.cu) without a GPU.
 
-Compiles tests/cpp/compress_emulation.cu with nvcc (host code only runs) and runs it: the kernels'
-real per-thread code is emulated with 256 host threads per CTA and compared byte for byte with an
-independent implementation of CUTLASS's compressor (see the .cu file), the many-tensor kernel
-(one launch over a table of (x, mask) pairs) included. Skipped without nvcc or the XLA FFI headers.
-About 15 s to compile on 2 cores.
+Compiles tests/cpp/compress_emulation.cu (and fp8_mvue_emulation.cu) with nvcc (host code only runs)
+and runs it: the kernels' real per-thread code is emulated with 256 host threads per CTA and compared
+byte for byte with an independent implementation of CUTLASS's compressor (see the .cu files), the
+many-tensor kernel (one launch over a table of (x, mask) pairs) included. Skipped without nvcc or the
+XLA FFI headers. About 15 s each to compile on 2 cores.
 """
 
 from __future__ import annotations
@@ -27,21 +28,35 @@ def _jaxlib_include():
     return inc if os.path.exists(os.path.join(inc, "xla", "ffi", "api", "ffi.h")) else None
 
 
-@pytest.mark.slow
-def test_compress_kernels_host_emulation(tmp_path):
+def _run_host_emulation(tmp_path, source: str):
+    """Compile tests/cpp/``source`` with nvcc (host code only runs) and run it; assert it printed "all cases ok"."""
     nvcc = shutil.which("nvcc") or shutil.which("/usr/local/cuda/bin/nvcc")
     inc = _jaxlib_include()
     if nvcc is None or inc is None:
         pytest.skip("needs nvcc and the XLA FFI headers (jaxlib/include)")
-    exe = tmp_path / "compress_emulation"
+    exe = tmp_path / os.path.splitext(source)[0]
     cmd = [nvcc, "-std=c++20", "-O1", "--expt-relaxed-constexpr", "-I", os.path.join(ROOT, "xla_ffi"), "-I", inc,
-           os.path.join(ROOT, "tests", "cpp", "compress_emulation.cu"), "-o", str(exe)]
+           os.path.join(ROOT, "tests", "cpp", source), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert build.returncode == 0, f"nvcc failed:\n{build.stderr[-4000:]}"
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=900)
     failures = [line for line in run.stdout.splitlines() if "FAIL" in line or line.startswith("  ")]
     assert run.returncode == 0, "emulation mismatches:\n" + "\n".join(failures[:40])
     assert "all cases ok" in run.stdout
+
+
+@pytest.mark.slow
+def test_compress_kernels_host_emulation(tmp_path):
+    _run_host_emulation(tmp_path, "compress_emulation.cu")
+
+
+@pytest.mark.slow
+def test_fp8_mvue_compress_host_emulation(tmp_path):
+    """The fp8 MVUE compressor's kernel body (Fp8MvueTile: tiles, shared-memory staging and swizzles, the
+    nibble taken from the draw, padding) on host threads, every byte against the element-wise MVUE draw +
+    e4m3 quantization + CUTLASS's 8-bit compressor rule, bfloat16 / float16 / float32 g, shapes on and off
+    the 128 grid, scales that saturate or flush kept values to +-0 (tests/cpp/fp8_mvue_emulation.cu)."""
+    _run_host_emulation(tmp_path, "fp8_mvue_emulation.cu")
 
 
 def _layout_positions(tmp_path, call: str, rows: int, cols: int):

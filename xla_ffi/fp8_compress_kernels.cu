@@ -42,6 +42,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "compress_layout.h"
@@ -108,19 +109,19 @@ __device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) { retur
 template <>
 __device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
 
-__device__ __forceinline__ uint8_t Quantize(float v, float inv) {
+SP24_HD uint8_t Quantize(float v, float inv) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3));
 }
 
 // Quantize(lo, inv) | Quantize(hi, inv) << 8 with one paired conversion (the same rounding).
-__device__ __forceinline__ uint32_t Quantize2(float lo, float hi, float inv) {
+SP24_HD uint32_t Quantize2(float lo, float hi, float inv) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo * inv, hi * inv), __NV_SATFINITE, __NV_E4M3));
 }
 
-__device__ __forceinline__ bool Nonzero(uint32_t b) { return (b & 0x7Fu) != 0; }  // +-0 count as zero
+SP24_HD bool Nonzero(uint32_t b) { return (b & 0x7Fu) != 0; }  // +-0 count as zero
 
 // One group of 4 quantized bytes (b0 lowest) -> nibble, and the two stored bytes (slot 0 low).
-__device__ __forceinline__ uint32_t CompressGroup(uint32_t g, uint32_t* vals) {
+SP24_HD uint32_t CompressGroup(uint32_t g, uint32_t* vals) {
   uint32_t p = 0;
 #pragma unroll
   for (int e = 0; e < 4; ++e) p |= uint32_t(Nonzero((g >> (8 * e)) & 0xFFu)) << e;
@@ -141,7 +142,7 @@ __device__ __forceinline__ void CompressChunk(uint32_t lo, uint32_t hi, uint32_t
   *meta = static_cast<uint8_t>(n_lo | (n_hi << 4));
 }
 
-__device__ __forceinline__ int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al) {
+SP24_HD int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al) {
   return (k >> 7) * m_al * 16 + m * 16 + ((k & 127) >> 3);
 }
 
@@ -242,13 +243,26 @@ __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __res
 
 // float -> T -> float: the rounding of the element-wise MVUE kernel's output to g's dtype.
 template <typename T>
-__device__ __forceinline__ float RoundTo(float v);
+SP24_HD float RoundTo(float v);
 template <>
-__device__ __forceinline__ float RoundTo<float>(float v) { return v; }
+SP24_HD float RoundTo<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+SP24_HD float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 template <>
-__device__ __forceinline__ float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
+SP24_HD float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
+
+// A read-only global load: the non-coherent path on the device, a plain copy in the host emulation
+// (tests/cpp/fp8_mvue_emulation.cu).
+template <typename V>
+SP24_HD V LoadGlobal(const V* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+#endif
+}
 
 // The raw bits of 8 consecutive elements of one row of g (16-byte loads: one of 16-bit g, two of
 // float32), read as floats.
@@ -256,34 +270,41 @@ template <typename T>
 struct Row8 {
   static constexpr int kWords = 2 * static_cast<int>(sizeof(T));  // 8 elements in 32-bit words
   uint32_t w[kWords];
-  __device__ __forceinline__ void Load(const T* p) {
+  SP24_HD void Load(const T* p) {
 #pragma unroll
     for (int q = 0; q < kWords / 4; ++q) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + q);
+      const uint4 v = LoadGlobal(reinterpret_cast<const uint4*>(p) + q);
       w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
     }
   }
-  __device__ __forceinline__ void Zero() {
+  SP24_HD void Zero() {
 #pragma unroll
     for (int e = 0; e < kWords; ++e) w[e] = 0u;
   }
-  __device__ __forceinline__ float Get(int j) const;  // element j (0..7)
+  SP24_HD float Get(int j) const;  // element j (0..7)
 };
 template <>
-__device__ __forceinline__ float Row8<__nv_bfloat16>::Get(int j) const {
-  return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
+SP24_HD float Row8<__nv_bfloat16>::Get(int j) const {
+  return mask_kernels::BitsFloat((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
 }
 template <>
-__device__ __forceinline__ float Row8<__half>::Get(int j) const {
+SP24_HD float Row8<__half>::Get(int j) const {
   return __half2float(__ushort_as_half(static_cast<unsigned short>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu)));
 }
 template <>
-__device__ __forceinline__ float Row8<float>::Get(int j) const { return __uint_as_float(w[j]); }
+SP24_HD float Row8<float>::Get(int j) const { return mask_kernels::BitsFloat(w[j]); }
 
 // Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
 // previous one has its nibble, so that ptxas does not interleave groups (which spills registers;
 // as the 16-bit MVUE compressor, compress_kernels.cu).
-__device__ __forceinline__ void After(float& x, uint32_t y) { asm volatile("" : "+f"(x) : "r"(y)); }
+SP24_HD void After(float& x, uint32_t y) {
+#ifdef __CUDA_ARCH__
+  asm volatile("" : "+f"(x) : "r"(y));
+#else
+  (void)x;
+  (void)y;
+#endif
+}
 
 // The MVUE kernel's tile: 128 rows (k) x 128 columns (m) of g, A-rows c0 .. c0+127, k r0 .. r0+127.
 constexpr int kMvTile = 128;
@@ -304,20 +325,21 @@ constexpr int MvueMinBlocks() {
 // 16-byte chunks XOR-swizzled by (a / 8) % 4; metadata: 16 bytes per A-row, kMvMetaStride per 16
 // rows), then written with 16-byte stores: 64 contiguous value bytes per A-row, the tile's 2 KB of
 // metadata contiguous (one 128-column block of the layout).
-template <typename T>
-__global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
-    Fp8Mvue24CompressKernel(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
-                            const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values,
-                            uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al) {
+// Fp8MvueTile is tile (bx, by) by thread t of its CTA, staging in s_val (kMvTile x 64 bytes) and s_meta
+// (8 x kMvMetaStride bytes): the kernel's body, which the host emulation (tests/cpp/fp8_mvue_emulation.cu)
+// runs with 256 host threads and a barrier as `sync`.
+template <typename T, class Sync>
+SP24_HD void Fp8MvueTile(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
+                         const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values,
+                         uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al, int t, int64_t bx,
+                         int64_t by, uint8_t* s_val, uint8_t* s_meta, Sync&& sync) {
   namespace mk = mask_kernels;
-  __shared__ alignas(16) uint8_t s_val[kMvTile * 64];
-  __shared__ alignas(16) uint8_t s_meta[8 * kMvMetaStride];
-  const float inv = 1.0f / __ldg(scale);
-  const mk::KeyWords kw = mk::MakeKey(__ldg(key), nkw > 1 ? __ldg(key + 1) : 0u, nkw > 2 ? __ldg(key + 2) : 0u,
-                                      nkw > 3 ? __ldg(key + 3) : 0u);
-  const int64_t c0 = int64_t(blockIdx.x) * kMvTile;  // A-rows (g columns)
-  const int64_t r0 = int64_t(blockIdx.y) * kMvTile;  // k (g rows)
-  const int t = threadIdx.x, cc = t & 15, gp = t >> 4;
+  const float inv = 1.0f / LoadGlobal(scale);
+  const mk::KeyWords kw = mk::MakeKey(LoadGlobal(key), nkw > 1 ? LoadGlobal(key + 1) : 0u,
+                                      nkw > 2 ? LoadGlobal(key + 2) : 0u, nkw > 3 ? LoadGlobal(key + 3) : 0u);
+  const int64_t c0 = bx * kMvTile;  // A-rows (g columns)
+  const int64_t r0 = by * kMvTile;  // k (g rows)
+  const int cc = t & 15, gp = t >> 4;
   const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
   const bool in = rb < R && cb < C;  // R % 8 == 0 (K % 32), C % 8 == 0: the patch is all in or all out
 
@@ -359,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
     *reinterpret_cast<uint32_t*>(s_val + a * 64 + (((gp >> 2) ^ (cc & 3)) << 4) + ((gp & 3) << 2)) = vals4;
     s_meta[(a >> 4) * kMvMetaStride + (a & 15) * 16 + gp] = static_cast<uint8_t>(mbyte);
   }
-  __syncthreads();
+  sync();
 
   // Values: A-row a's 64 bytes (k r0 .. r0+127) as four 16-byte chunks; K % 32 == 0: a chunk is all
   // in or all out.
@@ -380,6 +402,17 @@ __global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
       *reinterpret_cast<uint4*>(meta + MetaOffset(m, r0, m_al)) = v;
     }
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
+    Fp8Mvue24CompressKernel(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
+                            const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values,
+                            uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al) {
+  __shared__ alignas(16) uint8_t s_val[kMvTile * 64];
+  __shared__ alignas(16) uint8_t s_meta[8 * kMvMetaStride];
+  Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x), blockIdx.x,
+                 blockIdx.y, s_val, s_meta, []() { __syncthreads(); });
 }
 
 // q(x)^T: one CTA (256 threads) per 64 x 64 tile of x. Each thread loads 8 consecutive elements of a
