@@ -1,7 +1,7 @@
 """CPU check of the fused 2:4 compressors' kernel code (xla_ffi/compress_kernels.cu, and the fp8 MVUE
-compressor of xla_ffi/fp8_compress_kernels.cu) without a GPU.
+and masked compressors of xla_ffi/fp8_compress_kernels.cu) without a GPU.
 
-Compiles tests/cpp/compress_emulation.cu (and fp8_mvue_emulation.cu) with nvcc (host code only runs)
+Compiles tests/cpp/compress_emulation.cu (and fp8_compress_emulation.cu) with nvcc (host code only runs)
 and runs it: the kernels' real per-thread code is emulated with 256 host threads per CTA and compared
 byte for byte with an independent implementation of CUTLASS's compressor (see the .cu files), the
 many-tensor kernel (one launch over a table of (x, mask) pairs) included. Skipped without nvcc or the
@@ -51,12 +51,14 @@ def test_compress_kernels_host_emulation(tmp_path):
 
 
 @pytest.mark.slow
-def test_fp8_mvue_compress_host_emulation(tmp_path):
-    """The fp8 MVUE compressor's kernel body (Fp8MvueTile: tiles, shared-memory staging and swizzles, the
-    nibble taken from the draw, padding) on host threads, every byte against the element-wise MVUE draw +
-    e4m3 quantization + CUTLASS's 8-bit compressor rule, bfloat16 / float16 / float32 g, shapes on and off
-    the 128 grid, scales that saturate or flush kept values to +-0 (tests/cpp/fp8_mvue_emulation.cu)."""
-    _run_host_emulation(tmp_path, "fp8_mvue_emulation.cu")
+def test_fp8_compress_kernels_host_emulation(tmp_path):
+    """The fp8 compressors' kernel bodies on host threads (tests/cpp/fp8_compress_emulation.cu), every byte
+    against an independent implementation: the MVUE one (Fp8MvueTile: tiles, shared-memory staging and
+    swizzles, the nibble taken from the draw, padding) against the element-wise MVUE draw + e4m3
+    quantization + CUTLASS's 8-bit compressor rule; the masked one (Fp8MaskTile, both directions) against
+    quantize-where-masked + the same rule. bfloat16 / float16 / float32 inputs, shapes on and off the tile
+    grid, scales that saturate or flush kept values to +-0."""
+    _run_host_emulation(tmp_path, "fp8_compress_emulation.cu")
 
 
 def _layout_positions(tmp_path, call: str, rows: int, cols: int):

@@ -59,12 +59,25 @@ constexpr int kTileM = 64;
 constexpr int kTileK = 128;
 constexpr int kPitch = kTileM + 1;  // bytes per staged x row (transposed path)
 
+// A read-only global load: the non-coherent path on the device, a plain copy in the host emulation
+// (tests/cpp/fp8_compress_emulation.cu).
+template <typename V>
+SP24_HD V LoadGlobal(const V* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+#endif
+}
+
 template <typename T>
 struct Load8;  // 8 consecutive elements -> float[8]
 
 template <>
 struct Load8<float> {
-  static __device__ __forceinline__ void Run(const float* p, float* v) {
+  static SP24_HD void Run(const float* p, float* v) {
     const float4 a = reinterpret_cast<const float4*>(p)[0];
     const float4 b = reinterpret_cast<const float4*>(p)[1];
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
@@ -74,7 +87,7 @@ struct Load8<float> {
 
 template <>
 struct Load8<__nv_bfloat16> {
-  static __device__ __forceinline__ void Run(const __nv_bfloat16* p, float* v) {
+  static SP24_HD void Run(const __nv_bfloat16* p, float* v) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
@@ -88,7 +101,7 @@ struct Load8<__nv_bfloat16> {
 
 template <>
 struct Load8<__half> {
-  static __device__ __forceinline__ void Run(const __half* p, float* v) {
+  static SP24_HD void Run(const __half* p, float* v) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     const __half2* h = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
@@ -101,13 +114,13 @@ struct Load8<__half> {
 };
 
 template <typename T>
-__device__ __forceinline__ float ToFloat(T v);
+SP24_HD float ToFloat(T v);
 template <>
-__device__ __forceinline__ float ToFloat<float>(float v) { return v; }
+SP24_HD float ToFloat<float>(float v) { return v; }
 template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+SP24_HD float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
+SP24_HD float ToFloat<__half>(__half v) { return __half2float(v); }
 
 SP24_HD uint8_t Quantize(float v, float inv) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v * inv, __NV_SATFINITE, __NV_E4M3));
@@ -134,7 +147,7 @@ SP24_HD uint32_t CompressGroup(uint32_t g, uint32_t* vals) {
 }
 
 // 8 quantized bytes along k (lo: k..k+3, hi: k+4..k+7) -> 4 value bytes and the metadata byte.
-__device__ __forceinline__ void CompressChunk(uint32_t lo, uint32_t hi, uint32_t* values4, uint8_t* meta) {
+SP24_HD void CompressChunk(uint32_t lo, uint32_t hi, uint32_t* values4, uint8_t* meta) {
   uint32_t v_lo, v_hi;
   const uint32_t n_lo = CompressGroup(lo, &v_lo);
   const uint32_t n_hi = CompressGroup(hi, &v_hi);
@@ -149,7 +162,7 @@ SP24_HD int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al) {
 // Phase 2 of the transposed kernels: the staged tile (128 k-rows x 64 m-columns of quantized bytes)
 // -> values and metadata of A's rows m0 .. m0+63, columns k0 .. k0+127. Thread t: chunk c = t & 15
 // (8 k), rows (t >> 4) + 16 pass.
-__device__ __forceinline__ void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k0,
+SP24_HD void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k0,
                                                 uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
                                                 int64_t K, int64_t m_al) {
   const int c = t & 15, r = t >> 4;
@@ -172,18 +185,17 @@ __device__ __forceinline__ void StoreStagedTile(const uint8_t* staged, int t, in
   }
 }
 
-template <typename T, bool TRANS>
-__global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __restrict__ x,
-                                                                  const bool* __restrict__ mask,
-                                                                  const float* __restrict__ scale, int64_t R,
-                                                                  int64_t C, uint8_t* __restrict__ values,
-                                                                  uint8_t* __restrict__ meta, int64_t M, int64_t K,
-                                                                  int64_t m_al) {
-  __shared__ uint8_t staged[TRANS ? kTileK * kPitch : 1];
-  const float inv = 1.0f / __ldg(scale);
-  const int64_t m0 = int64_t(blockIdx.x) * kTileM;
-  const int64_t k0 = int64_t(blockIdx.y) * kTileK;
-  const int t = threadIdx.x;
+// Tile block() = (bx, by) of A by thread t of its CTA (`staged`: kTileK * kPitch bytes of shared memory,
+// TRANS only): the kernel's body, which the host emulation (tests/cpp/fp8_compress_emulation.cu) runs with
+// 256 host threads and a barrier as `sync`.
+template <typename T, bool TRANS, class Block, class Sync>
+SP24_HD void Fp8MaskTile(const T* __restrict__ x, const bool* __restrict__ mask, const float* __restrict__ scale,
+                         int64_t R, int64_t C, uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
+                         int64_t K, int64_t m_al, int t, Block&& block, uint8_t* staged, Sync&& sync) {
+  const float inv = 1.0f / LoadGlobal(scale);
+  const uint2 b = block();
+  const int64_t m0 = int64_t(b.x) * kTileM;
+  const int64_t k0 = int64_t(b.y) * kTileK;
 
   if constexpr (TRANS) {
     // x rows k0 .. k0+127, columns m0 .. m0+63: 8 chunks of 8 columns per row, 1024 chunks.
@@ -211,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __res
 #pragma unroll
       for (int e = 0; e < 8; ++e) staged[row * kPitch + col + e] = keep[e] ? Quantize(v[e], inv) : uint8_t(0);
     }
-    __syncthreads();
+    sync();
     StoreStagedTile(staged, t, m0, k0, values, meta, M, K, m_al);
   } else {
     const int c = t & 15;  // chunk of 8 along k
@@ -241,6 +253,18 @@ __global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __res
   }
 }
 
+template <typename T, bool TRANS>
+__global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __restrict__ x,
+                                                                  const bool* __restrict__ mask,
+                                                                  const float* __restrict__ scale, int64_t R,
+                                                                  int64_t C, uint8_t* __restrict__ values,
+                                                                  uint8_t* __restrict__ meta, int64_t M, int64_t K,
+                                                                  int64_t m_al) {
+  __shared__ uint8_t staged[TRANS ? kTileK * kPitch : 1];
+  Fp8MaskTile<T, TRANS>(x, mask, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x),
+                        []() { return make_uint2(blockIdx.x, blockIdx.y); }, staged, []() { __syncthreads(); });
+}
+
 // float -> T -> float: the rounding of the element-wise MVUE kernel's output to g's dtype.
 template <typename T>
 SP24_HD float RoundTo(float v);
@@ -250,19 +274,6 @@ template <>
 SP24_HD float RoundTo<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 template <>
 SP24_HD float RoundTo<__half>(float v) { return __half2float(__float2half_rn(v)); }
-
-// A read-only global load: the non-coherent path on the device, a plain copy in the host emulation
-// (tests/cpp/fp8_mvue_emulation.cu).
-template <typename V>
-SP24_HD V LoadGlobal(const V* p) {
-#ifdef __CUDA_ARCH__
-  return __ldg(p);
-#else
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-#endif
-}
 
 // The raw bits of 8 consecutive elements of one row of g (16-byte loads: one of 16-bit g, two of
 // float32), read as floats.
@@ -326,7 +337,7 @@ constexpr int MvueMinBlocks() {
 // rows), then written with 16-byte stores: 64 contiguous value bytes per A-row, the tile's 2 KB of
 // metadata contiguous (one 128-column block of the layout).
 // Fp8MvueTile is tile (bx, by) by thread t of its CTA, staging in s_val (kMvTile x 64 bytes) and s_meta
-// (8 x kMvMetaStride bytes): the kernel's body, which the host emulation (tests/cpp/fp8_mvue_emulation.cu)
+// (8 x kMvMetaStride bytes): the kernel's body, which the host emulation (tests/cpp/fp8_compress_emulation.cu)
 // runs with 256 host threads and a barrier as `sync`.
 template <typename T, class Sync>
 SP24_HD void Fp8MvueTile(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
