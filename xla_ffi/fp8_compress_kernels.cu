@@ -162,9 +162,8 @@ SP24_HD int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al) {
 // Phase 2 of the transposed kernels: the staged tile (128 k-rows x 64 m-columns of quantized bytes)
 // -> values and metadata of A's rows m0 .. m0+63, columns k0 .. k0+127. Thread t: chunk c = t & 15
 // (8 k), rows (t >> 4) + 16 pass.
-SP24_HD void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k0,
-                                                uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
-                                                int64_t K, int64_t m_al) {
+SP24_HD void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k0, uint8_t* __restrict__ values,
+                             uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al) {
   const int c = t & 15, r = t >> 4;
 #pragma unroll
   for (int pass = 0; pass < 4; ++pass) {
@@ -336,20 +335,21 @@ constexpr int MvueMinBlocks() {
 // 16-byte chunks XOR-swizzled by (a / 8) % 4; metadata: 16 bytes per A-row, kMvMetaStride per 16
 // rows), then written with 16-byte stores: 64 contiguous value bytes per A-row, the tile's 2 KB of
 // metadata contiguous (one 128-column block of the layout).
-// Fp8MvueTile is tile (bx, by) by thread t of its CTA, staging in s_val (kMvTile x 64 bytes) and s_meta
-// (8 x kMvMetaStride bytes): the kernel's body, which the host emulation (tests/cpp/fp8_compress_emulation.cu)
-// runs with 256 host threads and a barrier as `sync`.
-template <typename T, class Sync>
+// Fp8MvueTile is tile block() = (bx, by) by thread t of its CTA, staging in s_val (kMvTile x 64 bytes) and
+// s_meta (8 x kMvMetaStride bytes): the kernel's body, which the host emulation
+// (tests/cpp/fp8_compress_emulation.cu) runs with 256 host threads and a barrier as `sync`.
+template <typename T, class Block, class Sync>
 SP24_HD void Fp8MvueTile(const uint32_t* __restrict__ key, int nkw, const T* __restrict__ g,
                          const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values,
-                         uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al, int t, int64_t bx,
-                         int64_t by, uint8_t* s_val, uint8_t* s_meta, Sync&& sync) {
+                         uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al, int t, Block&& block,
+                         uint8_t* s_val, uint8_t* s_meta, Sync&& sync) {
   namespace mk = mask_kernels;
   const float inv = 1.0f / LoadGlobal(scale);
   const mk::KeyWords kw = mk::MakeKey(LoadGlobal(key), nkw > 1 ? LoadGlobal(key + 1) : 0u,
                                       nkw > 2 ? LoadGlobal(key + 2) : 0u, nkw > 3 ? LoadGlobal(key + 3) : 0u);
-  const int64_t c0 = bx * kMvTile;  // A-rows (g columns)
-  const int64_t r0 = by * kMvTile;  // k (g rows)
+  const uint2 b = block();
+  const int64_t c0 = int64_t(b.x) * kMvTile;  // A-rows (g columns)
+  const int64_t r0 = int64_t(b.y) * kMvTile;  // k (g rows)
   const int cc = t & 15, gp = t >> 4;
   const int64_t rb = r0 + 8 * gp, cb = c0 + 8 * cc;
   const bool in = rb < R && cb < C;  // R % 8 == 0 (K % 32), C % 8 == 0: the patch is all in or all out
@@ -422,8 +422,8 @@ __global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
                             uint8_t* __restrict__ meta, int64_t M, int64_t K, int64_t m_al) {
   __shared__ alignas(16) uint8_t s_val[kMvTile * 64];
   __shared__ alignas(16) uint8_t s_meta[8 * kMvMetaStride];
-  Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x), blockIdx.x,
-                 blockIdx.y, s_val, s_meta, []() { __syncthreads(); });
+  Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x),
+                 []() { return make_uint2(blockIdx.x, blockIdx.y); }, s_val, s_meta, []() { __syncthreads(); });
 }
 
 // q(x)^T: one CTA (256 threads) per 64 x 64 tile of x. Each thread loads 8 consecutive elements of a

@@ -49,7 +49,8 @@ void Emulate(const uint32_t* key, int nkw, const T* g, const float* scale, int64
       std::vector<std::thread> th;
       for (int t = 0; t < kThreads; ++t)
         th.emplace_back([&, t]() {
-          Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, t, bx, by, s_val, s_meta,
+          Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, t,
+                         [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, s_val, s_meta,
                          [&]() { bar.arrive_and_wait(); });
         });
       for (auto& x : th) x.join();
