@@ -1,5 +1,5 @@
-"""CPU check of the fused 2:4 compressors' kernel code (xla_ffi/compress_kernels.cu, and the fp8 MVUE
-and masked compressors of xla_ffi/fp8_compress_kernels.cu) without a GPU.
+"""CPU check of the fused 2:4 compressors' kernel code (xla_ffi/compress_kernels.cu, and the fp8 MVUE,
+masked and quantize-transpose kernels of xla_ffi/fp8_compress_kernels.cu) without a GPU.
 
 Compiles tests/cpp/compress_emulation.cu (and fp8_compress_emulation.cu) with nvcc (host code only runs)
 and runs it: the kernels' real per-thread code is emulated with 256 host threads per CTA and compared
@@ -52,12 +52,13 @@ def test_compress_kernels_host_emulation(tmp_path):
 
 @pytest.mark.slow
 def test_fp8_compress_kernels_host_emulation(tmp_path):
-    """The fp8 compressors' kernel bodies on host threads (tests/cpp/fp8_compress_emulation.cu), every byte
+    """The fp8 operand kernels' bodies on host threads (tests/cpp/fp8_compress_emulation.cu), every byte
     against an independent implementation: the MVUE one (Fp8MvueTile: tiles, shared-memory staging and
     swizzles, the nibble taken from the draw, padding) against the element-wise MVUE draw + e4m3
     quantization + CUTLASS's 8-bit compressor rule; the masked one (Fp8MaskTile, both directions) against
-    quantize-where-masked + the same rule. bfloat16 / float16 / float32 inputs, shapes on and off the tile
-    grid, scales that saturate or flush kept values to +-0."""
+    quantize-where-masked + the same rule; the quantize-transpose one (Fp8QuantizeTransposeTile) against
+    e4m3 of the transpose. bfloat16 / float16 / float32 inputs, shapes on and off the tile grid, scales that
+    saturate or flush kept values to +-0."""
     _run_host_emulation(tmp_path, "fp8_compress_emulation.cu")
 
 

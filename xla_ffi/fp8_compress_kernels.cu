@@ -432,14 +432,15 @@ __global__ void __launch_bounds__(kThreads, MvueMinBlocks<T>())
 constexpr int kQtTile = 64;
 constexpr int kQtPitch = kQtTile + 4;
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) Fp8QuantizeTransposeKernel(const T* __restrict__ x,
-                                                                       const float* __restrict__ scale, int64_t R,
-                                                                       int64_t C, uint8_t* __restrict__ out) {
-  __shared__ uint8_t tile[kQtTile * kQtPitch];
-  const float inv = 1.0f / __ldg(scale);
-  const int64_t c0 = int64_t(blockIdx.x) * kQtTile, r0 = int64_t(blockIdx.y) * kQtTile;
-  const int t = threadIdx.x;
+// Tile block() = (bx, by) by thread t of its CTA (`tile`: kQtTile * kQtPitch bytes of shared memory): the
+// kernel's body, which the host emulation (tests/cpp/fp8_compress_emulation.cu) runs with 256 host threads
+// and a barrier as `sync`.
+template <typename T, class Block, class Sync>
+SP24_HD void Fp8QuantizeTransposeTile(const T* __restrict__ x, const float* __restrict__ scale, int64_t R, int64_t C,
+                                      uint8_t* __restrict__ out, int t, Block&& block, uint8_t* tile, Sync&& sync) {
+  const float inv = 1.0f / LoadGlobal(scale);
+  const uint2 b = block();
+  const int64_t c0 = int64_t(b.x) * kQtTile, r0 = int64_t(b.y) * kQtTile;
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
     const int idx = pass * kThreads + t;
@@ -462,7 +463,7 @@ __global__ void __launch_bounds__(kThreads) Fp8QuantizeTransposeKernel(const T* 
     dst[0] = lo;
     dst[1] = hi;
   }
-  __syncthreads();
+  sync();
   // out row oc = c0 + (t >> 2), bytes r0 + 16 (t & 3) .. + 15
   const int lc = t >> 2, lr = (t & 3) * 16;
   const int64_t oc = c0 + lc, orow = r0 + lr;
@@ -476,6 +477,15 @@ __global__ void __launch_bounds__(kThreads) Fp8QuantizeTransposeKernel(const T* 
     }
     *reinterpret_cast<uint4*>(out + oc * R + orow) = make_uint4(w[0], w[1], w[2], w[3]);
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) Fp8QuantizeTransposeKernel(const T* __restrict__ x,
+                                                                       const float* __restrict__ scale, int64_t R,
+                                                                       int64_t C, uint8_t* __restrict__ out) {
+  __shared__ uint8_t tile[kQtTile * kQtPitch];
+  Fp8QuantizeTransposeTile<T>(x, scale, R, C, out, static_cast<int>(threadIdx.x),
+                              []() { return make_uint2(blockIdx.x, blockIdx.y); }, tile, []() { __syncthreads(); });
 }
 
 const char* Name(ffi::DataType t) {

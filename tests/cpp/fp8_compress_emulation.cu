@@ -1,10 +1,11 @@
-// Host emulation of the fused fp8 compressors (xla_ffi/fp8_compress_kernels.cu: Fp8MvueTile and
-// Fp8MaskTile, the bodies of Fp8Mvue24CompressKernel and Fp8MaskCompressKernel), run by
-// tests/test_compress_emulation.py on machines without a GPU: every CTA of a kernel's grid runs with
-// 256 std::threads (a std::barrier as __syncthreads), outputs poisoned first, and every output byte --
-// values and metadata, padding included -- is compared with an independent host implementation of
-// the op. The masked compressor (both directions: A = q(x * mask) or its transpose): e4m3(x / scale)
-// where the mask is set, 0 elsewhere. The MVUE one:
+// Host emulation of the fp8 operand kernels (xla_ffi/fp8_compress_kernels.cu: Fp8MvueTile, Fp8MaskTile
+// and Fp8QuantizeTransposeTile, the bodies of Fp8Mvue24CompressKernel, Fp8MaskCompressKernel and
+// Fp8QuantizeTransposeKernel), run by tests/test_compress_emulation.py on machines without a GPU: every
+// CTA of a kernel's grid runs with 256 std::threads (a std::barrier as __syncthreads), outputs poisoned
+// first, and every output byte -- values and metadata, padding included -- is compared with an
+// independent host implementation of the op. The quantize-transpose kernel: e4m3(x / scale) transposed.
+// The masked compressor (both directions: A = q(x * mask) or its transpose): e4m3(x / scale) where the
+// mask is set, 0 elsewhere, then the rule below. The MVUE one:
 //   * the element-wise MVUE draw (mvue_rng.cuh: Mvue24 with GroupBitsRun<1>, group (row group gr,
 //     column c) numbered gr * C + c as the element-wise kernel along axis 0), each value rounded to
 //     g's dtype and quantized to e4m3 (cuda_fp8.h's conversion, saturating), A = q(MVUE(g))^T;
@@ -248,6 +249,49 @@ void AllMask(const char* dtype) {
   }
 }
 
+// The quantize-transpose kernel (q(x)^T, dense e4m3, the weight gradient's K-major operand): its grid of
+// 64 x 64 tiles of x on host threads, against e4m3(x / scale) transposed.
+template <typename T>
+void QtCase(const char* dtype, int64_t R, int64_t C, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<T> x = RandomG<T>(rng, R, C);
+  std::vector<uint8_t> out(C * R, 0xFF), want(C * R);  // poisoned (0xFF: no saturating e4m3 result)
+  for (int64_t by = 0; by < (R + kQtTile - 1) / kQtTile; ++by)
+    for (int64_t bx = 0; bx < (C + kQtTile - 1) / kQtTile; ++bx) {
+      uint8_t tile[kQtTile * kQtPitch];
+      std::memset(tile, 0xAB, sizeof(tile));
+      std::barrier bar(kThreads);
+      std::vector<std::thread> th;
+      for (int t = 0; t < kThreads; ++t)
+        th.emplace_back([&, t]() {
+          Fp8QuantizeTransposeTile<T>(x.data(), &scale, R, C, out.data(), t,
+                                      [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, tile,
+                                      [&]() { bar.arrive_and_wait(); });
+        });
+      for (auto& th1 : th) th1.join();
+    }
+  const float inv = 1.0f / scale;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      want[c * R + r] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(static_cast<float>(x[r * C + c]) * inv,
+                                                                   __NV_SATFINITE, __NV_E4M3));
+  char what[160];
+  snprintf(what, sizeof(what), "quantize-transpose %s R=%lld C=%lld scale=%g", dtype, (long long)R, (long long)C, scale);
+  const std::vector<uint8_t> none;
+  Check(what, out, want, none, none);
+}
+
+template <typename T>
+void AllQt(const char* dtype) {
+  // R % 16 == 0, C % 8 == 0 (the handler's checks); tiles of 64 x 64, partial ones included
+  const int64_t shapes[][2] = {{64, 64}, {128, 200}, {48, 72}, {16, 8}, {208, 136}};
+  uint32_t seed = 500;
+  for (auto& s : shapes) {
+    QtCase<T>(dtype, s[0], s[1], 0.01f, seed++);
+    QtCase<T>(dtype, s[0], s[1], 1e-4f, seed++);  // saturates at 448
+  }
+}
+
 int main() {
   All<__nv_bfloat16>("bfloat16");
   All<__half>("float16");
@@ -255,6 +299,9 @@ int main() {
   AllMask<__nv_bfloat16>("bfloat16");
   AllMask<__half>("float16");
   AllMask<float>("float32");
+  AllQt<__nv_bfloat16>("bfloat16");
+  AllQt<__half>("float16");
+  AllQt<float>("float32");
   printf(g_fail ? "EMULATION FAILED (%d cases)\n" : "emulation: all cases ok\n", g_fail);
   return g_fail != 0;
 }
