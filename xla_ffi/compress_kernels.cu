@@ -52,8 +52,10 @@ namespace jax_sparse24 {
 namespace compress {
 namespace {
 
+using mask_kernels::After;
 using mask_kernels::GroupBitsRun;
 using mask_kernels::KeyWords;
+using mask_kernels::LoadGlobal;
 using mask_kernels::MakeKey;
 using mask_kernels::Mask24Keep;
 using mask_kernels::Mvue24Kept2;
@@ -109,34 +111,9 @@ struct Elem16<__half> {
   }
 };
 
-// Read-only global loads (the non-coherent path on the device; plain copies in the host
-// emulation used to test this file without a GPU).
-SP24_HD uint4 Load16(const void* ptr) {
-#ifdef __CUDA_ARCH__
-  return __ldg(static_cast<const uint4*>(ptr));
-#else
-  uint4 v;
-  std::memcpy(&v, ptr, sizeof(v));
-  return v;
-#endif
-}
-SP24_HD uint2 Load8(const void* ptr) {
-#ifdef __CUDA_ARCH__
-  return __ldg(static_cast<const uint2*>(ptr));
-#else
-  uint2 v;
-  std::memcpy(&v, ptr, sizeof(v));
-  return v;
-#endif
-}
-template <typename V>
-SP24_HD V LoadScalar(const V* ptr) {
-#ifdef __CUDA_ARCH__
-  return __ldg(ptr);
-#else
-  return *ptr;
-#endif
-}
+// Read-only global loads of 16 and 8 bytes (mask_kernels::LoadGlobal).
+SP24_HD uint4 Load16(const void* ptr) { return LoadGlobal(static_cast<const uint4*>(ptr)); }
+SP24_HD uint2 Load8(const void* ptr) { return LoadGlobal(static_cast<const uint2*>(ptr)); }
 
 // Element (i, j) of the 8 x 8 patch packed as 8 rows x 4 words (2 elements per word, low half first).
 SP24_HD uint32_t Get(const uint32_t (&w)[8][4], int i, int j) {
@@ -184,17 +161,6 @@ SP24_HD uint32_t CompressDrawn(uint32_t nib, uint32_t* pair) {
   const uint32_t hi = nib >> 2;
   if (!lo_nz && hi_nz && hi != 3u) *pair >>= 16;
   return lo_nz ? (hi_nz ? nib : (nib & 3u) | 12u) : (hi_nz ? (hi == 3u ? 12u : hi | 12u) : 4u);
-}
-
-// Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
-// previous one has its nibble, so that ptxas does not interleave groups (which spills registers).
-SP24_HD void After(float& x, uint32_t y) {
-#ifdef __CUDA_ARCH__
-  asm volatile("" : "+f"(x) : "r"(y));
-#else
-  (void)x;
-  (void)y;
-#endif
 }
 
 // Whether a 16-bit half of x is zero.
@@ -546,11 +512,11 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
                       Sync&& sync) {
   KeyWords key;
   if constexpr (OP == Op::kMvue) {
-    key = MakeKey(LoadScalar(p.key), p.nkw > 1 ? LoadScalar(p.key + 1) : 0u, p.nkw > 2 ? LoadScalar(p.key + 2) : 0u,
-                  p.nkw > 3 ? LoadScalar(p.key + 3) : 0u);
+    key = MakeKey(LoadGlobal(p.key), p.nkw > 1 ? LoadGlobal(p.key + 1) : 0u, p.nkw > 2 ? LoadGlobal(p.key + 2) : 0u,
+                  p.nkw > 3 ? LoadGlobal(p.key + 3) : 0u);
   }
   float beta = 1.0f;
-  if constexpr (OP == Op::kSoft) beta = LoadScalar(p.beta);
+  if constexpr (OP == Op::kSoft) beta = LoadGlobal(p.beta);
   for (int64_t tile = block; tile < p.tiles; tile += grid) {
     CompressTile<T, OP, DIRECT, TRANS>(p, t, tile, key, beta, sm, sync);
   }

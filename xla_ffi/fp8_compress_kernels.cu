@@ -54,23 +54,13 @@ namespace jax_sparse24 {
 namespace fp8 {
 namespace {
 
+using mask_kernels::After;
+using mask_kernels::LoadGlobal;
+
 constexpr int kThreads = 256;
 constexpr int kTileM = 64;
 constexpr int kTileK = 128;
 constexpr int kPitch = kTileM + 1;  // bytes per staged x row (transposed path)
-
-// A read-only global load: the non-coherent path on the device, a plain copy in the host emulation
-// (tests/cpp/fp8_compress_emulation.cu).
-template <typename V>
-SP24_HD V LoadGlobal(const V* p) {
-#ifdef __CUDA_ARCH__
-  return __ldg(p);
-#else
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-#endif
-}
 
 template <typename T>
 struct Load8;  // 8 consecutive elements -> float[8]
@@ -303,18 +293,6 @@ SP24_HD float Row8<__half>::Get(int j) const {
 }
 template <>
 SP24_HD float Row8<float>::Get(int j) const { return mask_kernels::BitsFloat(w[j]); }
-
-// Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
-// previous one has its nibble, so that ptxas does not interleave groups (which spills registers;
-// as the 16-bit MVUE compressor, compress_kernels.cu).
-SP24_HD void After(float& x, uint32_t y) {
-#ifdef __CUDA_ARCH__
-  asm volatile("" : "+f"(x) : "r"(y));
-#else
-  (void)x;
-  (void)y;
-#endif
-}
 
 // The MVUE kernel's tile: 128 rows (k) x 128 columns (m) of g, A-rows c0 .. c0+127, k r0 .. r0+127.
 constexpr int kMvTile = 128;

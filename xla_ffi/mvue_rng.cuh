@@ -84,6 +84,30 @@ SP24_HD float Recip(float x) {
 #endif
 }
 
+// A read-only global load: the non-coherent path on the device, a plain copy in the host emulations
+// (tests/cpp/): shared by the fused compressors (compress_kernels.cu, fp8_compress_kernels.cu).
+template <typename V>
+SP24_HD V LoadGlobal(const V* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+#endif
+}
+
+// Makes x depend on y for the compiler (no instruction): the next MVUE group starts once the
+// previous one has its nibble, so that ptxas does not interleave groups (which spills registers).
+SP24_HD void After(float& x, uint32_t y) {
+#ifdef __CUDA_ARCH__
+  asm volatile("" : "+f"(x) : "r"(y));
+#else
+  (void)x;
+  (void)y;
+#endif
+}
+
 // a * b rounded once, never contracted into an FMA with a following add. nvcc contracts a * b + c
 // (-fmad=true) where the surrounding code lets it, so the same inline function could round
 // differently in two kernels; every kernel that draws the MVUE sample must agree bit for bit.
