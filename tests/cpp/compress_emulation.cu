@@ -10,12 +10,11 @@
 // sides share, so MVUE is checked for numbering and layout, not device rounding (the GPU test
 // compares with the MVUE kernel bit for bit). Build: nvcc -std=c++20 -I xla_ffi -I <jaxlib>/include.
 #include "compress_kernels.cu"
+#include "emulation_util.h"
 
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <thread>
 #include <vector>
 
 using namespace jax_sparse24::compress;
@@ -36,19 +35,8 @@ void RefCompress(const std::vector<uint16_t>& A, int64_t m, int64_t k, std::vect
   meta.assign(mal * kal / 8, 0x44);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t g = 0; g < k / 4; ++g) {
-      int cnt = 0, idx[2] = {0, 0};
-      uint16_t v[2] = {0, 0};
-      for (int e = 0; e < 4; ++e) {
-        uint16_t b = A[r * k + 4 * g + e];
-        if ((b & 0x7FFF) != 0) {
-          if (cnt < 2) { idx[cnt] = e; v[cnt] = b; }
-          cnt++;
-        }
-      }
-      if (cnt == 1 && idx[0] == 3) { v[1] = v[0]; v[0] = 0; idx[0] = 0; idx[1] = 3; }
-      else if (cnt == 1) { v[1] = 0; idx[1] = 3; }
-      uint32_t nib = idx[0] | (idx[1] << 2);
-      if (nib == 0) nib = 4;
+      uint16_t v[2];
+      const uint32_t nib = RefCompressGroup<uint16_t>(&A[r * k + 4 * g], 0x7FFF, v);
       vals[r * (k / 2) + 2 * g] = v[0];
       vals[r * (k / 2) + 2 * g + 1] = v[1];
       const int64_t off = MetaByteOffset(r, 4 * g, mal);
@@ -81,11 +69,7 @@ void Emulate(TileParams p, int64_t grid) {
   for (int64_t b = 0; b < grid; ++b) {
     TileSmem<D, TR> sm;
     std::memset(&sm, 0xAB, sizeof(sm));
-    std::barrier bar(kThreads);
-    std::vector<std::thread> th;
-    for (int t = 0; t < kThreads; ++t)
-      th.emplace_back([&, t]() { TileLoop<T, OP, D, TR>(p, t, b, grid, sm, [&]() { bar.arrive_and_wait(); }); });
-    for (auto& x : th) x.join();
+    RunCta(kThreads, [&](int t, auto& sync) { TileLoop<T, OP, D, TR>(p, t, b, grid, sm, sync); });
   }
 }
 
@@ -330,20 +314,16 @@ void ManyCase(const char* name, const std::vector<std::pair<int64_t, int64_t>>& 
   for (int64_t b = 0; b < grid; ++b) {
     auto run = [&](auto& sm) {
       std::memset(&sm, 0xAB, sizeof(sm));
-      std::barrier bar(kThreads);
-      std::vector<std::thread> th;
-      for (int t = 0; t < kThreads; ++t)
-        th.emplace_back([&, t]() {
-          using S = std::remove_reference_t<decltype(sm)>;
-          if constexpr (std::is_same_v<S, TileSmem<true, true>>) {
-            ManyTileLoop<T, true, true>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
-          } else if constexpr (std::is_same_v<S, TileSmem<true, false>>) {
-            ManyTileLoop<T, true, false>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
-          } else {
-            ManyTileLoop<T, false, true>(mp, t, b, grid, sm, [&]() { bar.arrive_and_wait(); });
-          }
-        });
-      for (auto& x : th) x.join();
+      RunCta(kThreads, [&](int t, auto& sync) {
+        using S = std::remove_reference_t<decltype(sm)>;
+        if constexpr (std::is_same_v<S, TileSmem<true, true>>) {
+          ManyTileLoop<T, true, true>(mp, t, b, grid, sm, sync);
+        } else if constexpr (std::is_same_v<S, TileSmem<true, false>>) {
+          ManyTileLoop<T, true, false>(mp, t, b, grid, sm, sync);
+        } else {
+          ManyTileLoop<T, false, true>(mp, t, b, grid, sm, sync);
+        }
+      });
     };
     if (dir && trans) { TileSmem<true, true> sm; run(sm); }
     else if (dir) { TileSmem<true, false> sm; run(sm); }

@@ -20,14 +20,13 @@
 // test_fp8_mvue24_compress_bit_exact, compares with the element-wise kernel bit for bit).
 // Build: nvcc -std=c++20 -I xla_ffi -I <jaxlib>/include.
 #include "fp8_compress_kernels.cu"
+#include "emulation_util.h"
 
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
 using namespace jax_sparse24::fp8;
@@ -46,15 +45,10 @@ void Emulate(const uint32_t* key, int nkw, const T* g, const float* scale, int64
       alignas(16) uint8_t s_meta[8 * kMvMetaStride];
       std::memset(s_val, 0xAB, sizeof(s_val));
       std::memset(s_meta, 0xAB, sizeof(s_meta));
-      std::barrier bar(kThreads);
-      std::vector<std::thread> th;
-      for (int t = 0; t < kThreads; ++t)
-        th.emplace_back([&, t]() {
-          Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, t,
-                         [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, s_val, s_meta,
-                         [&]() { bar.arrive_and_wait(); });
-        });
-      for (auto& x : th) x.join();
+      RunCta(kThreads, [&](int t, auto& sync) {
+        Fp8MvueTile<T>(key, nkw, g, scale, R, C, values, meta, M, K, m_al, t,
+                       [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, s_val, s_meta, sync);
+      });
     }
 }
 
@@ -66,19 +60,8 @@ void RefCompress8(const std::vector<uint8_t>& A, int64_t M, int64_t K, std::vect
   meta.assign(m_al * k_al / 8, 0x44);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t gi = 0; gi < K / 4; ++gi) {
-      int cnt = 0, idx[2] = {0, 0};
-      uint8_t v[2] = {0, 0};
-      for (int e = 0; e < 4; ++e) {
-        const uint8_t b = A[m * K + 4 * gi + e];
-        if ((b & 0x7F) != 0) {
-          if (cnt < 2) { idx[cnt] = e; v[cnt] = b; }
-          ++cnt;
-        }
-      }
-      if (cnt == 1 && idx[0] == 3) { v[1] = v[0]; v[0] = 0; idx[0] = 0; idx[1] = 3; }
-      else if (cnt == 1) { v[1] = 0; idx[1] = 3; }
-      uint32_t nib = idx[0] | (idx[1] << 2);
-      if (cnt == 0) nib = 4;
+      uint8_t v[2];
+      const uint32_t nib = RefCompressGroup<uint8_t>(&A[m * K + 4 * gi], 0x7F, v);
       vals[m * (K / 2) + 2 * gi] = v[0];
       vals[m * (K / 2) + 2 * gi + 1] = v[1];
       const int64_t k = 4 * gi, off = (k / 128) * m_al * 16 + m * 16 + (k % 128) / 8;
@@ -181,15 +164,10 @@ void EmulateMask(const T* x, const bool* mask, const float* scale, int64_t R, in
     for (int64_t bx = 0; bx < m_al / kTileM; ++bx) {
       uint8_t staged[kTileK * kPitch];
       std::memset(staged, 0xAB, sizeof(staged));
-      std::barrier bar(kThreads);
-      std::vector<std::thread> th;
-      for (int t = 0; t < kThreads; ++t)
-        th.emplace_back([&, t]() {
-          Fp8MaskTile<T, TRANS>(x, mask, scale, R, C, values, meta, M, K, m_al, t,
-                                [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, staged,
-                                [&]() { bar.arrive_and_wait(); });
-        });
-      for (auto& th1 : th) th1.join();
+      RunCta(kThreads, [&](int t, auto& sync) {
+        Fp8MaskTile<T, TRANS>(x, mask, scale, R, C, values, meta, M, K, m_al, t,
+                              [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, staged, sync);
+      });
     }
 }
 
@@ -260,15 +238,10 @@ void QtCase(const char* dtype, int64_t R, int64_t C, float scale, uint32_t seed)
     for (int64_t bx = 0; bx < (C + kQtTile - 1) / kQtTile; ++bx) {
       uint8_t tile[kQtTile * kQtPitch];
       std::memset(tile, 0xAB, sizeof(tile));
-      std::barrier bar(kThreads);
-      std::vector<std::thread> th;
-      for (int t = 0; t < kThreads; ++t)
-        th.emplace_back([&, t]() {
-          Fp8QuantizeTransposeTile<T>(x.data(), &scale, R, C, out.data(), t,
-                                      [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, tile,
-                                      [&]() { bar.arrive_and_wait(); });
-        });
-      for (auto& th1 : th) th1.join();
+      RunCta(kThreads, [&](int t, auto& sync) {
+        Fp8QuantizeTransposeTile<T>(x.data(), &scale, R, C, out.data(), t,
+                                    [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, tile, sync);
+      });
     }
   const float inv = 1.0f / scale;
   for (int64_t r = 0; r < R; ++r)
