@@ -381,8 +381,8 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
   return ffi::Error::Success();
 }
 
-// The GEMM of a plan on checked operands. alpha: a host float (16-bit plans) or a device vector of m
-// floats (the fp8 plan).
+// The GEMM of a plan on checked operands. alpha: a host float (16-bit plans, and fp8 plans with scale_mode
+// none) or a device vector of m floats (fp8 plans with the alpha vector).
 ffi::Error RunPlan(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device, const PlanKey& key,
                    ffi::AnyBuffer compressed, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, const void* alpha) {
   DeviceGuard guard;

@@ -426,8 +426,8 @@ def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_m
         ``scale_mode="vector"`` also an (m,) vector, one factor per output column.
       scale_mode: how alpha reaches the GEMM. ``"none"``: the GEMM writes the unscaled product in
         bfloat16 and XLA multiplies by alpha after (two roundings; XLA may fuse the multiply into the
-        consumer); ``"vector"``: cuSPARSELt's alpha vector, which cuSPARSELt 0.8.0 refuses for fp8
-        (CUSPARSE_STATUS_NOT_SUPPORTED, raised as an error). Its per-tensor A/B scale pointers are not
+        consumer); ``"vector"``: cuSPARSELt's alpha vector, which cuSPARSELt 0.8.0 and 0.8.1 refuse for
+        fp8 (CUSPARSE_STATUS_NOT_SUPPORTED, raised as an error). Its per-tensor A/B scale pointers are not
         offered: 0.8.0 on the H100 accepted them and ignored the scales (``scripts/probe_fp8.py``).
 
     An experimental path (``scripts/probe_fp8.py`` compares it with the CUTLASS fp8 GEMM); the fp8
