@@ -573,11 +573,12 @@ def measure(rec: dict, label: str, rt, exes: dict, data, a, log) -> None:
     exe, state, batches, _ = btg.warmed_up(rt, exes, label, data, a.warmup)
     hlo, rec["hlo"] = compiled_text(exe)
     op_names = hlo_op_names(hlo) if hlo else {}
-    times = []
+    times, step = [], a.warmup
     with btg.collector("freeze"):
         for _ in range(a.rounds):
-            state, t = btg.timed_steps(exe, state, batches, a.iters)
+            state, t = btg.timed_steps(rt, exe, state, batches, a.iters, step)
             times.append(t)
+            step += a.iters
     rec["wall_ms"] = 1e3 * statistics.median(times)
     rec["wall_rounds_ms"] = [1e3 * t for t in times]
     safe = re.sub(r"[^\w.+-]", "_", label)
@@ -587,8 +588,8 @@ def measure(rec: dict, label: str, rt, exes: dict, data, a, log) -> None:
         # exceeded the profiler's 2 GB protobuf limit (and came back empty); the kernels' names are
         # matched to the compiled HLO text instead
         with jax.profiler.trace(tdir, profiler_options=_profile_options()):
-            for i in range(a.steps):
-                state, _ = exe(state, batches[i % len(batches)])
+            for i in range(a.steps):  # as the example runs them (a due mask refresh included)
+                state, _ = rt.run_step(state, batches[i % len(batches)], step + i, None, train=exe)
             jax.block_until_ready(state)
         kt = kernel_times(tdir, op_names)
         if a.trace_dir:

@@ -199,14 +199,19 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
 
 def warmed_up(rt, exes, recipe, data, warmup):
     """A recipe's timed train program and its state after ``warmup`` steps (STEP forced into its
-    sparse phase) on the four timing batches: (exe, state, batches, metrics of the last step)."""
-    exe = exes[(recipe, "train", None if rt.exp.cfg.method == "dense" else True)]
+    sparse phase) on the four timing batches: (exe, state, batches, metrics of the last step).
+    Steps run as the example runs them (``Runtime.run_step``: srste's mask refresh every
+    ``--mask-every`` steps, the ste/soft flip rate on logging steps, each its own program, compiled
+    here)."""
+    sparse = None if rt.exp.cfg.method == "dense" else True
+    exe = exes[(recipe, "train", sparse)]
     state = rt.init()
     if rt.exp.needs_phase():
         state = dict(state, opt_state=_force_step_phase(state["opt_state"]))
+    rt.warm_host_programs(state)
     batches = [rt.put(data.batch(10_000 + i)) for i in range(4)]
     for i in range(warmup):
-        state, m = exe(state, batches[i % 4])
+        state, m = rt.run_step(state, batches[i % 4], i, sparse, train=exe)
     jax.block_until_ready(state)
     return exe, state, batches, m
 
@@ -237,12 +242,12 @@ def collector(mode: str):
             gc.unfreeze()
 
 
-def timed_steps(exe, state, batches, iters: int):
-    """``iters`` steps of ``exe`` from ``state`` over ``batches`` (cycled), then one sync:
-    ``(state, seconds per step)``."""
+def timed_steps(rt, exe, state, batches, iters: int, step0: int):
+    """``iters`` steps (``rt.run_step`` with ``exe``, updates ``step0, step0 + 1, ...``) from ``state``
+    over ``batches`` (cycled), then one sync: ``(state, seconds per step)``."""
     t0 = time.perf_counter()
     for i in range(iters):
-        state, _ = exe(state, batches[i % len(batches)])
+        state, _ = rt.run_step(state, batches[i % len(batches)], step0 + i, None, train=exe)
     jax.block_until_ready(state)
     return state, (time.perf_counter() - t0) / iters
 
@@ -253,15 +258,17 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
     variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
     for label, recipe in variants:
         exe, state, batches, m = warmed_up(rts[recipe], exes, recipe, data_by_recipe, warmup)
-        runs[label] = dict(exe=exe, state=state, batches=batches, times=[], sparse=bool(m["sparse"]),
+        runs[label] = dict(rt=rts[recipe], exe=exe, state=state, batches=batches, times=[], step=warmup,
+                           sparse=bool(m["sparse"]),
                            n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
     labels = list(runs)
     with collector(gc_mode) as pauses:
         for rnd in range(rounds):
             for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
                 r = runs[label]
-                r["state"], t = timed_steps(r["exe"], r["state"], r["batches"], iters)
+                r["state"], t = timed_steps(r["rt"], r["exe"], r["state"], r["batches"], iters, r["step"])
                 r["times"].append(t)
+                r["step"] += iters
     gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
                              "total_s": sum(t for q, t in pauses if q == g),
                              "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}
@@ -307,8 +314,11 @@ def quality(rts, exes, data, steps, log) -> dict:
         hist.append({"step": 0, "val_loss": evaluate(0)})
         t_train, t0 = 0.0, time.perf_counter()
         losses = []
+        rt.warm_host_programs(state)
         for step in range(steps):
-            state, m = exes[(recipe, "train", exp.sparse_at(step, phase))](state, rt.put(data.batch(step)))
+            sparse = exp.sparse_at(step, phase)
+            state, m = rt.run_step(state, rt.put(data.batch(step)), step, sparse,
+                                   train=exes[(recipe, "train", sparse)])
             losses.append(m)
             if exp.needs_phase() and not phase:
                 phase = train_gpt.step_phase(state)

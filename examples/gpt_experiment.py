@@ -8,8 +8,10 @@ model / optimizer / train and eval steps built from the resolved flags.
   (``gpt_runtime.Runtime`` jits them with shardings). The train state is the dict
   ``{"step", "params", "sparsity", "opt_state"}`` (what the checkpoints hold); the train step runs
   it as a :class:`jax_sparse24.training.SparseTrainState` (MVUE keys, prepared weights, masked
-  decay, update, mask refresh) and logs the flip rate (:func:`jax_sparse24.nn.kernel_flip_rate`
-  for ste/soft/ast) and STEP's phase (:func:`jax_sparse24.optim.step_state`).
+  decay, update) and logs STEP's phase (:func:`jax_sparse24.optim.step_state`);
+* :func:`refresh_masks`, :func:`kernel_masks`, :func:`flip_rate` — the srste mask refresh and the
+  ste/soft/ast flip rate, kept out of the train step (no conditional in it) and run by the loop
+  on the steps that need them (``gpt_runtime.Runtime.run_step``).
 """
 
 from __future__ import annotations
@@ -378,15 +380,36 @@ def _get(tree, path):
     return tree
 
 
-def _sparse_kernels(exp: Experiment, params) -> dict:
-    """``params`` cut down to the sparse layers' kernels (the operands of the flip-rate ``cond``)."""
-    out: dict = {}
-    for path in exp.sparse_paths:
-        node, src = out, params
-        for k in path:
-            node, src = node.setdefault(k, {}), src[k]
-        node["kernel"] = src["kernel"]
-    return out
+def refreshes_masks(exp: Experiment) -> bool:
+    """Whether the recipe's layers keep masks that the loop refreshes every ``--mask-every`` steps
+    (srste: :func:`refresh_masks`)."""
+    return exp.cfg.method == "srste" and bool(exp.sparse_paths)
+
+
+def measures_flips(exp: Experiment) -> bool:
+    """Whether the loop measures the flip rate across an update on logging steps (ste, soft and
+    ast: masks recomputed from the kernels every call; :func:`kernel_masks` / :func:`flip_rate`)."""
+    return exp.cfg.method in ("ste", "soft") and bool(exp.sparse_paths)
+
+
+def refresh_masks(exp: Experiment, params, sparsity, step):
+    """``(sparsity, flip rate)`` after the srste mask refresh of the layers due at ``step`` (the
+    number of updates applied), without a conditional: a program of its own, run by the loop on
+    the steps where a layer is due (``jax_sparse24.nn.refresh_due``)."""
+    return s24nn.refresh_masks(params, sparsity, step=step, skip_idle=False)
+
+
+def kernel_masks(exp: Experiment, params):
+    """The 2:4 masks of the sparse layers' kernels (ste, soft, ast): taken before a logging step's
+    update, compared after it by :func:`flip_rate`. Two magnitude masks of every sparse weight cost
+    ~2% of a GPT-2-medium step on the H100 (ste kernel time per step 43.9 -> 43.0 ms without), so
+    they are measured on logging steps only."""
+    return s24nn.kernel_masks(params, paths=exp.sparse_paths)
+
+
+def flip_rate(exp: Experiment, old_masks, params):
+    """Fraction of the sparse layers' 2:4 mask entries that changed since :func:`kernel_masks`."""
+    return s24nn.kernel_flip_rate(old_masks, params, paths=exp.sparse_paths).astype(jnp.float32)
 
 
 def prepares_weights(exp: "Experiment") -> bool:
@@ -472,28 +495,16 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         if exp.teacher_model is None:
             kd = None
         # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
-        # switch), the update, the mask refresh (srste layers refresh when (updates applied) %
-        # mask_every == 0; a model without masks has nothing to refresh), step + 1. The named scope
-        # marks the update's kernels in the compiled program (benchmarks/bench_step_breakdown.py).
-        step = st.step
+        # switch), the update, step + 1. The named scope marks the update's kernels in the compiled
+        # program (benchmarks/bench_step_breakdown.py). No conditional in the step (on a GPU the
+        # host reads a conditional's predicate, waiting for the device: ~1 ms of a GPT-2 step): the
+        # srste mask refresh and the ste/soft flip rate run in programs of their own on the steps
+        # that need them (gpt_runtime.Runtime.run_step); "flip" is NaN here and filled in there.
         with jax.named_scope("optimizer"):
-            new = st.apply_gradients(grads=grads, fp8_meta=new_meta)
-        if method == "srste":
-            flip = jnp.where((step + 1) % exp.cfg.mask_every == 0, new.flip_rate, jnp.nan)
-        elif method in ("ste", "soft"):
-            # Measured on logging steps only (one cond for the model; only the sparse kernels are its
-            # operands): two magnitude masks of every sparse weight per step cost ~2% of a
-            # GPT-2-medium step on the H100 (ste kernel time per step 43.9 -> 43.0 ms).
-            every = exp.hp.get("flip_every", 1)
-            flip = jax.lax.cond((step + 1) % every == 0,
-                                lambda p, q: s24nn.kernel_flip_rate(p, q, paths=exp.sparse_paths),
-                                lambda p, q: jnp.asarray(jnp.nan, jnp.float32),
-                                _sparse_kernels(exp, st.params), _sparse_kernels(exp, new.params))
-        else:
-            flip = jnp.asarray(jnp.nan, jnp.float32)
+            new = st.apply_gradients(grads=grads, fp8_meta=new_meta, refresh=False)
         metrics = {
             "loss": loss,
-            "flip": flip.astype(jnp.float32),
+            "flip": jnp.asarray(jnp.nan, jnp.float32),
             "grad_norm": optax.tree.norm(grads) if hasattr(optax, "tree") else optax.global_norm(grads),
             "sparse": jnp.asarray(bool(sparse)),
         }

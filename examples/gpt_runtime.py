@@ -14,8 +14,9 @@ import jax_sparse24 as s24
 from jax_sparse24 import distill as s24distill
 
 from gpt_errors import CLIError
-from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, prepares_weights,
-                            start_finetune)
+import gpt_experiment
+from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, measures_flips,
+                            prepares_weights, refreshes_masks, start_finetune)
 
 
 def _key_str(k) -> str:
@@ -124,6 +125,16 @@ class Runtime:
         self._train: dict = {}
         self._eval: dict = {}
         self._start_finetune = None
+        # the host-scheduled mask work (run_step): srste's refresh on due steps, ste/soft/ast's flip
+        # rate on logging steps; small programs of their own, so the train step has no conditional
+        self.mask_periods = (exp.hp["mask_every"],) if refreshes_masks(exp) else ()
+        self.flip_every = int(exp.hp.get("flip_every", 1)) if measures_flips(exp) else 0
+        params_sh, sparsity_sh = self.state_shardings["params"], self.state_shardings["sparsity"]
+        self._refresh = jax.jit(lambda p, sp, step: gpt_experiment.refresh_masks(exp, p, sp, step),
+                                in_shardings=(params_sh, sparsity_sh, self._repl),
+                                out_shardings=(sparsity_sh, self._repl))
+        self._kernel_masks = jax.jit(lambda p: gpt_experiment.kernel_masks(exp, p), in_shardings=(params_sh,))
+        self._flip_rate = jax.jit(lambda m, p: gpt_experiment.flip_rate(exp, m, p), out_shardings=self._repl)
 
     def put(self, tokens):
         return jax.device_put(tokens, self.data_sharding)
@@ -141,6 +152,39 @@ class Runtime:
                     out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
                 self._train[sparse] = lambda state, tokens: step(state, tokens, self.teacher)
         return self._train[sparse]
+
+    def run_step(self, state, tokens, step: int, sparse: Optional[bool], train=None):
+        """One optimizer step as the example runs it: ``(state, metrics)`` after ``step`` updates.
+
+        ``train`` (default :meth:`train_step` ``(sparse)``; the benchmarks pass their compiled
+        program) does the forward, backward and update; around it, on the steps that need it, the
+        host runs what the step leaves out so that it has no conditional (a GPU step with one
+        waits for the host to read its predicate): srste's mask refresh after the update when a
+        layer is due (``jax_sparse24.nn.refresh_due``; the refresh's flip rate is the step's
+        ``"flip"``), and for ste/soft/ast on logging steps (every ``flip_every``) the flip rate
+        across the update (the masks taken before it, compared after it). Other steps' ``"flip"``
+        is NaN.
+        """
+        train = self.train_step(sparse) if train is None else train
+        measure = self.flip_every and (step + 1) % self.flip_every == 0
+        old_masks = self._kernel_masks(state["params"]) if measure else None
+        state, metrics = train(state, tokens)
+        if measure:
+            metrics = dict(metrics, flip=self._flip_rate(old_masks, state["params"]))
+        if s24.nn.refresh_due(self.mask_periods, step + 1):
+            sparsity, flip = self._refresh(state["params"], state["sparsity"], state["step"])
+            state, metrics = dict(state, sparsity=sparsity), dict(metrics, flip=flip)
+        return state, metrics
+
+    def warm_host_programs(self, state) -> None:
+        """Compile (by running once, results dropped) the programs :meth:`run_step` runs on some
+        steps only, so a timed loop does not compile them."""
+        outs = []
+        if self.mask_periods:
+            outs.append(self._refresh(state["params"], state["sparsity"], state["step"]))
+        if self.flip_every:
+            outs.append(self._flip_rate(self._kernel_masks(state["params"]), state["params"]))
+        jax.block_until_ready(outs)
 
     def start_finetune(self, state):
         """``gpt_experiment.start_finetune`` jitted with the state's shardings (run once per run)."""

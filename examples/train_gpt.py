@@ -314,6 +314,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     if step0 == 0 and not any("val_loss" in r for r in history):
         history.append({"step": 0, "val_loss": evaluate(state)})
 
+    rt.warm_host_programs(state)  # the mask refresh / flip-rate programs: compiled here, not inside timed steps
     bar = Progress(stop, step0, f"{recipe:>5s}", quiet=args.quiet)
     log = TrainLog(history, elapsed_prev, tokens_prev)  # history, tokens/s, the progress line's numbers
     interrupted = False
@@ -326,7 +327,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
                 log.untimed()
                 compiled.add(flag)
             tokens = put(data.batch(step))
-            state, m = rt.train_step(flag)(state, tokens)
+            state, m = rt.run_step(state, tokens, step, flag)  # + srste's mask refresh when due
             step += 1
             if exp.needs_phase() and not phase:  # STEP's dense phase: read the switch (a sync)
                 phase = step_phase(state)

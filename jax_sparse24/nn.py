@@ -50,10 +50,13 @@ __all__ = [
     "METHODS",
     "prepare",
     "refresh_masks",
+    "mask_periods",
+    "refresh_due",
     "masks_for_params",
     "apply_masks",
     "sparse_weights",
     "kernel_flip_rate",
+    "kernel_masks",
 ]
 
 #: Name of the Flax collection holding masks, β and refresh periods.
@@ -422,7 +425,7 @@ def _set(tree, path, value):
     return out
 
 
-def refresh_masks(params, sparsity, *, step=None):
+def refresh_masks(params, sparsity, *, step=None, skip_idle: bool = True):
     """Recompute every ``srste`` mask from the current kernels; return ``(sparsity, flip_rate)``.
 
     Call once per optimizer step (not per micro-batch) after the update. With ``step`` given a
@@ -430,10 +433,28 @@ def refresh_masks(params, sparsity, *, step=None):
     whole model skips the mask computation on steps where no layer refreshes, ``jit``-friendly);
     with ``step=None`` every mask is refreshed.
 
+    The ``lax.cond`` has a price on a GPU: XLA reads a conditional's predicate on the host, which
+    waits for the device to reach it, so the queue of launched kernels drains once per step
+    (~1 ms of a GPT-2 124M step on the H100, ``docs/performance.md``). To avoid it, refresh in a
+    program of its own that the host runs only on the steps where a layer is due, with
+    ``skip_idle=False`` (no conditional)::
+
+        periods = mask_periods(sparsity)                  # host ints, read once
+        refresh = jax.jit(lambda p, s, step: refresh_masks(p, s, step=step, skip_idle=False))
+        for step in range(n):
+            params, opt_state = train_step(params, sparsity, opt_state, step)  # no refresh inside
+            if refresh_due(periods, step + 1):
+                sparsity, flips = refresh(params, sparsity, step + 1)
+
+    (:meth:`jax_sparse24.training.SparseTrainState.refresh_masks` does this for the train state.)
+
     Args:
       params: the model's ``params`` (kernels in Flax (in, out) layout).
       sparsity: the model's ``"sparsity"`` collection.
       step: optimizer step (int or scalar array) or ``None``.
+      skip_idle: with ``step``, skip the mask computation under a ``lax.cond`` when no layer is
+        due (``True``); ``False``: no conditional -- every layer's mask is computed and the due
+        layers' kept (same result, for a program run only when some layer is due).
 
     Returns:
       The new sparsity collection and the flip rate: the fraction of mask entries (over all
@@ -444,13 +465,44 @@ def refresh_masks(params, sparsity, *, step=None):
     masks, rate = _layer.refresh([_get(params, path)["kernel"] for path, _ in layers],
                                  [layer[name] for (_, layer), name in zip(layers, names)],
                                  [name == _TMASK for name in names],
-                                 [layer.get(_EVERY, 1) for _, layer in layers], step)
+                                 [layer.get(_EVERY, 1) for _, layer in layers], step, skip_idle=skip_idle)
     new = sparsity
     for (path, layer), name, mask in zip(layers, names, masks):
         layer_new = dict(layer)
         layer_new[name] = mask
         new = _set(new, path, layer_new)
     return new, rate
+
+
+def mask_periods(sparsity) -> tuple:
+    """The distinct ``srste`` mask refresh periods (``mask_every``) of a sparsity collection, as
+    sorted Python ints; ``()`` without ``srste`` layers.
+
+    A host read of the collection's period entries: call it once, outside ``jit`` (the periods
+    never change), and decide each step with :func:`refresh_due` -- reading them every step
+    would wait for the previous step to finish.
+
+    Raises:
+      ValueError: called on traced values (inside ``jit``).
+    """
+    periods = set()
+    for path, layer in _layer_states(sparsity):
+        every = layer.get(_EVERY, 1)
+        try:
+            periods.add(max(1, int(np.asarray(every))))
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+            raise ValueError(
+                f"mask_periods: the refresh period of '{'/'.join(map(str, path))}' is traced; call mask_periods "
+                "outside jit, once, on the sparsity collection of model.init(...) or of the train state"
+            ) from None
+    return tuple(sorted(periods))
+
+
+def refresh_due(periods, step: int) -> bool:
+    """Whether some layer with a refresh period in ``periods`` (:func:`mask_periods`) refreshes at
+    optimizer step ``step`` (``step % period == 0``, the rule of :func:`refresh_masks`): the host's
+    side of a refresh run in its own program."""
+    return any(int(step) % int(p) == 0 for p in periods)
 
 
 def masks_for_params(params, sparsity):
@@ -580,13 +632,18 @@ def kernel_flip_rate(old_params, new_params, paths=None):
         new_params = optax.apply_updates(params, updates)
         flip = kernel_flip_rate(params, new_params, paths=[("h_0", "mlp", "fc"), ...])
 
-    It computes two masks per kernel; to log it every ``n`` steps only, put it under
-    ``lax.cond((step + 1) % n == 0, ...)``.
+    It computes two masks per kernel. To log it every ``n`` steps only, either put it under
+    ``lax.cond((step + 1) % n == 0, ...)`` in the step (a conditional costs a host round trip per
+    step on a GPU, see :func:`refresh_masks`), or keep the step free of it: on logging steps take
+    ``old = kernel_masks(params, paths)`` before the step (1 byte per entry instead of the old
+    params) and ``kernel_flip_rate(old, new_params, paths)`` after it, each a small program.
 
     Args:
       old_params, new_params: params trees of the same structure (e.g. before and after
         ``optax.apply_updates``); only the compared kernels are read, so trees holding just those
-        (``{"h_0": {"mlp": {"fc": {"kernel": k}}}}``) work too.
+        (``{"h_0": {"mlp": {"fc": {"kernel": k}}}}``) work too. ``old_params`` may hold the old
+        masks instead of the old kernels (:func:`kernel_masks`: a bool ``kernel`` leaf is taken as
+        the mask).
       paths: the layers to compare: module paths in ``params`` (tuples of keys, or ``"a/b"``
         strings), each with a ``kernel`` of shape ``(..., in, out)``, ``in % 4 == 0``. ``None``:
         every ``kernel`` of 2 or more dimensions in ``old_params`` — pass ``paths`` when the model
@@ -623,6 +680,39 @@ def kernel_flip_rate(old_params, new_params, paths=None):
             raise ValueError(f"kernel_flip_rate: the kernels at '{'/'.join(map(str, path))}' must have the same "
                              f"(..., in, out) shape, got {np.shape(old)} and {np.shape(new)}")
         axis = np.ndim(old) - 2
-        flips = flips + jnp.sum(_ops.mask24(old, axis=axis) != _ops.mask24(new, axis=axis), dtype=jnp.float32)
+        old_mask = old if jnp.result_type(old) == jnp.bool_ else _kernel_mask(old, path, "kernel_flip_rate")
+        flips = flips + jnp.sum(old_mask != _kernel_mask(new, path, "kernel_flip_rate"), dtype=jnp.float32)
         total += int(np.size(old))
     return flips / max(total, 1)
+
+
+def _kernel_mask(kernel, path, op: str):
+    """The 2:4 magnitude mask of an ``(..., in, out)`` kernel along ``in``."""
+    if np.ndim(kernel) < 2 or np.shape(kernel)[-2] % 4:
+        raise ValueError(f"{op}: the kernel at '{'/'.join(map(str, path))}' must have shape (..., in, out) with "
+                         f"in divisible by 4 (whole 2:4 groups), got {np.shape(kernel)}")
+    return _ops.mask24(kernel, axis=np.ndim(kernel) - 2)
+
+
+def kernel_masks(params, paths=None):
+    """The 2:4 magnitude masks of kernels, as a tree holding just them (``{"h_0": {"mlp": {"fc":
+    {"kernel": bool mask}}}}``): the ``old_params`` of :func:`kernel_flip_rate` for a flip rate
+    measured across an update without keeping the old params.
+
+    Args:
+      params: a params tree.
+      paths: the layers, as for :func:`kernel_flip_rate` (``None``: every kernel of 2 or more
+        dimensions).
+    """
+    paths = _kernel_paths(params) if paths is None else _layer_paths(paths, "kernel_masks")
+    out: dict = {}
+    for path in paths:
+        try:
+            kernel = _get(params, path)["kernel"]
+        except (KeyError, TypeError, IndexError):
+            raise ValueError(f"kernel_masks: params has no '{'/'.join(map(str, path + ('kernel',)))}'") from None
+        node = out
+        for k in path:
+            node = node.setdefault(k, {})
+        node["kernel"] = _kernel_mask(kernel, path, "kernel_masks")
+    return out

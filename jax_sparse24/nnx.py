@@ -266,7 +266,7 @@ def _srste_layers(model) -> list[tuple[tuple, Sparse24Linear]]:
             if isinstance(node, Sparse24Linear) and node.method == "srste"]
 
 
-def refresh_masks(model, *, step=None):
+def refresh_masks(model, *, step=None, skip_idle: bool = True):
     """Recompute every ``srste`` mask of ``model`` from its current kernel, in place; return the flip rate.
 
     The NNX form of :func:`jax_sparse24.nn.refresh_masks` (same computation). Call once per
@@ -279,6 +279,10 @@ def refresh_masks(model, *, step=None):
       model: an NNX module (or graph of modules) containing :class:`Sparse24Linear` layers.
       step: the number of optimizer updates applied (an int, a scalar array, or a Variable such
         as ``nnx.Optimizer``'s ``step`` after ``update``), or ``None``.
+      skip_idle: with ``step``, skip the mask computation under a ``lax.cond`` when no layer is
+        due; ``False``: no conditional (a GPU step with a conditional waits for the host's read of
+        its predicate, see :func:`jax_sparse24.nn.refresh_masks`) -- for a refresh in a program of
+        its own that the host runs on due steps only (``mask_every`` periods: ``layer.mask_every``).
 
     Returns:
       The flip rate: the fraction of mask entries (over all refreshed layers) that changed; 0 when
@@ -289,7 +293,7 @@ def refresh_masks(model, *, step=None):
         step = _get(step)
     masks, rate = _layer.refresh([_get(layer.kernel) for layer in layers], [_get(layer.mask) for layer in layers],
                                  [layer.transposable for layer in layers], [layer.mask_every for layer in layers],
-                                 step)
+                                 step, skip_idle=skip_idle)
     for layer, mask in zip(layers, masks):
         _set(layer.mask, mask)
     return rate

@@ -95,7 +95,9 @@ class SparseTrainState(struct.PyTreeNode):
        so nothing is decayed;
     2. the optimizer update (``tx.update`` + ``optax.apply_updates``);
     3. the mask refresh :func:`jax_sparse24.nn.refresh_masks` with ``step=step + 1`` (each layer
-       every ``mask_every`` steps), its flip rate kept in :attr:`flip_rate`;
+       every ``mask_every`` steps), its flip rate kept in :attr:`flip_rate` (or, with
+       ``refresh=False``, none: :meth:`refresh_masks` then does it in a program of its own, which
+       spares a GPU step the host round trip of the refresh's ``lax.cond``);
     4. ``step + 1``; the preparation of :meth:`prepare` is dropped (it is stale).
 
     Phases: :meth:`is_sparse` says whether the model runs sparse at the current step — ``step <
@@ -412,13 +414,18 @@ class SparseTrainState(struct.PyTreeNode):
         return jax.tree.map(lambda m: None if m is None else jnp.where(flag, m, jnp.ones_like(m)), masks,
                             is_leaf=lambda x: x is None)
 
-    def apply_gradients(self, *, grads, sparse=_AUTO, **kwargs) -> "SparseTrainState":
+    def apply_gradients(self, *, grads, sparse=_AUTO, refresh: bool = True, **kwargs) -> "SparseTrainState":
         """The state after one optimizer step with ``grads`` (masked decay, update, mask refresh).
 
         Args:
           grads: gradients with the structure of ``params``.
           sparse: whether this step's forward pass ran sparse, for the masked decay: ``"auto"``
             (:meth:`is_sparse`), or the Python bool the step passed to :meth:`apply`.
+          refresh: ``True``: the mask refresh of the layers due at ``step + 1``, inside the step
+            under one ``lax.cond`` (on a GPU the host then waits for the device once per step,
+            ~1 ms of a GPT-2 124M step; see :meth:`refresh_masks`); ``False``: masks unchanged
+            and ``flip_rate`` 0 -- refresh them with :meth:`refresh_masks` in a program of its
+            own on the steps where a layer is due.
           **kwargs: other fields to replace (as Flax's ``TrainState.apply_gradients``); with
             delayed-scaling fp8 layers ``fp8_meta=`` the gradient of the loss with respect to
             :attr:`fp8_meta` (its new value; required).
@@ -442,6 +449,38 @@ class SparseTrainState(struct.PyTreeNode):
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params, **extra)
         params = optax.apply_updates(self.params, updates)
         step = jnp.asarray(self.step, jnp.int32)
-        sparsity, flip_rate = _nn.refresh_masks(params, self.sparsity, step=step + 1)
+        if refresh:
+            sparsity, flip_rate = _nn.refresh_masks(params, self.sparsity, step=step + 1)
+        else:
+            sparsity, flip_rate = self.sparsity, jnp.zeros((), jnp.float32)
         return self.replace(step=step + 1, params=params, opt_state=opt_state, sparsity=sparsity,
                             flip_rate=jnp.asarray(flip_rate, jnp.float32), prepared=None, **kwargs)
+
+    def refresh_masks(self) -> "SparseTrainState":
+        """The state with the masks of the layers due at :attr:`step` refreshed (``step % mask_every
+        == 0``, each layer its own period) and their :attr:`flip_rate`: the refresh of
+        :meth:`apply_gradients` as a program of its own, without a conditional.
+
+        A ``lax.cond`` inside the train step costs a host round trip per step on a GPU (the host
+        reads the predicate and waits for the device to reach it; ~1 ms of a 28 ms GPT-2 124M step
+        on the H100, ``docs/performance.md``). Leave it out of the step and refresh only on the
+        steps that need it::
+
+            periods = s24.nn.mask_periods(state.sparsity)        # host ints, read once
+            refresh = jax.jit(lambda s: s.refresh_masks(), donate_argnums=0)
+
+            @jax.jit
+            def train_step(state, x, y):
+                ...
+                return state.apply_gradients(grads=grads, refresh=False), loss
+
+            for i in range(n):
+                state, loss = train_step(state, x, y)
+                if s24.nn.refresh_due(periods, i + 1):           # the host's count of updates
+                    state = refresh(state)
+
+        Same masks and flip rate as ``apply_gradients(refresh=True)``. Every layer's mask is
+        computed (the due ones kept), so call it on due steps only.
+        """
+        sparsity, flip_rate = _nn.refresh_masks(self.params, self.sparsity, step=self.step, skip_idle=False)
+        return self.replace(sparsity=sparsity, flip_rate=jnp.asarray(flip_rate, jnp.float32), prepared=None)

@@ -26,6 +26,8 @@
 #            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_SEED, QUALITY_FLAGS (bench_quality's --flags),
 #            QUALITY_RUNS = the --runs directory, returned as
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
+#   gpt: bench_train_gpt.py on GPT_SPECS="size:layers[:sparse-attn] ..." (default "gpt2:12 gpt2:12:sparse-attn"),
+#        GPT_RECIPES (default dense,srste,srste/prepared,sste,ste,step), GPT_TAG_SUFFIX
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -184,6 +186,21 @@ PYEOF
       rc=$?; note "bench_train_gpt $size x$layers rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$size.log"; status=1; }
     done
   fi
+fi
+
+if asked gpt; then
+  # The GPT example's train step against dense (bench_train_gpt.py) for GPT_SPECS="size:layers[:sparse-attn] ..."
+  # (default "gpt2:12 gpt2:12:sparse-attn"), GPT_RECIPES, GPT_ROUNDS x GPT_ITERS; tags
+  # <gpu>_<size>_l<layers>[_sparse-attn]<GPT_TAG_SUFFIX>
+  for spec in ${GPT_SPECS:-gpt2:12 gpt2:12:sparse-attn}; do
+    IFS=: read -r size layers attn <<< "$spec"; t0=$(date +%s)
+    tag="${GPU_TAG}_${size}_l$layers${attn:+_$attn}${GPT_TAG_SUFFIX:-}"
+    timeout ${GPT_TIMEOUT:-240} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size $size --n-layer $layers \
+      --quality-steps 0 --rounds ${GPT_ROUNDS:-7} --iters ${GPT_ITERS:-10} --compile-workers 8 ${attn:+--$attn} \
+      --recipes ${GPT_RECIPES:-dense,srste,srste/prepared,sste,ste,step} > "$OUT/logs/train_$tag.log" 2>&1
+    rc=$?; note "bench_train_gpt $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/train_$tag.log" | tr -s ' ' | tr '\n' ';')"
+    [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$tag.log"; status=1; }
+  done
 fi
 
 if asked fp8probe; then

@@ -38,11 +38,11 @@ def run_round(loop, exe, jitted, state, batches, data, rt, step0, iters):
     """``iters`` steps of ``loop`` from ``state``: (state, seconds per step). ``aot`` and ``jit`` are
     the benchmark's own timed round (:func:`bench_train_gpt.timed_steps`) on either callable."""
     if loop in ("aot", "jit"):
-        return bench_train_gpt.timed_steps(exe if loop == "aot" else jitted, state, batches, iters)
+        return bench_train_gpt.timed_steps(rt, exe if loop == "aot" else jitted, state, batches, iters, step0)
     t0 = time.perf_counter()
     metrics = []
     for i in range(iters):
-        state, m = jitted(state, rt.put(data.batch(step0 + i)))
+        state, m = rt.run_step(state, rt.put(data.batch(step0 + i)), step0 + i, None, train=jitted)
         metrics.append(m)
     if loop == "jit+put+fetch":
         jax.device_get(metrics)
@@ -77,17 +77,17 @@ def main(argv=None) -> int:
         jitted = rt.train_step(None if rt.exp.cfg.method == "dense" else True)
         state, _ = jitted(state, batches[0])  # compile the jitted step outside the rounds
         jax.block_until_ready(state)
-        runs[lb] = dict(exe=exe, jitted=jitted, state=state, batches=batches, rt=rt, times={lp: [] for lp in LOOPS})
-    step = 0
+        runs[lb] = dict(exe=exe, jitted=jitted, state=state, batches=batches, rt=rt, times={lp: [] for lp in LOOPS},
+                        step=a.warmup + 1)
     keys = [(lb, lp) for lb in labels for lp in LOOPS]
     gc.collect()
     gc.freeze()  # as the benchmark and the example: the compiled programs out of the collector's reach
     for rnd in range(a.rounds):
         for lb, lp in keys[rnd % len(keys):] + keys[:rnd % len(keys)]:
             r = runs[lb]
-            r["state"], t = run_round(lp, r["exe"], r["jitted"], r["state"], r["batches"], data, r["rt"], step,
+            r["state"], t = run_round(lp, r["exe"], r["jitted"], r["state"], r["batches"], data, r["rt"], r["step"],
                                       a.iters)
-            step += a.iters
+            r["step"] += a.iters
             r["times"][lp].append(t)
     med = {(lb, lp): statistics.median(runs[lb]["times"][lp]) for lb, lp in keys}
     print("| recipe | " + " | ".join(f"{lp} ms | vs dense" for lp in LOOPS) + " |")

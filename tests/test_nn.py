@@ -367,6 +367,30 @@ def test_kernel_flip_rate_is_the_mask24_flip_rate_over_the_layers():
     assert float(kernel_flip_rate(old, new, paths=[])) == 0.0
 
 
+def test_kernel_flip_rate_from_kernel_masks():
+    """The old masks (kernel_masks, 1 byte per entry) in place of the old params give the same rate;
+    kernel_masks holds just the layers' bool masks, and refuses what kernel_flip_rate refuses."""
+    from jax_sparse24.nn import kernel_flip_rate, kernel_masks
+
+    old = _ste_mlp_params()
+    new = jax.tree_util.tree_map(lambda a: a + 0.05 * jnp.asarray(
+        np.random.default_rng(4).normal(size=a.shape), a.dtype), old)
+    paths = ["up", "down"]
+    masks = jax.jit(lambda p: kernel_masks(p, paths))(old)
+    assert set(masks) == {"up", "down"} and set(masks["up"]) == {"kernel"}
+    for name in paths:
+        assert masks[name]["kernel"].dtype == jnp.bool_
+        np.testing.assert_array_equal(masks[name]["kernel"], s24.mask24(old[name]["kernel"], axis=0))
+    rate = kernel_flip_rate(masks, new, paths=paths)
+    assert float(rate) == float(kernel_flip_rate(old, new, paths=paths)) and float(rate) > 0
+    assert float(kernel_flip_rate(masks, old, paths=paths)) == 0.0
+    assert set(kernel_masks(old)) == {"up", "down", "head"}  # paths=None: every kernel
+    with pytest.raises(ValueError, match="params has no 'nope/kernel'"):
+        kernel_masks(old, ["nope"])
+    with pytest.raises(ValueError, match="divisible"):
+        kernel_masks({"h": {"kernel": jnp.ones((6, 4))}})
+
+
 def test_kernel_flip_rate_stacked_kernels_and_errors():
     from jax_sparse24.nn import kernel_flip_rate
 

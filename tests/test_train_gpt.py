@@ -696,6 +696,20 @@ def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, 
     assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 1}]
 
 
+@pytest.mark.parametrize("recipe", ["srste", "sste", "ste", "step"])
+def test_train_step_has_no_conditional(recipe):
+    """No lax.cond in the train program (on a GPU the host reads a conditional's predicate and waits
+    for the device, once per step): the srste refresh and the ste/soft flip rate run in programs of
+    their own (Runtime.run_step), STEP's phase bookkeeping is a select."""
+    import jax.numpy as jnp
+
+    exp = experiment(recipe)
+    st = jax.eval_shape(lambda: train_gpt.init_state(exp, 0))
+    tok = jax.ShapeDtypeStruct((8, 33), jnp.int32)
+    for sparse in ({True, False} if recipe in ("srste", "step") else {True}):
+        assert "cond[" not in str(jax.make_jaxpr(train_gpt.make_train_step(exp, sparse, 64))(st, tok))
+
+
 def test_checkpoint_config_without_grad_accum(tmp_path):
     """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
     now = {"recipe": "dense", "grad_accum": 1, "sparse_lr_scale": 1.0}

@@ -122,6 +122,83 @@ def test_matches_hand_wired_step_bit_for_bit():
     assert flips[1] > 0 and flips[3] > 0 and flips[0] == flips[2] == 0  # refreshed at steps 2, 4, 6 only
 
 
+class TwoPeriods(nn.Module):
+    """Two srste layers with different refresh periods (2 and 3 steps)."""
+
+    @nn.compact
+    def __call__(self, x, sparse=None):
+        kw = dict(method="srste", mvue=True, backend="dense")
+        h = nn.gelu(s24.nn.Sparse24Dense(H, name="up", mask_every=2, **kw)(x, sparse=sparse))
+        return s24.nn.Sparse24Dense(D, name="down", mask_every=3, **kw)(h, sparse=sparse)
+
+
+@jax.jit
+def _step_no_refresh(state, x, y):
+    loss, grads = jax.value_and_grad(lambda p: _loss(state.apply(x, params=p), y))(state.params)
+    return state.apply_gradients(grads=grads, refresh=False), loss
+
+
+def _has_cond(fn, *args) -> bool:
+    return "cond[" in str(jax.make_jaxpr(fn)(*args))
+
+
+def test_refresh_outside_the_step_matches_the_in_step_refresh():
+    """apply_gradients(refresh=False) + refresh_masks() on the steps refresh_due names (each layer its
+    own period) is the in-step refresh bit for bit: params, masks, optimizer state, flip rates; the
+    step and the refresh program have no conditional, the in-step refresh has one."""
+    tx = optax.chain(s24.optim.masked_decay(0.05), optax.adamw(0.05))
+    x, y = _data()
+    ref = _state(TwoPeriods(), tx)
+    state = _state(TwoPeriods(), tx)
+    periods = s24.nn.mask_periods(state.sparsity)
+    assert periods == (2, 3)
+    refresh = jax.jit(lambda s: s.refresh_masks())
+    ref_flips, flips, due = [], [], []
+    for i in range(7):
+        ref, _ = train_step(ref, x, y)
+        ref_flips.append(float(ref.flip_rate))
+        state, _ = _step_no_refresh(state, x, y)
+        assert float(state.flip_rate) == 0.0
+        due.append(s24.nn.refresh_due(periods, i + 1))
+        if due[-1]:
+            state = refresh(state)
+        flips.append(float(state.flip_rate))
+        _assert_tree_equal(state.sparsity, ref.sparsity)
+    assert due == [False, True, True, True, False, True, False]  # steps 2, 3, 4, 6
+    _assert_tree_equal(state.params, ref.params)
+    _assert_tree_equal(state.opt_state, ref.opt_state)
+    assert flips == ref_flips and all(f > 0 for f, d in zip(flips, due) if d)
+    assert _has_cond(train_step, ref, x, y)
+    assert not _has_cond(_step_no_refresh, state, x, y) and not _has_cond(lambda s: s.refresh_masks(), state)
+
+
+def test_refresh_masks_without_skip_idle_keeps_layers_not_due():
+    """skip_idle=False computes every mask but keeps the old one where the layer is not due, and
+    agrees with the lax.cond form at every step (due or not)."""
+    model = TwoPeriods()
+    x, _ = _data()
+    v = model.init(jax.random.key(0), x)
+    params = jax.tree.map(lambda k: k + 0.3 * jax.random.normal(jax.random.key(5), k.shape), v["params"])
+    for step in range(7):
+        a, fa = s24.nn.refresh_masks(params, v["sparsity"], step=step)
+        b, fb = jax.jit(lambda p, sp, st: s24.nn.refresh_masks(p, sp, step=st, skip_idle=False))(
+            params, v["sparsity"], step)
+        _assert_tree_equal(a, b)
+        assert float(fa) == float(fb)
+        changed = [not np.array_equal(np.asarray(a[n]["transposable_mask"]), np.asarray(v["sparsity"][n]["transposable_mask"]))
+                   for n in ("up", "down")]
+        assert changed == [step % 2 == 0, step % 3 == 0]
+
+
+def test_mask_periods_and_refresh_due():
+    v = TwoPeriods().init(jax.random.key(0), _data()[0])
+    assert s24.nn.mask_periods(v["sparsity"]) == (2, 3)
+    assert s24.nn.mask_periods({}) == () and not s24.nn.refresh_due((), 4)
+    assert [s24.nn.refresh_due((2, 3), s) for s in range(1, 7)] == [False, True, True, True, False, True]
+    with pytest.raises(ValueError, match="outside jit"):
+        jax.jit(lambda sp: s24.nn.mask_periods(sp))(v["sparsity"])
+
+
 def test_masked_decay_gets_the_layer_masks():
     """Without masks= masked_decay would decay by its own (non-transposable) magnitude masks."""
     tx = optax.chain(s24.optim.masked_decay(0.5), optax.sgd(0.1))
