@@ -433,7 +433,6 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
     ``data`` shard, for planning prepared weights (default: the whole micro-batch).
     """
     seed = exp.hp["seed"]
-    method = exp.cfg.method
 
     accum = int(exp.hp.get("grad_accum", 1))
     prepare = prepares_weights(exp) and sparse is not False
