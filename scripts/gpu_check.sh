@@ -28,6 +28,7 @@
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
 #   gpt: bench_train_gpt.py on GPT_SPECS="size:layers[:sparse-attn] ..." (default "gpt2:12 gpt2:12:sparse-attn"),
 #        GPT_RECIPES (default dense,srste,srste/prepared,sste,ste,step), GPT_TAG_SUFFIX
+#   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -201,6 +202,42 @@ if asked gpt; then
     rc=$?; note "bench_train_gpt $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/train_$tag.log" | tr -s ' ' | tr '\n' ';')"
     [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$tag.log"; status=1; }
   done
+fi
+
+if asked exloop; then
+  # The example's own loop (examples/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
+  # one process per run: EXLOOP_REPEATS (default 2) rounds of EXLOOP_RUNS="recipe:prepare-weights ..." (default
+  # "dense:on srste:always srste:off") on EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS;
+  # table: $OUT/example_loop_<gpu>_<size><EXLOOP_TAG_SUFFIX>.md
+  size=${EXLOOP_SIZE:-gpt2}; tag="${GPU_TAG}_${size}${EXLOOP_TAG_SUFFIX:-}"; t0=$(date +%s)
+  for rep in $(seq 1 ${EXLOOP_REPEATS:-2}); do
+    for run in ${EXLOOP_RUNS:-dense:on srste:always srste:off}; do
+      recipe=${run%%:*}; how=${run#*:}
+      timeout ${EXLOOP_TIMEOUT:-150} $PY examples/train_gpt.py --recipe $recipe --size $size --steps ${EXLOOP_STEPS:-400} \
+        --prepare-weights $how --eval-every 100000 --ckpt-every 0 --finetune-fraction 0 --quiet --overwrite \
+        --out "/tmp/exloop/$rep/$recipe-$how" ${EXLOOP_FLAGS:-} > "$OUT/logs/exloop_${rep}_$recipe-$how.log" 2>&1 \
+        || { note "exloop $rep $run failed"; tail -5 "$OUT/logs/exloop_${rep}_$recipe-$how.log"; status=1; }
+    done
+  done
+  $PY - "$OUT/example_loop_$tag.md" "$size" "${EXLOOP_STEPS:-400}" "${EXLOOP_FLAGS:-}" <<'PYEOF'
+import json, pathlib, statistics, sys
+out, size, steps, flags = sys.argv[1:]
+runs = {}
+for f in sorted(pathlib.Path("/tmp/exloop").glob("*/*/summary.json")):
+    runs.setdefault(f.parent.name, []).append(json.loads(f.read_text())["tokens_per_s"])
+base = statistics.median(runs.get("dense-on", [float("nan")]))
+lines = [f"# The example's own loop: {size}, {steps} steps per run, flags `{flags}`", "",
+         "`python examples/train_gpt.py --recipe R --size SIZE --steps N --prepare-weights HOW --eval-every 100000 "
+         "--ckpt-every 0 --finetune-fraction 0 --quiet --overwrite FLAGS`, one process per run, runs interleaved; "
+         "tokens/s over the run (compilation and evaluation excluded).", "",
+         "| recipe / --prepare-weights | tokens/s per run | median | vs dense (median) |", "|---|---|---|---|"]
+for k, v in runs.items():
+    lines.append(f"| {k} | {', '.join(f'{x:,.0f}' for x in v)} | {statistics.median(v):,.0f} | "
+                 f"{statistics.median(v) / base:.3f}x |")
+pathlib.Path(out).write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PYEOF
+  note "exloop $tag in $(( $(date +%s) - t0 )) s"
 fi
 
 if asked fp8probe; then
