@@ -197,7 +197,7 @@ if asked gpt; then
     IFS=: read -r size layers attn <<< "$spec"; t0=$(date +%s)
     tag="${GPU_TAG}_${size}_l$layers${attn:+_$attn}${GPT_TAG_SUFFIX:-}"
     timeout ${GPT_TIMEOUT:-240} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size $size --n-layer $layers \
-      --quality-steps 0 --rounds ${GPT_ROUNDS:-7} --iters ${GPT_ITERS:-10} --compile-workers 8 ${attn:+--$attn} \
+      --quality-steps 0 --rounds ${GPT_ROUNDS:-7} --iters ${GPT_ITERS:-10} --compile-workers ${GPT_WORKERS:-8} ${attn:+--$attn} \
       --recipes ${GPT_RECIPES:-dense,srste,srste/prepared,sste,ste,step} > "$OUT/logs/train_$tag.log" 2>&1
     rc=$?; note "bench_train_gpt $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/train_$tag.log" | tr -s ' ' | tr '\n' ';')"
     [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$tag.log"; status=1; }
@@ -210,6 +210,7 @@ if asked exloop; then
   # "dense:on srste:always srste:off") on EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS;
   # table: $OUT/example_loop_<gpu>_<size><EXLOOP_TAG_SUFFIX>.md
   size=${EXLOOP_SIZE:-gpt2}; tag="${GPU_TAG}_${size}${EXLOOP_TAG_SUFFIX:-}"; t0=$(date +%s)
+  rm -rf /tmp/exloop  # a warm machine keeps the runs of an earlier call: this table is this call's only
   for rep in $(seq 1 ${EXLOOP_REPEATS:-2}); do
     for run in ${EXLOOP_RUNS:-dense:on srste:always srste:off}; do
       recipe=${run%%:*}; how=${run#*:}
