@@ -185,11 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "XLA's fp8 forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
                          "nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): every GEMM fp8, e5m2 gradients; "
                          "needs --fp8-scaling delayed)")
-    ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default="on",
+    ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default=None,
                     help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
                          "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
                          "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
-                         "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases")
+                         "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases. Default: per "
+                         "size (always for gpt2-medium, where it measured faster in this loop; on elsewhere)")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")
