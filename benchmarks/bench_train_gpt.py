@@ -83,7 +83,8 @@ PER_CALL = "/per-call"
 #: GEMM calls mask and compress their weights). The program is the recipe's own where nothing is
 #: prepared (dense, ``+fp8``) and at ``--grad-accum`` > 1 (``on`` prepares there already).
 PREPARED = "/prepared"
-#: ``--prepare-weights`` of each suffix (at most one per label; without one the example's default, ``on``).
+#: ``--prepare-weights`` of each suffix (at most one per label; without one ``on``, the example's default
+#: at most sizes — passed explicitly, so a label means the same program at every size).
 PREPARE_SUFFIXES = {PER_CALL: "off", PREPARED: "always"}
 
 
@@ -108,7 +109,7 @@ class Label(NamedTuple):
     recipe: str
     backend: str | None  # --sparse-backend (None: the example's default)
     fp8: bool
-    prepare_weights: str | None  # --prepare-weights (None: the example's default)
+    prepare_weights: str | None  # --prepare-weights (None: on)
     fp8_scaling: str = "current"  # --fp8-scaling
     fp8_dense: str = "sparse24"  # --fp8-dense
 
@@ -152,8 +153,7 @@ def _experiment(size, label, batch, seq, steps, extra):
     lb = _split_label(label)
     if lb.fp8:
         extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling, "--fp8-dense", lb.fp8_dense]
-    if lb.prepare_weights:
-        extra = [*extra, "--prepare-weights", lb.prepare_weights]
+    extra = [*extra, "--prepare-weights", lb.prepare_weights or "on"]
     if lb.backend:
         extra = [*extra, "--sparse-backend", lb.backend]
     recipe = lb.recipe

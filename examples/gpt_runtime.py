@@ -154,7 +154,9 @@ class Runtime:
         return self._train[sparse]
 
     def run_step(self, state, tokens, step: int, sparse: Optional[bool], train=None):
-        """One optimizer step as the example runs it: ``(state, metrics)`` after ``step`` updates.
+        """One optimizer step as the example runs it, from a ``state`` with ``step`` updates applied
+        (the host's count; it must equal ``state["step"]``, which the refresh program reads):
+        ``(state, metrics)`` after the update.
 
         ``train`` (default :meth:`train_step` ``(sparse)``; the benchmarks pass their compiled
         program) does the forward, backward and update; around it, on the steps that need it, the

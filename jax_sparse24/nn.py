@@ -489,8 +489,9 @@ def mask_periods(sparsity) -> tuple:
     for path, layer in _layer_states(sparsity):
         every = layer.get(_EVERY, 1)
         try:
-            periods.add(max(1, int(np.asarray(every))))
-        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+            # (a stack of layers, e.g. nn.scan's, holds one period per layer)
+            periods.update(max(1, int(p)) for p in np.ravel(np.asarray(every)))
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
             raise ValueError(
                 f"mask_periods: the refresh period of '{'/'.join(map(str, path))}' is traced; call mask_periods "
                 "outside jit, once, on the sparsity collection of model.init(...) or of the train state"

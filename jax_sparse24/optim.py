@@ -626,7 +626,10 @@ def adamw_step(
 
         # Phase 0 measures the variance change and may switch; phase 1 keeps the record. Selected
         # with where, not lax.cond: a conditional's predicate is read on the host, a round trip per
-        # step on a GPU (~1 ms of a GPT-2 step) where the statistic costs one fused reduction.
+        # step on a GPU. The price: the statistic (one reduction over the selected leaves' v) is
+        # computed in phase 1 too, and compiled outside a branch its sum can round differently in
+        # the last bit from the lax.cond form's (z and z_avg; only a z_avg within that rounding of
+        # switch_eps could switch one step apart).
         z = statistic(state.nu, nu_ema).astype(jnp.float32)
         buf = state.z_buffer.at[state.z_count % window].set(z)
         z_count_next = _safe_increment(state.z_count)

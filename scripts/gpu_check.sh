@@ -27,7 +27,8 @@
 #            QUALITY_RUNS = the --runs directory, returned as
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
 #   gpt: bench_train_gpt.py on GPT_SPECS="size:layers[:sparse-attn] ..." (default "gpt2:12 gpt2:12:sparse-attn"),
-#        GPT_RECIPES (default dense,srste,srste/prepared,sste,ste,step), GPT_TAG_SUFFIX
+#        GPT_RECIPES (default dense,srste,srste/prepared,sste,ste,step), GPT_TAG_SUFFIX, GPT_ROUNDS (7),
+#        GPT_ITERS (10), GPT_WORKERS (concurrent compilations, 8), GPT_TIMEOUT (240 s per spec)
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
@@ -207,12 +208,15 @@ fi
 if asked exloop; then
   # The example's own loop (examples/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
   # one process per run: EXLOOP_REPEATS (default 2) rounds of EXLOOP_RUNS="recipe:prepare-weights ..." (default
-  # "dense:on srste:always srste:off") on EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS;
+  # "dense:on srste:always srste:off"; each once, dense:on for the ratios; the order rotates per round) on
+  # EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS (EXLOOP_TIMEOUT per run);
   # table: $OUT/example_loop_<gpu>_<size><EXLOOP_TAG_SUFFIX>.md
   size=${EXLOOP_SIZE:-gpt2}; tag="${GPU_TAG}_${size}${EXLOOP_TAG_SUFFIX:-}"; t0=$(date +%s)
   rm -rf /tmp/exloop  # a warm machine keeps the runs of an earlier call: this table is this call's only
+  read -r -a order <<< "${EXLOOP_RUNS:-dense:on srste:always srste:off}"
   for rep in $(seq 1 ${EXLOOP_REPEATS:-2}); do
-    for run in ${EXLOOP_RUNS:-dense:on srste:always srste:off}; do
+    n=${#order[@]}; k=$(( (rep - 1) % n ))  # each repeat starts one run later (the order rotates)
+    for run in "${order[@]:$k}" "${order[@]:0:$k}"; do
       recipe=${run%%:*}; how=${run#*:}
       timeout ${EXLOOP_TIMEOUT:-150} $PY examples/train_gpt.py --recipe $recipe --size $size --steps ${EXLOOP_STEPS:-400} \
         --prepare-weights $how --eval-every 100000 --ckpt-every 0 --finetune-fraction 0 --quiet --overwrite \
@@ -224,8 +228,10 @@ if asked exloop; then
 import json, pathlib, statistics, sys
 out, size, steps, flags = sys.argv[1:]
 runs = {}
-for f in sorted(pathlib.Path("/tmp/exloop").glob("*/*/summary.json")):
+for f in sorted(pathlib.Path("/tmp/exloop").glob("*/*/summary.json"), key=lambda f: int(f.parent.parent.name)):
     runs.setdefault(f.parent.name, []).append(json.loads(f.read_text())["tokens_per_s"])
+if "dense-on" not in runs:
+    print("exloop: no dense:on run, the ratios are NaN", file=sys.stderr)
 base = statistics.median(runs.get("dense-on", [float("nan")]))
 lines = [f"# The example's own loop: {size}, {steps} steps per run, flags `{flags}`", "",
          "`python examples/train_gpt.py --recipe R --size SIZE --steps N --prepare-weights HOW --eval-every 100000 "

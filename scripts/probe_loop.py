@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         exe, state, batches, _ = bench_train_gpt.warmed_up(rts[lb], exes, lb, data, a.warmup)
         rt = rts[lb]
         jitted = rt.train_step(None if rt.exp.cfg.method == "dense" else True)
-        state, _ = jitted(state, batches[0])  # compile the jitted step outside the rounds
+        state, _ = rt.run_step(state, batches[0], a.warmup, None, train=jitted)  # compile it outside the rounds
         jax.block_until_ready(state)
         runs[lb] = dict(exe=exe, jitted=jitted, state=state, batches=batches, rt=rt, times={lp: [] for lp in LOOPS},
                         step=a.warmup + 1)

@@ -172,7 +172,9 @@ class _Two(nnx.Module):
         return self.head(self.b(nnx.gelu(self.a(x))))
 
 
-def test_refresh_masks_per_layer_periods_in_place():
+@pytest.mark.parametrize("skip_idle", [True, False])
+def test_refresh_masks_per_layer_periods_in_place(skip_idle):
+    """Each layer on its own period, in place; skip_idle=False (no lax.cond in the program) the same."""
     model = _Two(nnx.Rngs(0))
     rng = np.random.default_rng(2)
     for layer in (model.a, model.b):
@@ -182,7 +184,11 @@ def test_refresh_masks_per_layer_periods_in_place():
     fresh_a = np.asarray(s24.transposable_mask24(_get(model.a.kernel)))
     fresh_b = np.asarray(s24.mask24(_get(model.b.kernel), axis=0))
     assert (fresh_a != old_a).any() and (fresh_b != old_b).any()
-    f = nnx.jit(lambda model, step: refresh_masks(model, step=step))
+    f = nnx.jit(lambda model, step: refresh_masks(model, step=step, skip_idle=skip_idle))
+    jaxpr = str(jax.make_jaxpr(lambda k, m, st: s24.nn.refresh_masks({"a": {"kernel": k}}, {"a": {
+        "transposable_mask": m, "mask_every": 2}}, step=st, skip_idle=skip_idle))(
+        _get(model.a.kernel), _get(model.a.mask), jnp.asarray(4)))
+    assert ("cond[" in jaxpr) == skip_idle
     for step, (want_a, want_b) in {4: (fresh_a, old_b), 9: (old_a, fresh_b), 7: (old_a, old_b),
                                    6: (fresh_a, fresh_b)}.items():
         _set(model.a.mask, old_a)

@@ -179,10 +179,10 @@ def test_refresh_masks_without_skip_idle_keeps_layers_not_due():
     x, _ = _data()
     v = model.init(jax.random.key(0), x)
     params = jax.tree.map(lambda k: k + 0.3 * jax.random.normal(jax.random.key(5), k.shape), v["params"])
+    no_cond = jax.jit(lambda p, sp, st: s24.nn.refresh_masks(p, sp, step=st, skip_idle=False))
     for step in range(7):
         a, fa = s24.nn.refresh_masks(params, v["sparsity"], step=step)
-        b, fb = jax.jit(lambda p, sp, st: s24.nn.refresh_masks(p, sp, step=st, skip_idle=False))(
-            params, v["sparsity"], step)
+        b, fb = no_cond(params, v["sparsity"], step)
         _assert_tree_equal(a, b)
         assert float(fa) == float(fb)
         changed = [not np.array_equal(np.asarray(a[n]["transposable_mask"]), np.asarray(v["sparsity"][n]["transposable_mask"]))
@@ -197,6 +197,8 @@ def test_mask_periods_and_refresh_due():
     assert [s24.nn.refresh_due((2, 3), s) for s in range(1, 7)] == [False, True, True, True, False, True]
     with pytest.raises(ValueError, match="outside jit"):
         jax.jit(lambda sp: s24.nn.mask_periods(sp))(v["sparsity"])
+    stacked = {"blocks": {"transposable_mask": jnp.ones((3, 8, 4), bool), "mask_every": jnp.array([4, 6, 4])}}
+    assert s24.nn.mask_periods(stacked) == (4, 6)  # a stack of layers: one period each
 
 
 def test_masked_decay_gets_the_layer_masks():
