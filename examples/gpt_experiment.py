@@ -500,7 +500,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
         # masked decay with the srste masks (the recipe's masked_decay stops itself at the fine-tune
         # switch), the update, step + 1. The named scope marks the update's kernels in the compiled
         # program (benchmarks/bench_step_breakdown.py). No conditional in the step (on a GPU the
-        # host reads a conditional's predicate, waiting for the device: ~1 ms of a GPT-2 step): the
+        # host reads a conditional's predicate, waiting for the device: ~0.5% of a GPT-2 step): the
         # srste mask refresh and the ste/soft flip rate run in programs of their own on the steps
         # that need them (gpt_runtime.Runtime.run_step); "flip" is NaN here and filled in there.
         with jax.named_scope("optimizer"):

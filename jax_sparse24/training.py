@@ -423,7 +423,7 @@ class SparseTrainState(struct.PyTreeNode):
             (:meth:`is_sparse`), or the Python bool the step passed to :meth:`apply`.
           refresh: ``True``: the mask refresh of the layers due at ``step + 1``, inside the step
             under one ``lax.cond`` (on a GPU the host then waits for the device once per step,
-            ~1 ms of a GPT-2 124M step; see :meth:`refresh_masks`); ``False``: masks unchanged
+            ~0.5% of a GPT-2 124M step on the H200; see :meth:`refresh_masks`); ``False``: masks unchanged
             and ``flip_rate`` 0 -- refresh them with :meth:`refresh_masks` in a program of its
             own on the steps where a layer is due.
           **kwargs: other fields to replace (as Flax's ``TrainState.apply_gradients``); with
@@ -462,8 +462,8 @@ class SparseTrainState(struct.PyTreeNode):
         :meth:`apply_gradients` as a program of its own, without a conditional.
 
         A ``lax.cond`` inside the train step costs a host round trip per step on a GPU (the host
-        reads the predicate and waits for the device to reach it; ~1 ms of a 28 ms GPT-2 124M step
-        on the H100, ``docs/performance.md``). Leave it out of the step and refresh only on the
+        reads the predicate and waits for the device to reach it; ~0.5% of a GPT-2 124M step
+        on the H200, ``docs/performance.md``). Leave it out of the step and refresh only on the
         steps that need it::
 
             periods = s24.nn.mask_periods(state.sparsity)        # host ints, read once
