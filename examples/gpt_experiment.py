@@ -9,9 +9,9 @@ model / optimizer / train and eval steps built from the resolved flags.
   ``{"step", "params", "sparsity", "opt_state"}`` (what the checkpoints hold); the train step runs
   it as a :class:`jax_sparse24.training.SparseTrainState` (MVUE keys, prepared weights, masked
   decay, update) and logs STEP's phase (:func:`jax_sparse24.optim.step_state`);
-* :func:`refresh_masks`, :func:`kernel_masks`, :func:`flip_rate` — the srste mask refresh and the
-  ste/soft/ast flip rate, kept out of the train step (no conditional in it) and run by the loop
-  on the steps that need them (``gpt_runtime.Runtime.run_step``).
+* :func:`refreshes_masks`, :func:`measures_flips` — whether the loop runs the srste mask refresh /
+  the ste/soft/ast flip rate, kept out of the train step (no conditional in it) and run on the
+  steps that need them (``gpt_runtime.Runtime.run_step``).
 """
 
 from __future__ import annotations
@@ -386,34 +386,15 @@ def _get(tree, path):
 
 def refreshes_masks(exp: Experiment) -> bool:
     """Whether the recipe's layers keep masks that the loop refreshes every ``--mask-every`` steps
-    (srste: :func:`refresh_masks`)."""
+    (srste: ``jax_sparse24.nn.refresh_masks`` in ``gpt_runtime.Runtime.run_step``)."""
     return exp.cfg.method == "srste" and bool(exp.sparse_paths)
 
 
 def measures_flips(exp: Experiment) -> bool:
     """Whether the loop measures the flip rate across an update on logging steps (ste, soft and
-    ast: masks recomputed from the kernels every call; :func:`kernel_masks` / :func:`flip_rate`)."""
+    ast: masks recomputed from the kernels every call; ``jax_sparse24.nn.kernel_masks`` before the
+    update, ``kernel_flip_rate`` after it, in ``gpt_runtime.Runtime.run_step``)."""
     return exp.cfg.method in ("ste", "soft") and bool(exp.sparse_paths)
-
-
-def refresh_masks(exp: Experiment, params, sparsity, step):
-    """``(sparsity, flip rate)`` after the srste mask refresh of the layers due at ``step`` (the
-    number of updates applied), without a conditional: a program of its own, run by the loop on
-    the steps where a layer is due (``jax_sparse24.nn.refresh_due``)."""
-    return s24nn.refresh_masks(params, sparsity, step=step, skip_idle=False)
-
-
-def kernel_masks(exp: Experiment, params):
-    """The 2:4 masks of the sparse layers' kernels (ste, soft, ast): taken before a logging step's
-    update, compared after it by :func:`flip_rate`. Two magnitude masks of every sparse weight cost
-    ~2% of a GPT-2-medium step on the H100 (ste kernel time per step 43.9 -> 43.0 ms without), so
-    they are measured on logging steps only."""
-    return s24nn.kernel_masks(params, paths=exp.sparse_paths)
-
-
-def flip_rate(exp: Experiment, old_masks, params):
-    """Fraction of the sparse layers' 2:4 mask entries that changed since :func:`kernel_masks`."""
-    return s24nn.kernel_flip_rate(old_masks, params, paths=exp.sparse_paths).astype(jnp.float32)
 
 
 def prepares_weights(exp: "Experiment") -> bool:
