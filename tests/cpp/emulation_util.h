@@ -1,9 +1,11 @@
 // Shared pieces of the host emulations of the compressor kernels (compress_emulation.cu,
-// fp8_compress_emulation.cu): one CTA on host threads, and CUTLASS's compressor rule for a group.
+// fp8_compress_emulation.cu; included after the kernel file): one CTA on host threads, CUTLASS's
+// compressor rule for a group and a matrix, and the stub of CUTLASS's shape query.
 #pragma once
 
 #include <barrier>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,3 +39,33 @@ uint32_t RefCompressGroup(const E* b, E nonzero_mask, E* v) {
   const uint32_t nib = idx[0] | (idx[1] << 2);
   return nib == 0 ? 4u : nib;  // 0 only without a nonzero
 }
+
+// CUTLASS's compressor on an (M, K) row-major matrix of element bit patterns (RefCompressGroup on each
+// group of 4 along K): the kept values, (M, K / 2), and the metadata, m_al * k_al / 8 bytes (m_al, k_al: M
+// and K rounded up to 64 and 128; 0x44 where no group writes), the nibble of row m's group g at byte
+// meta_offset(m, 4 g, m_al), bits 4 (g & 1) up. The metadata layout is the caller's: it differs between
+// 16- and 8-bit elements.
+template <typename E, class MetaOffset>
+void RefCompressMatrix(const std::vector<E>& A, int64_t M, int64_t K, E nonzero_mask, MetaOffset meta_offset,
+                       std::vector<E>& vals, std::vector<uint8_t>& meta) {
+  const int64_t m_al = (M + 63) / 64 * 64, k_al = (K + 127) / 128 * 128;
+  vals.assign(M * K / 2, 0);
+  meta.assign(m_al * k_al / 8, 0x44);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < K / 4; ++g) {
+      E v[2];
+      const uint32_t nib = RefCompressGroup<E>(&A[m * K + 4 * g], nonzero_mask, v);
+      vals[m * (K / 2) + 2 * g] = v[0];
+      vals[m * (K / 2) + 2 * g + 1] = v[1];
+      const int64_t off = meta_offset(m, 4 * g, m_al);
+      const int sh = 4 * (g & 1);
+      meta[off] = static_cast<uint8_t>((meta[off] & ~(0xF << sh)) | (nib << sh));
+    }
+}
+
+// The emulations do not call the FFI handlers, whose shape checks query CUTLASS's compressor (defined in
+// the extension's CUTLASS unit, not built here): a stub. (This header comes after the kernel file, which
+// declares it.)
+namespace jax_sparse24 {
+bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string*) { return false; }
+}  // namespace jax_sparse24

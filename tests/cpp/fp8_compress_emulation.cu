@@ -55,19 +55,8 @@ void Emulate(const uint32_t* key, int nkw, const T* g, const float* scale, int64
 // CUTLASS's compressor for an 8-bit A (M, K) row-major, laid out as the kernels' comment says.
 void RefCompress8(const std::vector<uint8_t>& A, int64_t M, int64_t K, std::vector<uint8_t>& vals,
                   std::vector<uint8_t>& meta) {
-  const int64_t m_al = (M + 63) / 64 * 64, k_al = (K + 127) / 128 * 128;
-  vals.assign(M * K / 2, 0);
-  meta.assign(m_al * k_al / 8, 0x44);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t gi = 0; gi < K / 4; ++gi) {
-      uint8_t v[2];
-      const uint32_t nib = RefCompressGroup<uint8_t>(&A[m * K + 4 * gi], 0x7F, v);
-      vals[m * (K / 2) + 2 * gi] = v[0];
-      vals[m * (K / 2) + 2 * gi + 1] = v[1];
-      const int64_t k = 4 * gi, off = (k / 128) * m_al * 16 + m * 16 + (k % 128) / 8;
-      const int sh = 4 * (gi & 1);
-      meta[off] = static_cast<uint8_t>((meta[off] & ~(0xF << sh)) | (nib << sh));
-    }
+  const auto meta_offset = [](int64_t m, int64_t k, int64_t m_al) { return (k / 128) * m_al * 16 + m * 16 + (k % 128) / 8; };
+  RefCompressMatrix<uint8_t>(A, M, K, 0x7F, meta_offset, vals, meta);
 }
 
 // Compares got with want; prints one line; counts a failure.
@@ -279,7 +268,3 @@ int main() {
   return g_fail != 0;
 }
 
-// The emulation does not call the handlers; stub the registry's shape function.
-namespace jax_sparse24 {
-bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string*) { return false; }
-}  // namespace jax_sparse24
