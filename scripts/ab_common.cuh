@@ -1,5 +1,6 @@
 // Shared pieces of the compressor A/B harnesses (ab_mvue_compress.cu, ab_fp8_mvue_compress.cu; built by
-// ab_mvue_compress.sh): the input generator, the CUDA error check, the output hash and the timing loop.
+// ab_mvue_compress.sh; included after the kernel file): the input generator, the CUDA error check, the output
+// hash, the timing loop and the stub of CUTLASS's shape query.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 // Returns 1 from the enclosing function (main) on a CUDA error.
@@ -20,6 +22,16 @@ __global__ void Fill(__nv_bfloat16* x, int64_t n, uint32_t seed) {
     float u = (h >> 8) * (1.0f / 16777216.0f);
     x[i] = __float2bfloat16((u - 0.5f) * 4.0f * ((h & 7) == 0 ? 0.01f : 1.0f));
   }
+}
+
+// nsets device inputs of n bf16 values (Fill, seeds 1234, 1235, ...) and the MVUE key {42, 7} on the device.
+// Returns 1 on a CUDA error.
+inline int MakeInputs(int64_t n, int nsets, __nv_bfloat16** x, uint32_t** key) {
+  for (int s = 0; s < nsets; ++s) { CK(cudaMalloc(&x[s], n * 2)); Fill<<<1024, 256>>>(x[s], n, 1234u + s); }
+  CK(cudaMalloc(key, 8));
+  const uint32_t hk[2] = {42u, 7u};
+  CK(cudaMemcpy(*key, hk, 8, cudaMemcpyHostToDevice));
+  return 0;
 }
 
 // FNV-1a over the outputs' bytes, in order.
@@ -56,3 +68,9 @@ int TimeAndReport(cudaStream_t st, int64_t R, int64_t C, double bytes, uint64_t 
   CK(cudaEventDestroy(e1));
   return 0;
 }
+
+// The harnesses do not call the FFI handlers, whose shape checks query CUTLASS's compressor (defined in the
+// extension's CUTLASS unit, not built here): a stub. (This header comes after the kernel file, which declares it.)
+namespace jax_sparse24 {
+bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
+}  // namespace jax_sparse24

@@ -12,9 +12,6 @@
 #include "fp8_compress_kernels.cu"
 #include "ab_common.cuh"
 
-namespace jax_sparse24 {
-bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
-}  // namespace jax_sparse24
 
 using namespace jax_sparse24::fp8;
 
@@ -25,8 +22,8 @@ int main() {
     const int64_t R = sh[0], C = sh[1];
     const int nsets = 3;
     __nv_bfloat16* x[nsets];
-    for (int s = 0; s < nsets; ++s) { CK(cudaMalloc(&x[s], R * C * 2)); Fill<<<1024, 256>>>(x[s], R * C, 1234u + s); }
-    uint32_t* key; CK(cudaMalloc(&key, 8)); uint32_t hk[2] = {42u, 7u}; CK(cudaMemcpy(key, hk, 8, cudaMemcpyHostToDevice));
+    uint32_t* key;
+    if (MakeInputs(R * C, nsets, x, &key)) return 1;
     float* scale; CK(cudaMalloc(&scale, 4)); const float hs = 0.01f; CK(cudaMemcpy(scale, &hs, 4, cudaMemcpyHostToDevice));
     Operand o;  // A = q(MVUE(g))^T: M = C, K = R (the handler's CheckOperand, by hand)
     o.R = R; o.C = C; o.M = C; o.K = R; o.m_al = (C + 63) / 64 * 64; o.k_al = (R + 127) / 128 * 128;

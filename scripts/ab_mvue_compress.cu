@@ -11,9 +11,6 @@
 #include "compress_kernels.cu"
 #include "ab_common.cuh"
 
-namespace jax_sparse24 {
-bool CutlassCompressedShapes(int64_t, int64_t, int, CompressedShapes*, std::string* e) { *e = "stub"; return false; }
-}  // namespace jax_sparse24
 
 using namespace jax_sparse24::compress;
 
@@ -25,8 +22,8 @@ int main() {
     const int64_t R = sh[0], C = sh[1];
     const int nsets = 3;
     __nv_bfloat16* x[nsets];
-    for (int s = 0; s < nsets; ++s) { CK(cudaMalloc(&x[s], R * C * 2)); Fill<<<1024, 256>>>(x[s], R * C, 1234u + s); }
-    uint32_t* key; CK(cudaMalloc(&key, 8)); uint32_t hk[2] = {42u, 7u}; CK(cudaMemcpy(key, hk, 8, cudaMemcpyHostToDevice));
+    uint32_t* key;
+    if (MakeInputs(R * C, nsets, x, &key)) return 1;
     const int64_t m64 = (C + 63) / 64 * 64, kb = (R + 127) / 128;
     const int64_t vbytes = C * (R / 2) * 2, mbytes = kb * m64 * 16;
     void* tv; uint8_t* tm; CK(cudaMalloc(&tv, vbytes)); CK(cudaMalloc(&tm, mbytes));
