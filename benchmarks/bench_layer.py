@@ -172,13 +172,20 @@ def bench_compress(dims, trials):
                 jax.jit(lambda a: tuple(lt.cusparselt_compress(x, **kw) for x in a)), (wms,), wb + lt_bytes)
         fns = {n: (f, a) for n, (f, a, _) in variants.items()}
         med, _ = measure(fns, r, trials)
+        # the GPU's own time per call (the r calls of one traced program), without the host's
+        # dispatch of the program that the wall-clock column spreads over its r calls
+        device = _device_times({n: fns[n] for n in med}, repeats=1)
         for name, (_, _, nbytes) in variants.items():
             if name not in med:
                 continue
+            dev = device[name]
             rec = dict(section="compress", d=d, layer=lname, I=i, O=o, T=TOKENS, op=name,
-                       ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes)
+                       ms=med[name] * 1e3, gbs=nbytes / med[name] / 1e9, bytes=nbytes, calls_per_program=r,
+                       kernel_us=dev["kernel_us"] / r, span_us=dev["span_us"] / r,
+                       kernel_gbs=nbytes / (dev["kernel_us"] / r) / 1e3 if dev["kernel_us"] else None)
             yield rec
-            print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s", flush=True)
+            print(f"compress d={d} {lname} {name}: {rec['ms']:.4f} ms, {rec['gbs']:.0f} GB/s; kernel "
+                  f"{rec['kernel_us']:.1f} us per call", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -513,10 +520,17 @@ def markdown(meta, records):
     comp = [r for r in records if r["section"] == "compress"]
     if comp:
         lines += ["## Fused compressors (effective GB/s = dense bytes read + compressed bytes written)", "",
-                  "| d | layer (I×O) | op | ms | GB/s |", "|---|---|---|---|---|"]
+                  "`ms`, `GB/s`: wall clock per call of a program of back-to-back calls on different inputs "
+                  "(the program's dispatch spread over its calls); `kernel µs`: the kernels' time per call in "
+                  "a traced run of that program, `device span µs`: its first kernel's start to its last "
+                  "kernel's end per call (launch gaps included; what the calls cost inside a jitted step).", "",
+                  "| d | layer (I×O) | op | ms | GB/s | kernel µs | kernel GB/s | device span µs |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in comp:
+            kern = (f"{r['kernel_us']:.1f} | {r['kernel_gbs']:.0f} | {r['span_us']:.1f}"
+                    if r.get("kernel_gbs") else "– | – | –")
             lines.append(f"| {r['d']} | {r['layer']} ({r['I']}×{r['O']}) | {r['op']} | {r['ms']:.4f} | "
-                         f"{r['gbs']:.0f} |")
+                         f"{r['gbs']:.0f} | {kern} |")
         lines.append("")
     gem = [r for r in records if r["section"] == "gemm"]
     if gem:

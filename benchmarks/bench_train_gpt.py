@@ -252,8 +252,22 @@ def timed_steps(rt, exe, state, batches, iters: int, step0: int):
     return state, (time.perf_counter() - t0) / iters
 
 
-def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze") -> dict:
-    """Interleaved timing rounds, with Python's collector as :func:`collector` ``(gc_mode)`` sets it."""
+def park(r: dict) -> None:
+    """Move a variant's train state to host memory (its device buffers are freed)."""
+    r["state"] = jax.device_get(r["state"])
+
+
+def unpark(r: dict) -> None:
+    """Put a parked variant's state back on the device, with the runtime's shardings."""
+    if not isinstance(jax.tree.leaves(r["state"])[0], jax.Array):
+        r["state"] = jax.device_put(r["state"], r["rt"].state_shardings)
+        jax.block_until_ready(r["state"])
+
+
+def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze", park_idle=False) -> dict:
+    """Interleaved timing rounds, with Python's collector as :func:`collector` ``(gc_mode)`` sets it.
+    ``park_idle``: only the timed variant's state is on the device during its round; the others wait
+    in host memory (moved outside the timed steps)."""
     runs = {}
     variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
     for label, recipe in variants:
@@ -261,14 +275,20 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         runs[label] = dict(rt=rts[recipe], exe=exe, state=state, batches=batches, times=[], step=warmup,
                            sparse=bool(m["sparse"]),
                            n_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])))
+        if park_idle:
+            park(runs[label])
     labels = list(runs)
     with collector(gc_mode) as pauses:
         for rnd in range(rounds):
             for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
                 r = runs[label]
+                if park_idle:
+                    unpark(r)
                 r["state"], t = timed_steps(r["rt"], r["exe"], r["state"], r["batches"], iters, r["step"])
                 r["times"].append(t)
                 r["step"] += iters
+                if park_idle:
+                    park(r)
     gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
                              "total_s": sum(t for q, t in pauses if q == g),
                              "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}
@@ -290,7 +310,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
                      "n_params": r["n_params"]})
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
-            "iters": iters, "rounds": rounds, "gc": gc_mode, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
+            "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
 
 
 def auto_plan(rts) -> dict:
@@ -348,7 +368,9 @@ def to_markdown(res: dict) -> str:
             shape += f"{tp['grad_accum']} micro-batches, "
         lines += [f"## Throughput: {tp['size']} ({shape}{tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
                   f"{tp['seq_len']} tokens, {tp.get('attention', 'xla')} attention, median of {tp['rounds']} interleaved "
-                  f"rounds x {tp['iters']} steps" + (", Python gc frozen" if tp.get("gc") == "freeze" else "") + ")", "",
+                  f"rounds x {tp['iters']} steps" + (", Python gc frozen" if tp.get("gc") == "freeze" else "")
+                  + (", the other variants' states in host memory during a round" if tp.get("park_idle") else "")
+                  + ")", "",
                   "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) |",
                   "|---|---|---|---|---|---|"]
         for r in tp["rows"]:
@@ -401,6 +423,10 @@ def main(argv=None) -> int:
                     help="Python's garbage collector during the timed rounds: 'freeze' (default) collects and "
                          "freezes the live objects first (the compiled programs of every variant), so a "
                          "collection in a round does not scan them; 'on' leaves it as it is")
+    ap.add_argument("--park", choices=("none", "host"), default="none",
+                    help="where the variants not being timed keep their train states between rounds: 'none' "
+                         "(default) on the device, all at once; 'host': in host memory, so each round runs with "
+                         "only its own state on the GPU (the transfers are outside the timed steps)")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
@@ -470,7 +496,7 @@ def main(argv=None) -> int:
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra)) for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log)
         t0 = time.perf_counter()
-        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc)
+        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg

@@ -28,7 +28,8 @@
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
 #   gpt: bench_train_gpt.py on GPT_SPECS="size:layers[:sparse-attn] ..." (default "gpt2:12 gpt2:12:sparse-attn"),
 #        GPT_RECIPES (default dense,srste,srste/prepared,sste,ste,step), GPT_TAG_SUFFIX, GPT_ROUNDS (7),
-#        GPT_ITERS (10), GPT_WORKERS (concurrent compilations, 8), GPT_TIMEOUT (240 s per spec)
+#        GPT_ITERS (10), GPT_WORKERS (concurrent compilations, 8), GPT_TIMEOUT (240 s per spec), GPT_ARGS (more
+#        bench_train_gpt.py flags, e.g. "--park host")
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
@@ -199,7 +200,7 @@ if asked gpt; then
     tag="${GPU_TAG}_${size}_l$layers${attn:+_$attn}${GPT_TAG_SUFFIX:-}"
     timeout ${GPT_TIMEOUT:-240} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size $size --n-layer $layers \
       --quality-steps 0 --rounds ${GPT_ROUNDS:-7} --iters ${GPT_ITERS:-10} --compile-workers ${GPT_WORKERS:-8} ${attn:+--$attn} \
-      --recipes ${GPT_RECIPES:-dense,srste,srste/prepared,sste,ste,step} > "$OUT/logs/train_$tag.log" 2>&1
+      --recipes ${GPT_RECIPES:-dense,srste,srste/prepared,sste,ste,step} ${GPT_ARGS:-} > "$OUT/logs/train_$tag.log" 2>&1
     rc=$?; note "bench_train_gpt $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/train_$tag.log" | tr -s ' ' | tr '\n' ';')"
     [ $rc -eq 0 ] || { tail -20 "$OUT/logs/train_$tag.log"; status=1; }
   done

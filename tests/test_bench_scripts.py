@@ -53,6 +53,32 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
+def test_bench_train_gpt_park_moves_a_state_to_host_and_back_unchanged():
+    import jax
+
+    exp = bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, SHAPE)
+    rt = bench_train_gpt.train_gpt.make_runtime(exp)
+    state = rt.init()
+    r = {"rt": rt, "state": state}
+    bench_train_gpt.park(r)
+    leaves = jax.tree.leaves(r["state"])
+    assert leaves and not any(isinstance(x, jax.Array) for x in leaves)  # host copies, device buffers dropped
+    bench_train_gpt.unpark(r)
+    back = jax.tree.leaves(r["state"])
+    assert all(isinstance(x, jax.Array) for x in back)
+    assert jax.tree.structure(r["state"]) == jax.tree.structure(state)
+    for a, b in zip(jax.tree.leaves(state), back):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for x, sh in zip(back, jax.tree.leaves(rt.state_shardings)):
+        assert x.sharding.is_equivalent_to(sh, x.ndim)
+    bench_train_gpt.unpark(r)  # already on the device: unchanged
+    assert all(x is y for x, y in zip(back, jax.tree.leaves(r["state"])))
+    state2, _ = rt.run_step(r["state"], rt.put(np.zeros((4, 32), np.int32)), 0, True)  # the runtime takes it
+    assert jax.tree.structure(state2) == jax.tree.structure(state)
+
+
 _LOOP_HLO = """HloModule m
 
 %fused_computation.1 (a: bf16[8]) -> bf16[8] {
