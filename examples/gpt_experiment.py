@@ -49,11 +49,14 @@ RECIPES: dict[str, dict[str, Any]] = {
 SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
                  ckpt_every=100, log_every=5, eval_batches=4),
+    # prepare_weights "always" at both GPT-2 sizes: bench_train_gpt's interleaved rounds on the H200,
+    # srste vs dense prepared / per call: gpt2 1.016x / 0.987x (train_gpt_h200_gpt2_l12.md), gpt2-medium
+    # 1.063x / 1.041x (train_gpt_h200_gpt2-medium_l24.md); ste and step gain too, sste at gpt2 does not
+    # (0.983x prepared, train_gpt_h200_gpt2_l12_all-prepared.md, vs 1.003x per call). The example's own
+    # loop, one process per run, cannot decide it: the card is power-capped (~690 W, SM clocks
+    # 1650-1900 MHz) and a run's clocks depend on when it runs (example_loop_h200_gpt2_sparse-attn_1500.md)
     "gpt2": dict(steps=5000, batch_size=16, seq_len=1024, lr=6e-4, warmup=200, eval_every=250,
-                 ckpt_every=1000, log_every=10, eval_batches=4),
-    # prepare_weights: the example's own loop on the H200 (one process per run), srste vs dense:
-    # always 1.006x / off 0.988x (example_loop_h200_gpt2-medium.md); at gpt2 the other way round
-    # (0.976x / 1.000x, example_loop_h200_gpt2.md), so there it stays "on"
+                 ckpt_every=1000, log_every=10, eval_batches=4, prepare_weights="always"),
     "gpt2-medium": dict(steps=5000, batch_size=8, seq_len=1024, lr=3e-4, warmup=200,
                         eval_every=250, ckpt_every=1000, log_every=10, eval_batches=4, prepare_weights="always"),
     # LLaMA shapes: 8 x 2048 = 16384 tokens per step; every linear layer 2:4 (attention too).

@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
                          "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
                          "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases. Default: per "
-                         "size (always for gpt2-medium, where it measured faster in this loop; on elsewhere)")
+                         "size (always at gpt2 and gpt2-medium, where it measured faster for srste, ste and step; "
+                         "on elsewhere)")
     ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
     ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")

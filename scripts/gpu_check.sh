@@ -218,30 +218,59 @@ if asked exloop; then
   for rep in $(seq 1 ${EXLOOP_REPEATS:-2}); do
     n=${#order[@]}; k=$(( (rep - 1) % n ))  # each repeat starts one run later (the order rotates)
     for run in "${order[@]:$k}" "${order[@]:0:$k}"; do
-      recipe=${run%%:*}; how=${run#*:}
+      recipe=${run%%:*}; how=${run#*:}; mkdir -p "/tmp/exloop/$rep"
+      # the card's SM clock and power during the run (a power-capped card's clock depends on the run's
+      # moment and its kernels; the table shows both beside tokens/s)
+      nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 \
+        > "/tmp/exloop/$rep/$recipe-$how.smi" 2>/dev/null & smi=$!
       timeout ${EXLOOP_TIMEOUT:-150} $PY examples/train_gpt.py --recipe $recipe --size $size --steps ${EXLOOP_STEPS:-400} \
         --prepare-weights $how --eval-every 100000 --ckpt-every 0 --finetune-fraction 0 --quiet --overwrite \
         --out "/tmp/exloop/$rep/$recipe-$how" ${EXLOOP_FLAGS:-} > "$OUT/logs/exloop_${rep}_$recipe-$how.log" 2>&1 \
         || { note "exloop $rep $run failed"; tail -5 "$OUT/logs/exloop_${rep}_$recipe-$how.log"; status=1; }
+      kill $smi 2>/dev/null; wait $smi 2>/dev/null
     done
   done
   $PY - "$OUT/example_loop_$tag.md" "$size" "${EXLOOP_STEPS:-400}" "${EXLOOP_FLAGS:-}" <<'PYEOF'
 import json, pathlib, statistics, sys
 out, size, steps, flags = sys.argv[1:]
-runs = {}
-for f in sorted(pathlib.Path("/tmp/exloop").glob("*/*/summary.json"), key=lambda f: int(f.parent.parent.name)):
+runs, clocks, order = {}, {}, []
+
+
+def busy_clock(smi):
+    """Mean SM clock (MHz) and power (W) over the samples while the GPU trained (power above half the
+    run's largest sample: compilation and start-up excluded); None without samples."""
+    rows = []
+    for line in smi.read_text().splitlines() if smi.exists() else []:
+        try:
+            rows.append(tuple(float(v) for v in line.split(",")[:2]))
+        except ValueError:
+            continue
+    top = max((p for _, p in rows), default=0.0)
+    busy = [(c, p) for c, p in rows if p > top / 2]
+    return (statistics.fmean(c for c, _ in busy), statistics.fmean(p for _, p in busy)) if busy else None
+
+
+for f in sorted(pathlib.Path("/tmp/exloop").glob("*/*/summary.json"),
+                key=lambda f: (int(f.parent.parent.name), f.stat().st_mtime)):
     runs.setdefault(f.parent.name, []).append(json.loads(f.read_text())["tokens_per_s"])
+    clocks.setdefault(f.parent.name, []).append(busy_clock(f.parent.parent / f"{f.parent.name}.smi"))
+    order.append(f.parent.name)
 if "dense-on" not in runs:
     print("exloop: no dense:on run, the ratios are NaN", file=sys.stderr)
 base = statistics.median(runs.get("dense-on", [float("nan")]))
 lines = [f"# The example's own loop: {size}, {steps} steps per run, flags `{flags}`", "",
          "`python examples/train_gpt.py --recipe R --size SIZE --steps N --prepare-weights HOW --eval-every 100000 "
          "--ckpt-every 0 --finetune-fraction 0 --quiet --overwrite FLAGS`, one process per run, runs interleaved; "
-         "tokens/s over the run (compilation and evaluation excluded).", "",
-         "| recipe / --prepare-weights | tokens/s per run | median | vs dense (median) |", "|---|---|---|---|"]
-for k, v in runs.items():
+         "tokens/s over the run (compilation and evaluation excluded). Runs in this order: " + ", ".join(order)
+         + ". `SM MHz / W`: the card's mean SM clock and power draw while each run trained (nvidia-smi every "
+         "0.5 s): on a power-capped card a run's clock, and so its tokens/s, depends on when it ran.", "",
+         "| recipe / --prepare-weights | tokens/s per run | median | vs dense (median) | SM MHz / W per run |",
+         "|---|---|---|---|---|"]
+for k in sorted(runs):
+    v = runs[k]
+    smi = ", ".join("–" if c is None else f"{c[0]:.0f} / {c[1]:.0f}" for c in clocks[k])
     lines.append(f"| {k} | {', '.join(f'{x:,.0f}' for x in v)} | {statistics.median(v):,.0f} | "
-                 f"{statistics.median(v) / base:.3f}x |")
+                 f"{statistics.median(v) / base:.3f}x | {smi} |")
 pathlib.Path(out).write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PYEOF

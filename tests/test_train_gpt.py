@@ -670,16 +670,16 @@ def test_prepare_weights_always_without_grad_accum(recipe, prepare_calls):
 
 
 def test_prepare_weights_default_per_size():
-    """--prepare-weights: always at gpt2-medium (measured faster in the example's loop there), on at
-    the other sizes; a flag on the command line wins."""
+    """--prepare-weights: always at the GPT-2 sizes (measured faster there), on at the other sizes; a
+    flag on the command line wins."""
     def resolved(size, *flags):
         args = train_gpt.build_parser().parse_args(["--size", size, *flags])
         return train_gpt.resolve_flags(args, "srste")["prepare_weights"]
 
-    assert resolved("gpt2-medium") == "always" and resolved("gpt2") == "on" and resolved("tiny") == "on"
+    assert resolved("gpt2-medium") == "always" and resolved("gpt2") == "always" and resolved("tiny") == "on"
     assert resolved("llama-1b") == "on"
     assert resolved("gpt2-medium", "--prepare-weights", "off") == "off"
-    assert resolved("gpt2", "--prepare-weights", "always") == "always"
+    assert resolved("gpt2", "--prepare-weights", "on") == "on"
 
 
 def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, tmp_path):
