@@ -20,7 +20,8 @@ SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
 def test_bench_train_gpt_width_override_and_quality(tmp_path):
     argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste,srste/per-call", "--quality-steps", "2", "--rounds", "2",
-            "--iters", "1", "--compile-workers", "2", "--grad-accum", "2", *SHAPE, "--out", str(tmp_path), "--tag", "t"]
+            "--iters", "1", "--compile-workers", "2", "--grad-accum", "2", "--park", "host", *SHAPE, "--out", str(tmp_path),
+            "--tag", "t"]
     assert bench_train_gpt.main(argv) == 0
     res = json.loads((tmp_path / "train_gpt_t.json").read_text())
     tp = res["throughput"][0]
@@ -40,6 +41,7 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert "Python gc frozen" in md and not __import__("gc").get_freeze_count()  # unfrozen after the rounds
     assert "| vs dense (mean of rounds) |" in md and f"| {tp['rows'][1]['vs_dense_mean']:.3f}x |" in md
     assert "d=32, 1 layers, 2 micro-batches" in md and "xla attention" in md and tp["grad_accum"] == 2
+    assert tp["park_idle"] and "the other variants' states in host memory during a round" in md
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "fast/per-call", "--out", str(tmp_path)]) == 2
     exp = bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
