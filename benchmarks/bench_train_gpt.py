@@ -57,6 +57,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
+from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 
 ALL = ["dense", "srste", "sste", "step", "ste"]
@@ -278,13 +279,15 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         if park_idle:
             park(runs[label])
     labels = list(runs)
-    with collector(gc_mode) as pauses:
+    with collector(gc_mode) as pauses, ClockSampler() as clock:
         for rnd in range(rounds):
             for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
                 r = runs[label]
                 if park_idle:
                     unpark(r)
+                t0 = time.perf_counter()
                 r["state"], t = timed_steps(r["rt"], r["exe"], r["state"], r["batches"], iters, r["step"])
+                clock.window(label, t0, time.perf_counter())
                 r["times"].append(t)
                 r["step"] += iters
                 if park_idle:
@@ -296,6 +299,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         f"{k} {v['count']}x max {1e3 * v['max_s']:.1f} ms" for k, v in gc_pauses.items()))
     hp = next(iter(rts.values())).exp.hp
     tokens = hp["batch_size"] * hp["seq_len"]
+    clocks = clock.summary()
     dense_t = statistics.median(runs["dense"]["times"]) if "dense" in runs else None
     dense_mean = statistics.fmean(runs["dense"]["times"]) if "dense" in runs else None
     rows = []
@@ -307,7 +311,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
                      # The mean keeps the slow rounds the median drops (what a long run pays for them).
                      "mean_step_s": t_mean, "vs_dense_mean": (dense_mean / t_mean) if dense_mean else None,
                      "spread": (max(r["times"]) - min(r["times"])) / t, "step_times_s": r["times"],
-                     "n_params": r["n_params"]})
+                     "n_params": r["n_params"], "gpu_clock": clocks.get(label)})
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
             "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
@@ -366,18 +370,22 @@ def to_markdown(res: dict) -> str:
         shape = f"d={tp['n_embd']}, {tp['n_layer']} layers, " if "n_embd" in tp else ""
         if tp.get("grad_accum", 1) > 1:
             shape += f"{tp['grad_accum']} micro-batches, "
+        clocked = any(r.get("gpu_clock") for r in tp["rows"])
         lines += [f"## Throughput: {tp['size']} ({shape}{tp['n_params'] / 1e6:.0f}M params, batch {tp['batch_size']} x "
                   f"{tp['seq_len']} tokens, {tp.get('attention', 'xla')} attention, median of {tp['rounds']} interleaved "
                   f"rounds x {tp['iters']} steps" + (", Python gc frozen" if tp.get("gc") == "freeze" else "")
                   + (", the other variants' states in host memory during a round" if tp.get("park_idle") else "")
                   + ")", "",
-                  "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) |",
-                  "|---|---|---|---|---|---|"]
+                  "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) |"
+                  + (" SM MHz / W |" if clocked else ""),
+                  "|---|---|---|---|---|---|" + ("---|" if clocked else "")]
         for r in tp["rows"]:
             vs = "-" if r["vs_dense"] is None else f"{r['vs_dense']:.3f}x"
             vs_mean = "-" if r.get("vs_dense_mean") is None else f"{r['vs_dense_mean']:.3f}x"
+            clk = r.get("gpu_clock")
+            clk = "" if not clocked else (" – |" if not clk else f" {clk['sm_mhz']:.0f} / {clk['power_w']:.0f} |")
             lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
-                         f"{100 * r['spread']:.1f}% | {vs_mean} |")
+                         f"{100 * r['spread']:.1f}% | {vs_mean} |" + clk)
         if tp.get("auto_plan"):
             lines += ["", "`backend=\"auto\"` per sparse layer of the first sparse recipe (in x out): "
                       + train_gpt.format_plan(tp["auto_plan"])]
@@ -395,8 +403,10 @@ def to_markdown(res: dict) -> str:
         lines.append("")
     lines.append("`spread` = (max − min) / median of the per-round step times; `dense (control)` is a second "
                  "dense state timed in the same rounds (its ratio to dense is the noise floor). `vs dense` compares "
-                 "medians; the last column compares means, which keep the slow rounds (a large spread) that the "
-                 "median drops.")
+                 "medians; `vs dense (mean of rounds)` compares means, which keep the slow rounds (a large spread) "
+                 "that the median drops. `SM MHz / W` (where nvidia-smi ran): the GPU's mean SM clock and power "
+                 "draw over the variant's timed rounds (samples every 0.2 s) — on a power-capped card a variant's "
+                 "clock depends on its kernels as well as on the card's temperature.")
     return "\n".join(lines) + "\n"
 
 

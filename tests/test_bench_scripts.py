@@ -55,6 +55,50 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
+def test_clock_sampler_averages_the_samples_inside_each_label_s_windows():
+    import time
+
+    from gpu_clock import ClockSampler
+
+    # a stand-in for nvidia-smi: a sample every 10 ms, the clock counting up, junk lines ignored
+    fake = [sys.executable, "-u", "-c",
+            "import time\nprint('[N/A], [N/A]', flush=True)\n"
+            "for i in range(10**6):\n    print(f'{1000 + i}, 500.5', flush=True); time.sleep(0.01)"]
+    with ClockSampler(command=fake) as clk:
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        time.sleep(0.2)
+        t1 = time.perf_counter()
+        clk.window("a", t0, t1)
+        time.sleep(0.2)
+        clk.window("a", time.perf_counter() - 0.1, time.perf_counter())
+        clk.window("nothing", t1 + 1e3, t1 + 2e3)  # no samples inside: left out
+    summ = clk.summary()
+    inside = [m for t, m, _ in clk.samples if t0 <= t <= t1 or clk.windows["a"][1][0] <= t <= clk.windows["a"][1][1]]
+    assert set(summ) == {"a"} and summ["a"]["samples"] == len(inside) >= 10
+    assert summ["a"]["sm_mhz"] == pytest.approx(sum(inside) / len(inside)) and summ["a"]["power_w"] == 500.5
+    assert all(m >= 1000 for _, m, _ in clk.samples)  # the junk line is not a sample
+    assert clk._proc.poll() is not None  # the sampler process ended with the block
+    with ClockSampler(command=["/nonexistent/nvidia-smi"]) as none:  # no sampler: nothing, no error
+        none.window("a", 0.0, 1e9)
+    assert none.summary() == {}
+
+
+def test_bench_train_gpt_markdown_shows_the_clock_column_only_with_samples():
+    rows = [{"variant": "dense", "median_step_s": 0.025, "tokens_per_s": 6.5e5, "vs_dense": 1.0, "spread": 0.01,
+             "vs_dense_mean": 1.0, "gpu_clock": {"sm_mhz": 1712.4, "power_w": 688.9, "samples": 9}},
+            {"variant": "srste", "median_step_s": 0.024, "tokens_per_s": 6.8e5, "vs_dense": 1.04, "spread": 0.01,
+             "vs_dense_mean": 1.04, "gpu_clock": None}]
+    res = {"device": "gpu: X", "jax": "0", "command": "c", "cuda_kernels": True,
+           "throughput": [{"size": "gpt2", "n_params": 1e8, "batch_size": 16, "seq_len": 1024, "rounds": 5, "iters": 10,
+                           "rows": rows}]}
+    md = bench_train_gpt.to_markdown(res)
+    assert "| vs dense (mean of rounds) | SM MHz / W |" in md and "| 1712 / 689 |" in md and "| 1.040x | – |" in md
+    for r in rows:
+        r["gpu_clock"] = None
+    assert "SM MHz / W |" not in bench_train_gpt.to_markdown(res)
+
+
 def test_bench_train_gpt_park_moves_a_state_to_host_and_back_unchanged():
     import jax
 
