@@ -437,9 +437,9 @@ def main(argv=None) -> int:
                     help="where the variants not being timed keep their train states between rounds: 'none' "
                          "(default): all on the device at once; 'host': in host memory, so each round runs with "
                          "only its own state on the GPU, as a training process has (the transfers are outside "
-                         "the timed steps). On the H200 'host' made every GPT-2 step ~4%% faster and steadier "
-                         "(train_gpt_h200_gpt2_l12_sparse-attn_*park*.md) but a LLaMA-1B-shaped one slower and "
-                         "erratic (train_gpt_h200_llama-1b_l4_nokernels_*.md): compare like with like")
+                         "the timed steps). On the H200 'host' made every variant's GPT-2 124M --sparse-attn step 3-5%% faster "
+                         "(train_gpt_h200_gpt2_l12_sparse-attn{,_park2,_nopark,_nopark2}.md) but a LLaMA-1B-shaped "
+                         "one slower and erratic (train_gpt_h200_llama-1b_l4_nokernels_*.md): compare like with like")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
