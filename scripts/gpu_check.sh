@@ -75,6 +75,20 @@ if want build; then
   $PY -c "import jax_sparse24._src.ffi as f; print('extension:', f.extension() is not None, f.extension_error() or '', 'kernels available:', f.cuda_kernels_available())" 2>&1 | tee -a "$OUT/logs/summary.txt"
 fi
 
+# Every other step measures or tests the CUDA kernels: without them (no `build` in this call and no
+# carried extension) the 2:4 layers would silently take the jnp reference path and the results would
+# read like the kernels' (a session lost a LLaMA benchmark so). GPU_CHECK_NO_KERNELS=1 runs anyway.
+if ! $PY -c "import sys, jax_sparse24 as s; sys.exit(0 if s.cuda_kernels_available() else 1)" 2>/dev/null; then
+  why=$($PY -c "import jax, jax_sparse24._src.ffi as f; print(f.extension_error() or f'no CUDA device ({jax.default_backend()})')" 2>&1 | tail -1)
+  if [ "${GPU_CHECK_NO_KERNELS:-0}" = 1 ]; then
+    note "WARNING: the CUDA kernels are not available ($why); running anyway (GPU_CHECK_NO_KERNELS=1)"
+  else
+    note "ERROR: the CUDA kernels are not available ($why): add 'build', or carry a built extension as"\
+" jax_sparse24/_sparse24_ffi*.so (see keepext); GPU_CHECK_NO_KERNELS=1 runs without them"
+    exit 1
+  fi
+fi
+
 if asked keepext; then
   so=$($PY -c "import jax_sparse24._sparse24_ffi as m; print(m.__file__)" 2>/dev/null)
   mkdir -p "$OUT/ext" && [ -n "$so" ] && cp "$so" "$OUT/ext/" && note "extension kept: $(basename "$so")" || note "keepext: no extension"
