@@ -490,6 +490,12 @@ def main(argv=None) -> int:
            "cuda_kernels": bool(jax_sparse24.cuda_kernels_available()),
            "command": "python benchmarks/bench_train_gpt.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "throughput": [], "quality": None}
+    if backend == "gpu" and not res["cuda_kernels"]:
+        from jax_sparse24._src import ffi as _ffi
+
+        log("WARNING: the CUDA kernels are not available ("
+            f"{_ffi.extension_error() or 'extension not built'}): every 2:4 layer takes the jnp reference path "
+            "(dense GEMMs on masked weights); these numbers are not the kernels'")
     t_start = time.perf_counter()
 
     def write():  # after every size too, so a run cut short keeps what it measured
