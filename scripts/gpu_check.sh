@@ -40,7 +40,9 @@
 # subfolders of it, the subfolders' files add up (a session lost a step breakdown's three files so);
 # pack them yourself at the end (e.g. `tar -czf $OUT/all.tgz -C $OUT a b c && rm -rf $OUT/{a,b,c}`).
 #
-# Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA.
+# Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA. Every
+# step after `build` needs the CUDA kernels (built in the call, or a carried extension): without them
+# the script stops with an error (GPU_CHECK_NO_KERNELS=1 runs anyway).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
