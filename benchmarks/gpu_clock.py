@@ -27,6 +27,15 @@ from typing import Optional, Sequence
 NVIDIA_SMI = ("nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits", "-lms")
 
 
+def parse_sample(line: str) -> Optional[tuple[float, float]]:
+    """``(MHz, W)`` of one line of :data:`NVIDIA_SMI`'s output, or None ("[N/A]", a header, a partial line)."""
+    try:
+        mhz, watts = (float(v) for v in line.split(",")[:2])
+    except ValueError:
+        return None
+    return mhz, watts
+
+
 class ClockSampler:
     """Samples ``command`` (default: ``nvidia-smi`` every ``period_ms`` on GPU 0, the one a
     single-device benchmark runs on) between ``__enter__``
@@ -56,11 +65,9 @@ class ClockSampler:
 
     def _read(self) -> None:
         for line in self._proc.stdout:
-            try:
-                mhz, watts = (float(v) for v in line.split(",")[:2])
-            except ValueError:
-                continue  # "[N/A]", a header, a partial line
-            self.samples.append((time.perf_counter(), mhz, watts))
+            sample = parse_sample(line)
+            if sample is not None:
+                self.samples.append((time.perf_counter(), *sample))
 
     def __exit__(self, *exc) -> None:
         if self._proc is not None:

@@ -80,8 +80,11 @@ fi
 # Every other step measures or tests the CUDA kernels: without them (no `build` in this call and no
 # carried extension) the 2:4 layers would silently take the jnp reference path and the results would
 # read like the kernels' (a session lost a LLaMA benchmark so). GPU_CHECK_NO_KERNELS=1 runs anyway.
-if ! $PY -c "import sys, jax_sparse24 as s; sys.exit(0 if s.cuda_kernels_available() else 1)" 2>/dev/null; then
-  why=$($PY -c "import jax, jax_sparse24._src.ffi as f; print(f.extension_error() or f'no CUDA device ({jax.default_backend()})')" 2>&1 | tail -1)
+why=$($PY -c "import sys, jax, jax_sparse24._src.ffi as f
+if not f.cuda_kernels_available():
+    print(f.extension_error() or f'no CUDA device ({jax.default_backend()})')
+    sys.exit(1)" 2>&1 | tail -1; exit "${PIPESTATUS[0]}")
+if [ $? -ne 0 ]; then
   if [ "${GPU_CHECK_NO_KERNELS:-0}" = 1 ]; then
     note "WARNING: the CUDA kernels are not available ($why); running anyway (GPU_CHECK_NO_KERNELS=1)"
   else
@@ -248,6 +251,8 @@ if asked exloop; then
   done
   $PY - "$OUT/example_loop_$tag.md" "$size" "${EXLOOP_STEPS:-400}" "${EXLOOP_FLAGS:-}" <<'PYEOF'
 import json, pathlib, statistics, sys
+sys.path.insert(0, "benchmarks")
+from gpu_clock import parse_sample
 out, size, steps, flags = sys.argv[1:]
 runs, clocks, order = {}, {}, []
 
@@ -255,12 +260,8 @@ runs, clocks, order = {}, {}, []
 def busy_clock(smi):
     """Mean SM clock (MHz) and power (W) over the samples while the GPU trained (power above half the
     run's largest sample: compilation and start-up excluded); None without samples."""
-    rows = []
-    for line in smi.read_text().splitlines() if smi.exists() else []:
-        try:
-            rows.append(tuple(float(v) for v in line.split(",")[:2]))
-        except ValueError:
-            continue
+    lines = smi.read_text().splitlines() if smi.exists() else []
+    rows = [s for s in map(parse_sample, lines) if s is not None]
     top = max((p for _, p in rows), default=0.0)
     busy = [(c, p) for c, p in rows if p > top / 2]
     return (statistics.fmean(c for c, _ in busy), statistics.fmean(p for _, p in busy)) if busy else None
