@@ -7,7 +7,8 @@ Public API:
 
 * masks and estimators: :func:`nm_mask`, :func:`mask24`, :func:`transposable_mask24`,
   :func:`soft_threshold24`, :func:`soft_threshold_beta`, :func:`mvue24`, :func:`flip_rate`;
-* the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``), :func:`prepare_weight` (its
+* the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``; a mask that is not 2:4 raises
+  :class:`MaskCheckError`, under ``jit`` from the device check), :func:`prepare_weight` (its
   weight work once per optimizer step), :func:`linear_plan`; ``fp8=True`` runs its forward and
   input-gradient GEMMs in float8_e4m3fn (:mod:`jax_sparse24.fp8`: the quantization math);
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
@@ -25,6 +26,7 @@ from jax_sparse24._src.linear import BACKENDS, linear_plan, prepare_weight, spar
 from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
+from jax_sparse24._src.validation import MaskCheckError
 
 from jax_sparse24 import distill, fp8, nn, nnx, optim, prune, sharding, swap, training  # noqa: E402  (public submodules)
 
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BACKENDS",
     "MVUE_EPS",
+    "MaskCheckError",
     "Sparse24Array",
     "cuda_kernels_available",
     "flip_rate",

@@ -359,7 +359,7 @@ class Sparse24LowRankDense(nn.Module):
         mask = lax.stop_gradient(ops.nm_mask(kernel, self.n, self.m, axis=0))
         inputs, kernel, bias, a, b = promote_dtype(inputs, kernel, bias, a, b, dtype=self.dtype)
         if (self.n, self.m) == (2, 4):
-            y = sparse24_linear(inputs, kernel, mask, bias, precision=self.precision)
+            y = sparse24_linear(inputs, kernel, mask, bias, precision=self.precision, check_mask=False)
         else:
             y = jnp.dot(inputs, _ste_masked(kernel, mask), precision=self.precision)
             if bias is not None:

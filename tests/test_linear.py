@@ -245,3 +245,84 @@ def test_prepared_bad_input(call, match):
     x, w, b, m = _setup()
     with pytest.raises(ValueError, match=match):
         call(x, w, m)
+
+
+# --- masks that are not 2:4 never reach a GEMM unnoticed (under jit too) ---------------------------------
+
+def _bad_masks(w):
+    """Masks a user could pass by mistake: all ones, 2:4 along the wrong axis (out), 2:4 only along in."""
+    return {"ones": jnp.ones_like(w, bool), "wrong axis": s24.mask24(w, axis=-1),
+            "in only": s24.mask24(w, axis=0)}
+
+
+@pytest.mark.parametrize("case", ["ones", "wrong axis"])
+@pytest.mark.parametrize("where", ["concrete", "jit"])
+def test_mask_not_24_along_in_is_an_error(case, where):
+    x, w, b, _ = _setup(i=32, o=16)
+    m = _bad_masks(w)[case]
+    match = r"`mask` is not 2:4 along axis 0 \(in\): \d+ of 128 group\(s\) of 4 keep more than 2"
+    if where == "concrete":
+        with pytest.raises(s24.MaskCheckError, match=match):
+            s24.sparse24_linear(x, w, m, b)
+    else:
+        f = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m, b))
+        with pytest.raises(jax.errors.JaxRuntimeError, match=match):
+            f(x, w, m).block_until_ready()
+
+
+@pytest.mark.parametrize("where", ["concrete", "jit", "grad"])
+def test_transposable_mask_is_checked_along_out(where):
+    x, w, b, _ = _setup(i=32, o=16)
+    m = _bad_masks(w)["in only"]
+    assert int((np.asarray(m).reshape(32, 4, 4).sum(-1) > 2).sum()) > 0  # not 2:4 along out
+    match = r"not 2:4 along axis 1 \(out, needed by transposable=True\)"
+    f = lambda x, w, m: s24.sparse24_linear(x, w, m, b, transposable=True)  # noqa: E731
+    if where == "concrete":
+        with pytest.raises(s24.MaskCheckError, match=match):
+            f(x, w, m)
+        return
+    if where == "grad":
+        f = jax.grad(lambda x, w, m: (s24.sparse24_linear(x, w, m, b, transposable=True) ** 2).sum())
+    with pytest.raises(jax.errors.JaxRuntimeError, match=match):
+        jax.block_until_ready(jax.jit(f)(x, w, m))
+
+
+def test_valid_traced_masks_pass_and_match():
+    x, w, b, m = _setup(i=32, o=16)
+    f = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m, b, transposable=True))
+    np.testing.assert_allclose(np.asarray(f(x, w, m)), np.asarray(x @ (w * m) + b), rtol=1e-5, atol=1e-5)
+    m_in = s24.mask24(w, axis=0)
+    g = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m, b))
+    np.testing.assert_allclose(np.asarray(g(x, w, m_in)), np.asarray(x @ (w * m_in) + b), rtol=1e-5, atol=1e-5)
+
+
+def test_check_mask_false_skips_only_the_traced_check():
+    x, w, b, _ = _setup(i=32, o=16)
+    ones = jnp.ones_like(w, bool)
+    y = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m, b, check_mask=False))(x, w, ones)
+    assert y.shape == (12, 16)  # on a CPU the dense reference: x·(w⊙m); on the sparse kernels undefined
+    with pytest.raises(s24.MaskCheckError):  # a concrete mask is always checked
+        s24.sparse24_linear(x, w, ones, b, check_mask=False)
+    with pytest.raises(ValueError, match="check_mask must be a Python bool"):
+        s24.sparse24_linear(x, w, _setup(i=32, o=16)[3], b, check_mask="yes")
+
+
+def test_prepare_weight_and_to_sparse_check_traced_masks():
+    _, w, _, _ = _setup(i=32, o=16)
+    ones = jnp.ones_like(w, bool)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="prepare_weight: `mask` is not 2:4 along axis 0"):
+        jax.block_until_ready(jax.jit(lambda w, m: s24.prepare_weight(w, m, tokens=8))(w, ones))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="to_sparse: `mask` is not 2:4 along axis 1"):
+        jax.block_until_ready(jax.jit(lambda w, m: s24.to_sparse(w, m).values)(w, ones))
+
+
+def test_layers_trust_their_own_masks_without_a_device_check():
+    """A Sparse24Dense step's masks are the library's: no host callback in the jitted program."""
+    x = jnp.ones((4, 32))
+    layer = s24.nn.Sparse24Dense(16)
+    v = layer.init(jax.random.key(0), x)
+    text = jax.jit(lambda v, x: layer.apply(v, x)).lower(v, x).as_text()
+    assert "callback" not in text
+    text = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m)).lower(
+        x, v["params"]["kernel"], v["sparsity"]["transposable_mask"]).as_text()
+    assert "callback" in text  # ...while a mask passed in by the user is checked

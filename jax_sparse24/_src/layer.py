@@ -46,7 +46,13 @@ def check_config(owner: str, method: str, backend: str, fp8: bool = False, fp8_s
 
 
 def init_mask(kernel, transposable: bool):
-    """The initial ``srste`` mask of an ``(in, out)`` kernel."""
+    """The initial ``srste`` mask of an ``(in, out)`` kernel, or of a stack ``(..., in, out)`` of them
+    (``nn.scan``'s layer axis first): each ``(in, out)`` slice on its own."""
+    if jnp.ndim(kernel) > 2:
+        # (L, in, out) -> (L·in, out): with in % 4 == 0 every 2:4 group along in and every 4×4 block
+        # lies inside one layer's slice, so this is the per-layer mask in one op
+        shape = jnp.shape(kernel)
+        return jnp.reshape(init_mask(jnp.reshape(kernel, (-1, shape[-1])), transposable), shape)
     return ops.transposable_mask24(kernel) if transposable else ops.mask24(kernel, axis=0)
 
 
@@ -94,8 +100,11 @@ def apply(inputs, kernel, bias, *, method: str, mask=None, beta=None, transposab
 
     def sparse_fn(x, w, b):
         w_used, m, t = effective(method, w, mask, beta, transposable)
+        # the masks of a layer are the library's own (made by init_mask / refresh, or by
+        # effective() right here): trusted, no device check (validation.check_nm_mask)
         return sparse24_linear(x, w_used, m, b, key=key, backend=backend, precision=precision,
-                               transposable=t, prepared=None if fp8 else prepared, fp8=fp8, fp8_meta=fp8_meta)
+                               transposable=t, prepared=None if fp8 else prepared, fp8=fp8, fp8_meta=fp8_meta,
+                               check_mask=False)
 
     if method == "dense" or sparse is False:
         return dense_fn(inputs, kernel, bias)
@@ -107,14 +116,23 @@ def apply(inputs, kernel, bias, *, method: str, mask=None, beta=None, transposab
     return lax.cond(sparse, sparse_fn, dense_fn, inputs, kernel, bias)
 
 
+def _per_layer(do, x):
+    """A layer's refresh flag (a scalar, or shape ``x.shape[:-2]`` for a stack of layers) broadcast
+    against its ``(..., in, out)`` mask ``x``."""
+    do = jnp.asarray(do)
+    return jnp.reshape(do, do.shape + (1,) * (jnp.ndim(x) - do.ndim))
+
+
 def refresh(kernels, olds, transposables, everys, step=None, skip_idle=True):
     """New ``srste`` masks of several layers and the flip rate over the refreshed ones.
 
     Args:
-      kernels: the layers' current ``(in, out)`` kernels.
+      kernels: the layers' current ``(in, out)`` kernels, or stacks ``(L, in, out)`` of them
+        (``nn.scan``'s layers; every slice refreshed on its own).
       olds: their current masks.
       transposables: per layer, whether its mask is transposable.
-      everys: per layer, its refresh period (int or scalar array; values < 1 count as 1).
+      everys: per layer, its refresh period (int or scalar array; values < 1 count as 1; for a
+        stack, one per layer of it: shape ``(L,)``).
       step: optimizer step, or ``None`` to refresh every layer. With a step, a layer refreshes
         when ``step % every == 0``; one ``lax.cond`` for all layers skips the mask computation on
         steps where none refreshes (``jit``-friendly).
@@ -135,10 +153,12 @@ def refresh(kernels, olds, transposables, everys, step=None, skip_idle=True):
     def do_refresh(dos, ks, olds):
         """New masks (a layer not due keeps its old one), changed entries, entries refreshed."""
         masks = compute_all(ks)
-        masks = [jnp.where(do, m, old) for do, m, old in zip(dos, masks, olds)]
-        flips = sum((jnp.where(do, jnp.sum(m != old, dtype=jnp.float32), 0.0)
+        # `do` is a scalar, or one flag per layer of a stacked (L, in, out) mask (its periods (L,))
+        masks = [jnp.where(_per_layer(do, old), m, old) for do, m, old in zip(dos, masks, olds)]
+        flips = sum((jnp.sum((m != old) & _per_layer(do, old), dtype=jnp.float32)
                      for do, m, old in zip(dos, masks, olds)), jnp.zeros((), jnp.float32))
-        total = sum((jnp.where(do, jnp.float32(np.prod(old.shape)), 0.0) for do, old in zip(dos, olds)),
+        total = sum((jnp.sum(jnp.broadcast_to(jnp.asarray(do), old.shape[:-2]), dtype=jnp.float32)
+                     * jnp.float32(np.prod(old.shape[-2:])) for do, old in zip(dos, olds)),
                     jnp.zeros((), jnp.float32))
         return masks, flips, total
 
@@ -150,7 +170,7 @@ def refresh(kernels, olds, transposables, everys, step=None, skip_idle=True):
         # One lax.cond for the whole model (a conditional per layer costs a host round trip each on
         # a GPU: ~11 ms of a GPT-2 step with 24 layers). Mask computation, per-layer selection and
         # the flip count all run inside it: a step where no layer refreshes only passes masks through.
-        any_do = functools.reduce(jnp.logical_or, dos, jnp.asarray(False))
+        any_do = functools.reduce(jnp.logical_or, [jnp.any(d) for d in dos], jnp.asarray(False))
         zero = jnp.zeros((), jnp.float32)
         if not kernels:
             masks, flips, total = [], zero, zero

@@ -135,7 +135,7 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 
 def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
                     transposable: bool | None = None, prepared: dict | None = None, fp8: bool = False,
-                    fp8_meta: dict | None = None):
+                    fp8_meta: dict | None = None, check_mask: bool = True):
     """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
 
     Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
@@ -145,7 +145,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     Args:
       x: input ``(..., in)``; all leading axes are tokens.
       w: dense weight ``(in, out)`` (Flax layout), ``in % 4 == 0``.
-      mask: ``bool`` (or 0/1) mask of ``w``'s shape, 2:4 along ``in`` (checked when concrete).
+      mask: ``bool`` (or 0/1) mask of ``w``'s shape, 2:4 along ``in`` (axis 0; also along ``out`` with
+        ``transposable=True``). Checked, see ``check_mask``: the sparse kernels keep at most two
+        elements of each group of 4, so a mask that is not 2:4 would give a wrong product there.
       bias: optional ``(out,)``.
       key: optional PRNG key; enables the MVUE weight gradient.
       backend: ``"auto"`` (sparse CUDA kernel where it beats dense for the shape, else dense on
@@ -153,7 +155,8 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         ``"dense"`` (dense GEMM on the masked weight) or ``"reference"`` (plain ``jnp``).
       precision: ``lax.Precision`` for the dense GEMMs.
       transposable: whether ``mask`` is also 2:4 along ``out`` (lets ``∇x`` use the sparse
-        kernel). ``None``: checked when the mask is concrete, else assumed False.
+        kernel; then checked along ``out`` too). ``None``: found out when the mask is concrete,
+        else assumed False.
       prepared: optional :func:`prepare_weight` of this ``(w, mask)``: the forward and
         input-gradient GEMMs then use its compressed (or masked dense) weight instead of
         compressing ``w ⊙ mask`` on this call, and its plan replaces ``backend``'s choice for
@@ -179,6 +182,15 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         histories, and the *gradient* with respect to ``fp8_meta`` is its new value (the scales used,
         each history with this call's amax): write it over the state after the step, as Flax's
         ``OVERWRITE_WITH_GRADIENT`` collection is handled (never an optimizer update).
+      check_mask: check that ``mask`` is 2:4 (along ``in``, and along ``out`` with
+        ``transposable=True``). A concrete mask is checked at trace time (``ValueError``); a traced
+        one (under ``jit``, e.g. a mask passed as an argument) on the device: one fused reduction
+        over the mask and a host callback that fails the computation with the same message
+        (``jax.errors.JaxRuntimeError``) — no result is returned from a wrong mask. Masks the
+        library makes inside a model (``Sparse24Dense``, ``Sparse24Linear``: their ``sparsity``
+        collection, refreshed by :func:`jax_sparse24.nn.refresh_masks`) are trusted and not
+        rechecked. ``False`` skips the traced check (it costs a host round trip per call on a GPU);
+        a mask that is not 2:4 then gives an undefined result on the sparse kernels.
 
     Returns:
       ``(..., out)`` array.
@@ -210,9 +222,11 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         if backend == "cusparselt":
             raise ValueError(f"{op}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', "
                              "'cutlass', 'dense' or 'reference'")
-    v.check_nm_mask_concrete(mask, 2, 4, 0, op)
+    if not isinstance(check_mask, (bool, np.bool_)):
+        raise ValueError(f"{op}: check_mask must be a Python bool, got {check_mask!r}")
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
+    check_mask24(mask, op, transposable=bool(transposable), on_device=bool(check_mask))
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         mask = mask != 0
@@ -227,6 +241,23 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     return _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
+
+
+_MASK_HINT = (" Make masks with s24.mask24(w, axis=0) (2:4 along in) or s24.transposable_mask24(w) (along in "
+              "and out); check_mask=False skips this check.")
+
+
+def check_mask24(mask, op: str, *, transposable: bool, on_device: bool = True, name: str = "mask") -> None:
+    """The weight mask of a sparse linear op is 2:4 along ``in`` (axis 0) and, when ``transposable``,
+    along ``out`` (axis 1): now if concrete, on the device if traced and ``on_device``
+    (:func:`jax_sparse24._src.validation.check_nm_mask`)."""
+    v.check_nm_mask(mask, 2, 4, 0, op, name, on_device=on_device, axis_name="in", hint=_MASK_HINT)
+    if transposable:
+        if np.shape(mask)[1] % 4:
+            raise ValueError(f"{op}: transposable=True needs `{name}`'s out axis divisible by 4 (2:4 along out), "
+                             f"got shape {np.shape(mask)}")
+        v.check_nm_mask(mask, 2, 4, 1, op, name, on_device=on_device, axis_name="out, needed by transposable=True",
+                        hint=_MASK_HINT)
 
 
 def _check_meta_outside_shard_map(op: str) -> None:
@@ -261,7 +292,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None =
 
 
 def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
-                   reuse: int = 1) -> dict:
+                   reuse: int = 1, check_mask: bool = True) -> dict:
     """Do the weight work of :func:`sparse24_linear` once, for many calls with the same ``(w, mask)``.
 
     Within an optimizer step the weight and mask are fixed, but a gradient-accumulation loop calls
@@ -296,6 +327,7 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
         cuSPARSELt's format, planned for ``tokens`` rows.
       transposable: as in :func:`sparse24_linear` (``None``: checked when the mask is concrete).
       reuse: number of calls that share this preparation (e.g. micro-batches per step).
+      check_mask: as in :func:`sparse24_linear` (a traced mask is checked on the device).
 
     Returns:
       a dict (a pytree; keys ``"forward"``, ``"input_grad"`` with ``{"values", "meta"}`` (CUTLASS) or
@@ -311,11 +343,12 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
     True
     """
     return prepared_weight.prepare_many([plan_weight(w, mask, tokens=tokens, dtype=dtype, backend=backend,
-                                                     transposable=transposable, reuse=reuse)])[0]
+                                                     transposable=transposable, reuse=reuse,
+                                                     check_mask=check_mask)])[0]
 
 
 def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
-                reuse: int = 1, batched: bool = False) -> prepared_weight.WeightPlan:
+                reuse: int = 1, batched: bool = False, check_mask: bool = True) -> prepared_weight.WeightPlan:
     """:func:`prepare_weight`'s argument checks and plan, without the work: the plans of many weights
     run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``;
     ``batched``: plan for that batched preparation's lower cost per weight)."""
@@ -328,12 +361,12 @@ def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", tran
         raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     v.check_positive_int(tokens, "tokens", op)
     v.check_positive_int(reuse, "reuse", op)
-    v.check_nm_mask_concrete(mask, 2, 4, 0, op)
     dtype = jnp.dtype(jnp.result_type(w) if dtype is None else dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"{op}: dtype must be a floating dtype, got {dtype.name}")
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
+    check_mask24(mask, op, transposable=bool(transposable), on_device=bool(check_mask))
     return prepared_weight.plan(jnp.asarray(w), mask, tokens=int(tokens), dtype=dtype, backend=backend,
                                 transposable=bool(transposable), reuse=int(reuse), batched=bool(batched))
 

@@ -159,13 +159,13 @@ def _cutlass_layout_ok(shape, dtype) -> bool:
 
 
 def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = -1,
-              layout: str = "auto") -> Sparse24Array:
+              layout: str = "auto", check_mask: bool = True) -> Sparse24Array:
     """Compress ``x`` to a :class:`Sparse24Array` with 2:4 groups along ``axis``.
 
     Args:
       x: floating-point array; ``x.shape[axis] % 4 == 0``.
-      mask: optional ``bool`` mask, at most 2 True per group of 4 along ``axis`` (checked when
-        concrete). When given, exactly the masked entries are kept and ``method`` is ignored.
+      mask: optional ``bool`` mask, at most 2 True per group of 4 along ``axis`` (checked, see
+        ``check_mask``). When given, exactly the masked entries are kept and ``method`` is ignored.
       method: ``"magnitude"`` (keep the 2 largest ``|x|``, :func:`mask24`) or ``"mvue"`` (the
         unbiased stochastic estimate :func:`mvue24`, needs ``key``).
       key: PRNG key for ``method="mvue"``.
@@ -173,6 +173,9 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
       layout: ``"portable"``, ``"cutlass"`` (GPU sparse-GEMM operand; error where unsupported)
         or ``"auto"``: ``"cutlass"`` for 2-D bfloat16/float16 arrays with aligned shapes when the
         CUDA kernels are available, else ``"portable"``.
+      check_mask: check a traced ``mask`` on the device too (as :func:`jax_sparse24.sparse24_linear`);
+        a concrete one is always checked. ``False``: a mask keeping more than 2 of 4 gives
+        undefined values.
 
     >>> import jax.numpy as jnp, jax_sparse24 as s24
     >>> s = s24.to_sparse(jnp.array([[1., -5., 3., 0.], [0., 2., 0., -1.]]))
@@ -197,7 +200,8 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
     transposed = axis == 0 and x.ndim > 1
     if mask is not None:
         v.check_same_shape(x, mask, op, ("x", "mask"))
-        v.check_nm_mask_concrete(mask, 2, 4, axis, op)
+        v.check_nm_mask(mask, 2, 4, axis, op, hint=" check_mask=False skips this check.",
+                        on_device=check_mask)
         keep = jnp.asarray(mask) != 0
     elif method == "mvue":
         if key is None:

@@ -2,7 +2,7 @@
 
 All checks run at trace time on static shape/dtype information and raise ``ValueError`` naming
 the constraint and the offending shape. :func:`check_nm_mask_concrete` additionally inspects
-concrete (non-traced) masks.
+concrete masks, and :func:`check_nm_mask` checks traced masks on the device too.
 """
 
 from __future__ import annotations
@@ -76,22 +76,58 @@ def is_concrete(x) -> bool:
 
 def check_nm_mask_concrete(mask, n: int, m: int, axis: int, op: str, name: str = "mask") -> None:
     """If ``mask`` is concrete, check it keeps at most ``n`` of every ``m`` along ``axis``."""
-    if not is_concrete(mask):
+    check_nm_mask(mask, n, m, axis, op, name, on_device=False)
+
+
+def _violations(mask, n: int, m: int, axis: int, xp=jnp):
+    """``(groups keeping more than n of m along axis, all groups)`` of a mask (``xp``: numpy for a
+    concrete mask — jnp would trace it inside an enclosing jit — or jnp for a traced one)."""
+    kept = xp.moveaxis(xp.asarray(mask) != 0, axis, -1)
+    counts = kept.reshape(*kept.shape[:-1], -1, m).sum(-1, dtype=xp.int32)
+    return xp.sum(counts > n, dtype=xp.int32), counts.size
+
+
+def _mask_message(op: str, name: str, n: int, m: int, axis: int, shape, bad: int, total: int,
+                  axis_name: str | None, hint: str) -> str:
+    where = f"axis {axis}" + (f" ({axis_name})" if axis_name else "")
+    return (f"{op}: `{name}` is not {n}:{m} along {where}: {bad} of {total} group(s) of {m} keep more than "
+            f"{n} elements (shape {tuple(shape)}).{hint}")
+
+
+class MaskCheckError(ValueError):
+    """A mask that is not N:M along its grouping axis reached an op that needs it (raised when the
+    mask is concrete; when it is traced, the device check fails the computation with this message)."""
+
+
+def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", *, on_device: bool = True,
+                  axis_name: str | None = None, hint: str = "") -> None:
+    """``mask`` keeps at most ``n`` of every ``m`` along ``axis`` — whether concrete or traced.
+
+    A concrete mask is checked now (``MaskCheckError``, a ``ValueError``). A traced mask (inside
+    ``jit``/``grad``/``vmap``) is checked on the device when ``on_device`` is true: one fused
+    reduction over the mask and a host callback that fails the computation with the same message
+    (``jax.errors.JaxRuntimeError`` naming the argument and the axis) when any group breaks the
+    pattern, so a wrong mask never yields a result. ``on_device=False`` skips the traced check.
+    """
+    shape = _shape(mask)
+    axis = axis % len(shape)
+    if shape[axis] % m:
+        raise MaskCheckError(f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {shape}")
+    if is_concrete(mask):
+        bad, total = _violations(np.asarray(mask), n, m, axis, np)
+        if int(bad):
+            raise MaskCheckError(_mask_message(op, name, n, m, axis, shape, int(bad), total, axis_name, hint))
         return
-    arr = np.asarray(mask)
-    axis = axis % arr.ndim
-    if arr.shape[axis] % m:
-        raise ValueError(
-            f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {arr.shape}"
-        )
-    moved = np.moveaxis(arr != 0, axis, -1)
-    counts = moved.reshape(*moved.shape[:-1], -1, m).sum(-1)
-    if counts.size and counts.max() > n:
-        bad = int((counts > n).sum())
-        raise ValueError(
-            f"{op}: `{name}` is not {n}:{m} along axis {axis}: {bad} group(s) of {m} keep more "
-            f"than {n} elements (shape {arr.shape})"
-        )
+    if not on_device:
+        return
+    bad, total = _violations(mask, n, m, axis)
+
+    def fail_if_bad(bad_groups):
+        if int(bad_groups):
+            raise MaskCheckError(_mask_message(op, name, n, m, axis, shape, int(bad_groups), total, axis_name,
+                                               hint))
+
+    jax.debug.callback(fail_if_bad, bad)
 
 
 def check_same_shape(a, b, op: str, names: tuple[str, str]) -> None:
