@@ -195,8 +195,10 @@ class CausalSelfAttention(nn.Module):
         hd = c // cfg.n_head
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
         qkv = _call(_linear(cfg, 3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
-        q, k, v = jnp.split(qkv, 3, axis=-1)
-        q, k, v = (a.reshape(b, t, cfg.n_head, hd) for a in (q, k, v))
+        # columns grouped per head (q|k|v of head 0, then of head 1, ...): a column shard of the
+        # tensor-parallel qkv kernel holds whole heads, so nothing is resharded inside the layer
+        qkv = qkv.reshape(b, t, cfg.n_head, 3, hd)
+        q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
         if cfg.arch == "llama":
             q, k = rotary(q, cfg.rope_theta), rotary(k, cfg.rope_theta)
         # the named scope marks attention's kernels in the compiled program (XLA's attention is plain
@@ -290,7 +292,9 @@ class MLP(nn.Module):
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)
         if cfg.ffn == "swiglu":
             ab = _call(_linear(cfg, 2 * h, "fc", True, 0.02, cfg.n_embd), x, sparse)
-            a, g = jnp.split(ab, 2, axis=-1)
+            # gate and up columns interleaved (a0 g0 a1 g1 ...): a column shard holds matching pairs
+            ab = ab.reshape(*ab.shape[:-1], h, 2)
+            a, g = ab[..., 0], ab[..., 1]
             y = nn.silu(a) * g
         elif cfg.ffn == "gelu":
             y = nn.gelu(_call(_linear(cfg, h, "fc", True, 0.02, cfg.n_embd), x, sparse), approximate=True)
