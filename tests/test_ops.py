@@ -149,7 +149,7 @@ def test_mvue24_unbiased_statistical():
     bound = 5.0 * np.sqrt(var / n) + 1e-6
     assert (np.abs(mean - np.asarray(x)) <= bound).all(), np.abs(mean - np.asarray(x)) / bound
     # A biased estimator (plain top-2 magnitude) fails the same test: the test can fail.
-    biased = np.asarray(x * s24.mask24(x))
+    biased = np.asarray(x * s24.mask24(x, axis=-1))
     assert (np.abs(biased - np.asarray(x)) > bound).any()
 
 
@@ -210,7 +210,7 @@ def test_ops_jit_and_vmap(fn):
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda: s24.mask24(jnp.ones((4, 6))), r"divisible by 4.*\(4, 6\)"),
+        (lambda: s24.mask24(jnp.ones((4, 6)), axis=-1), r"divisible by 4.*\(4, 6\)"),
         (lambda: s24.nm_mask(jnp.ones((8,)), 4, 4), r"1 <= n < m"),
         (lambda: s24.nm_mask(jnp.ones((64,)), 2, 64), r"m <= 32"),
         (lambda: s24.nm_mask(jnp.ones((8,)), 2, 4, axis=3), r"axis 3 is out of range"),
@@ -231,7 +231,7 @@ def test_bad_input_errors(call, match):
 
 def test_errors_raise_at_trace_time():
     with pytest.raises(ValueError, match="divisible by 4"):
-        jax.jit(lambda x: s24.mask24(x)).lower(jax.ShapeDtypeStruct((4, 6), jnp.float32))
+        jax.jit(lambda x: s24.mask24(x, axis=-1)).lower(jax.ShapeDtypeStruct((4, 6), jnp.float32))
 
 
 def _opaque_kernel(name, x, **kwargs):

@@ -4,11 +4,36 @@ These functions are the single definition of each op (see DESIGN.md "The math").
 CPU path and the oracle the CUDA kernels are tested against; the public ops in ``ops.py`` lower
 to them on every platform without a kernel. Groups are always ``m`` consecutive elements along
 ``axis`` (the contraction axis of the matmul the tensor feeds).
+
+Special values (one rule for every mask function, the CUDA kernels included)
+-----------------------------------------------------------------------------
+Elements are ranked by the *magnitude key* of :func:`magnitude_key`: ``|x|`` compared exactly, with
+``-0 == +0``, subnormals ordered by their magnitude (never flushed), ``+inf == -inf`` above every
+finite value and every NaN (any sign or payload) above ``inf``; equal keys go to the lower index.
+So a non-finite element is always among the kept ones — a diverging weight or gradient is
+surfaced in the forward pass, not hidden by the mask:
+
+* ``mask24`` / ``nm_mask``: the ``n`` largest keys of each group are kept (NaN first, then inf,
+  then the finite values by magnitude).
+* ``transposable_mask24``: each 4×4 block's pattern maximises first the number of non-finite
+  elements it keeps, then ``Σ|x|`` of the finite kept elements (float32, subnormal magnitudes
+  counting as 0), the first pattern in canonical order on ties — so the finite weights of a block
+  holding a NaN or inf are still chosen optimally among the patterns that keep it.
+* ``soft_threshold24``: the mask is ``mask24``'s; ``t`` is the larger dropped ``|x|`` (that of the
+  dropped element with the larger key) and the kept values are ``sign(x)·(|x| − t)`` in float32:
+  a kept ``±inf`` stays ``±inf``, a kept NaN stays NaN, and a group that has to drop a non-finite
+  element (three or four of them) gets NaN in both kept positions (``t`` is inf or NaN).
+* ``mvue24``: a group holding a NaN or inf has no unbiased estimate: it returns NaN in the two
+  positions ``mask24`` keeps and 0 elsewhere (still 2:4); every other group is unaffected.
+
+Subnormal arithmetic results (soft threshold values, transposable scores) are flushed to zero, as
+XLA's CPU backend does, so the kernels match the reference bit for bit on every mask.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +43,7 @@ from jax import lax
 from jax_sparse24._src import validation as v
 
 __all__ = [
+    "magnitude_key",
     "nm_mask",
     "mask24",
     "transposable_mask24",
@@ -35,6 +61,52 @@ __all__ = [
 MVUE_EPS = 1e-20
 
 
+AXIS_WARNING = (
+    "{op}: called without `axis`; for an array of rank >= 2 this groups along the last axis (-1), the "
+    "old default. Pass the grouping axis explicitly: a Flax kernel of shape (in, out) feeds x @ kernel, "
+    "whose 2:4 groups run along `in`, so it needs axis=0. A future version will require `axis`."
+)
+
+
+def resolve_axis(x, axis, op: str, stacklevel: int = 3) -> int:
+    """The grouping axis of ``op``: ``axis`` itself when given; for ``axis=None`` axis 0 of a 1-D
+    array, or the last axis (the old default) of an array of rank >= 2 with a ``FutureWarning``."""
+    if axis is not None:
+        return axis
+    if np.ndim(x) <= 1:
+        return 0
+    warnings.warn(AXIS_WARNING.format(op=op), FutureWarning, stacklevel=stacklevel)
+    return -1
+
+
+def as_array(x, name: str, op: str):
+    """``x`` as an array: Python lists, tuples and scalars go through ``jnp.asarray``; anything that
+    cannot be converted is a ``ValueError`` naming the argument."""
+    if isinstance(x, (list, tuple, int, float)):
+        try:
+            return jnp.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{op}: `{name}` must be an array or a (nested) list of numbers, got {type(x).__name__}: {e}") from None
+    return x
+
+
+def magnitude_key(x):
+    """Integer rank of ``|x|`` used by every mask function (see the module docstring).
+
+    The bits of ``|x|`` as a signed integer of ``x``'s width (a monotone code of the magnitude:
+    ``-0`` and ``+0`` equal, subnormals exact, ``inf`` above every finite value), with every NaN
+    mapped to the largest value of that integer type, above ``inf``. Computed with integer
+    operations only, so no flush-to-zero mode can change the order.
+    """
+    x = jnp.asarray(x)
+    bits = jnp.dtype(x.dtype).itemsize * 8
+    idt = {8: jnp.int8, 16: jnp.int16, 32: jnp.int32, 64: jnp.int64}[bits]
+    top = np.iinfo(idt).max
+    key = lax.bitcast_convert_type(x, idt) & idt(top)  # clear the sign bit
+    key = jnp.where(jnp.isnan(x), idt(top), key)
+    return key if bits >= 32 else key.astype(jnp.int32)
+
+
 def _grouped(x, axis: int, m: int):
     """Move ``axis`` last and split it into (..., L/m, m) groups."""
     xm = jnp.moveaxis(x, axis, -1)
@@ -46,16 +118,19 @@ def _ungrouped(g, axis: int, shape):
     return jnp.moveaxis(g.reshape(moved_shape), -1, axis)
 
 
-def nm_mask(x, n: int, m: int, axis: int = -1):
+def nm_mask(x, n: int, m: int, axis: int | None = None):
     """Boolean mask keeping the ``n`` largest ``|x|`` of every ``m`` consecutive elements along ``axis``.
 
-    Ties are broken toward the lower index (the order ``lax.top_k`` returns). ``m`` may be up to 32.
+    Elements are ranked by :func:`magnitude_key` (NaN > ±inf > finite by magnitude, ``-0 == +0``);
+    ties go to the lower index. ``m`` may be up to 32.
 
     Args:
-      x: floating-point array.
+      x: floating-point array (or a list of floats).
       n: elements kept per group, ``1 <= n < m``.
       m: group size, ``2 <= m <= 32``; ``x.shape[axis]`` must be divisible by ``m``.
-      axis: the grouping axis (the contraction axis of the matmul ``x`` feeds).
+      axis: the grouping axis (the contraction axis of the matmul ``x`` feeds: 0 for a Flax
+        ``(in, out)`` kernel). ``None`` (deprecated for rank >= 2) means axis 0 of a 1-D array and
+        the last axis, with a ``FutureWarning``, of a higher-rank one.
 
     Returns:
       A ``bool`` array of ``x``'s shape with exactly ``n`` True per group.
@@ -63,8 +138,12 @@ def nm_mask(x, n: int, m: int, axis: int = -1):
     >>> import jax.numpy as jnp
     >>> nm_mask(jnp.array([0.1, -3.0, 2.0, 0.5, 4.0, 0.0, -1.0, 1.0]), 2, 4)
     Array([False,  True,  True, False,  True, False,  True, False], dtype=bool)
+    >>> nm_mask(jnp.array([1.0, jnp.nan, -jnp.inf, 2.0]), 2, 4, axis=0)
+    Array([False,  True,  True, False], dtype=bool)
     """
     op = "nm_mask"
+    x = as_array(x, "x", op)
+    axis = resolve_axis(x, axis, op)
     v.check_float(x, "x", op)
     v.check_nm(n, m, op)
     axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
@@ -72,20 +151,21 @@ def nm_mask(x, n: int, m: int, axis: int = -1):
     x = jnp.asarray(x)
     if x.size == 0:
         return jnp.zeros(x.shape, jnp.bool_)
-    g = _grouped(jnp.abs(x), axis, m)
-    _, idx = lax.top_k(g, n)  # (..., G, n)
+    g = _grouped(magnitude_key(x), axis, m)
+    _, idx = lax.top_k(g, n)  # (..., G, n); equal keys: lower index first
     keep = jnp.any(idx[..., :, None] == jnp.arange(m, dtype=idx.dtype), axis=-2)
     return _ungrouped(keep, axis, x.shape)
 
 
-def mask24(x, axis: int = -1):
-    """2:4 magnitude mask: ``nm_mask(x, 2, 4, axis)``.
+def mask24(x, axis: int | None = None):
+    """2:4 magnitude mask: ``nm_mask(x, 2, 4, axis)`` (pass ``axis=0`` for a Flax ``(in, out)`` kernel).
 
     >>> import jax.numpy as jnp
-    >>> mask24(jnp.array([[1.0, -5.0, 3.0, 0.0]]))
+    >>> mask24(jnp.array([[1.0, -5.0, 3.0, 0.0]]), axis=1)
     Array([[False,  True,  True, False]], dtype=bool)
     """
-    return nm_mask(x, 2, 4, axis)
+    x = as_array(x, "x", "mask24")
+    return nm_mask(x, 2, 4, resolve_axis(x, axis, "mask24"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,7 +191,9 @@ def transposable_mask24(x):
 
     For every 4×4 block the pattern (out of the 90 with two ones in every row and column) with
     the largest kept ``Σ|x|`` is chosen exactly, by scoring all 90 with one matmul
-    ``(blocks × 16) @ (16 × 90)`` and taking the first argmax.
+    ``(blocks × 16) @ (16 × 90)`` and taking the first argmax. Non-finite elements: the pattern
+    keeps as many of them as possible first, then maximises the finite kept ``Σ|x|`` (subnormal
+    magnitudes count as 0); see the module docstring.
 
     Args:
       x: floating-point array of shape (R, C) with R and C divisible by 4.
@@ -120,6 +202,7 @@ def transposable_mask24(x):
       ``bool`` mask of shape (R, C), 2:4 along axis 0 and along axis 1.
     """
     op = "transposable_mask24"
+    x = as_array(x, "x", op)
     v.check_float(x, "x", op)
     v.check_rank(x, 2, op)
     v.check_divisible(x, 0, 4, op)
@@ -128,23 +211,44 @@ def transposable_mask24(x):
     r, c = x.shape
     if x.size == 0:
         return jnp.zeros(x.shape, jnp.bool_)
-    blocks = jnp.abs(x).astype(jnp.float32).reshape(r // 4, 4, c // 4, 4).transpose(0, 2, 1, 3)
-    blocks = blocks.reshape(-1, 16)
+    a = jnp.abs(x.astype(jnp.float32))
+    finite = jnp.isfinite(a)
+    # Finite magnitudes, subnormals as 0 (explicitly, whatever the backend's flush mode).
+    a = jnp.where(finite & (a >= np.finfo(np.float32).tiny), a, 0.0)
+
+    def blocks_of(t):
+        return t.reshape(r // 4, 4, c // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
+
     pats = jnp.asarray(transposable_patterns())
-    scores = jnp.dot(blocks, pats.T, precision=lax.Precision.HIGHEST)  # (blocks, 90)
+    scores = jnp.dot(blocks_of(a), pats.T, precision=lax.Precision.HIGHEST)  # (blocks, 90)
+    # Non-finite kept per pattern: small integers, exact.
+    counts = jnp.dot(blocks_of((~finite).astype(jnp.float32)), pats.T, precision=lax.Precision.HIGHEST)
+    top = jnp.max(counts, axis=-1, keepdims=True)
+    scores = jnp.where(counts == top, scores, -1.0)  # finite scores are >= 0
     best = jnp.argmax(scores, axis=-1)
     chosen = pats[best] > 0.5
     return chosen.reshape(r // 4, c // 4, 4, 4).transpose(0, 2, 1, 3).reshape(r, c)
 
 
-def soft_threshold24(x, axis: int = -1):
+def soft_threshold24(x, axis: int | None = None):
     """S-STE soft threshold: ``S(x) = sign(x) * max(|x| - t, 0)`` with t the 2nd smallest ``|x|`` per group of 4.
+
+    ``t`` is the ``|x|`` of the larger dropped element (by :func:`magnitude_key`); the kept values
+    are ``sign(x)·(|x| − t)`` in float32 with subnormal results flushed to zero. A kept ``±inf``
+    stays ``±inf``, a kept NaN stays NaN, and a group that drops a non-finite element gets NaN in
+    both kept positions (module docstring). ``axis`` as in :func:`nm_mask`.
 
     Returns:
       ``(y, mask)``: ``y`` has ``x``'s dtype and is non-zero only where ``mask`` (the 2:4
       magnitude mask of ``x``) is True; the math is done in float32.
+
+    >>> import jax.numpy as jnp
+    >>> soft_threshold24(jnp.array([jnp.inf, 1.0, -3.0, 0.5]))[0]
+    Array([inf,  0., -2.,  0.], dtype=float32)
     """
     op = "soft_threshold24"
+    x = as_array(x, "x", op)
+    axis = resolve_axis(x, axis, op)
     v.check_float(x, "x", op)
     axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
     v.check_divisible(x, axis, 4, op)
@@ -152,17 +256,24 @@ def soft_threshold24(x, axis: int = -1):
     mask = mask24(x, axis)
     if x.size == 0:
         return x, mask
-    g = _grouped(jnp.abs(x).astype(jnp.float32), axis, 4)
-    t = jnp.sort(g, axis=-1)[..., 1:2]
-    t = _ungrouped(jnp.broadcast_to(t, g.shape), axis, x.shape)
     xf = x.astype(jnp.float32)
-    y = jnp.where(mask, jnp.sign(xf) * (jnp.abs(xf) - t), 0.0).astype(x.dtype)
+    g = _grouped(jnp.abs(xf), axis, 4)
+    key = jnp.where(_grouped(mask, axis, 4), -1, _grouped(magnitude_key(x), axis, 4))
+    t = jnp.take_along_axis(g, jnp.argmax(key, axis=-1)[..., None], axis=-1)  # the larger dropped |x|
+    t = _ungrouped(jnp.broadcast_to(t, g.shape), axis, x.shape)
+    d = jnp.abs(xf) - t
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    d = jnp.where(jnp.abs(d) < tiny, 0.0, d)  # subnormal results flush to zero on every backend
+    y = jnp.where(mask, jnp.where(jnp.signbit(xf), -d, d), 0.0).astype(x.dtype)
     return y, mask
 
 
-def soft_threshold_beta(w, axis: int = -1):
-    """S-STE scale β = ⟨w, S(w)⟩ / ⟨S(w), S(w)⟩ (computed once at initialisation, then frozen)."""
-    s, _ = soft_threshold24(w, axis)
+def soft_threshold_beta(w, axis: int | None = None):
+    """S-STE scale β = ⟨w, S(w)⟩ / ⟨S(w), S(w)⟩ (computed once at initialisation, then frozen).
+
+    ``axis`` as in :func:`soft_threshold24` (0 for a Flax ``(in, out)`` kernel)."""
+    w = as_array(w, "w", "soft_threshold_beta")
+    s, _ = soft_threshold24(w, resolve_axis(w, axis, "soft_threshold_beta"))
     wf, sf = jnp.asarray(w, jnp.float32), s.astype(jnp.float32)
     den = jnp.vdot(sf, sf)
     return jnp.where(den > 0, jnp.vdot(wf, sf) / jnp.where(den > 0, den, 1.0), 1.0)
@@ -213,12 +324,17 @@ def mvue24(key, x, axis: int = -1):
     stored ``x_i / p_i`` in bfloat16). ``a`` is scaled by 2⁻³² (as in the kernels; ``p`` does not
     depend on the scale) so that sums of float32 magnitudes cannot overflow.
 
+    A group holding a NaN or ``±inf`` has no unbiased estimate: its output is NaN in the two
+    positions :func:`mask24` keeps (the non-finite ones first) and 0 elsewhere, so the output stays
+    2:4 and the divergence is surfaced; the other groups are unaffected (module docstring).
+
     Args:
       key: a JAX PRNG key (typed or raw uint32).
       x: floating-point array; ``x.shape[axis]`` divisible by 4.
       axis: the grouping axis.
     """
     op = "mvue24"
+    x = as_array(x, "x", op)
     v.check_float(x, "x", op)
     axis = v.normalize_axis(axis, np.ndim(x), op, np.shape(x))
     v.check_divisible(x, axis, 4, op)
@@ -241,6 +357,11 @@ def mvue24(key, x, axis: int = -1):
     lane = jnp.arange(4)
     kept = (lane == i[..., None]) | (lane == j[..., None])
     out = jnp.where(kept & (g != 0), g / jnp.where(kept, p, 1.0), 0.0)
+    # Groups with a non-finite element: NaN where mask24 keeps, 0 elsewhere.
+    bad = jnp.any(~jnp.isfinite(g), axis=-1, keepdims=True)
+    _, top2 = lax.top_k(_grouped(magnitude_key(x), axis, 4), 2)
+    keep24 = jnp.any(top2[..., :, None] == jnp.arange(4, dtype=top2.dtype), axis=-2)
+    out = jnp.where(bad, jnp.where(keep24, jnp.float32(jnp.nan), 0.0), out)
     return _ungrouped(out, axis, x.shape).astype(x.dtype)
 
 
