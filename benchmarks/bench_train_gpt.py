@@ -150,7 +150,7 @@ def label_errors(labels) -> list[str]:
     return errors
 
 
-def _experiment(size, label, batch, seq, steps, extra):
+def _experiment(size, label, batch, seq, steps, extra, vocab_size=None):
     lb = _split_label(label)
     if lb.fp8:
         extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling, "--fp8-dense", lb.fp8_dense]
@@ -163,6 +163,8 @@ def _experiment(size, label, batch, seq, steps, extra):
          "--seq-len", str(seq), "--warmup", str(max(1, steps // 10)), *extra])
     hp = train_gpt.resolve_flags(args, recipe)
     hp["data_sha256"] = "bench"
+    if vocab_size:  # a real vocabulary's embedding and head (the byte tokens index its first 256 rows)
+        hp["vocab_size"] = vocab_size
     return train_gpt.build_experiment(hp)
 
 
@@ -189,12 +191,24 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
             fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
             lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
     t0 = time.perf_counter()
+    seconds = {}
+
+    def timed_compile(k, lw):
+        t = time.perf_counter()
+        exe = lw.compile()
+        seconds[k] = time.perf_counter() - t
+        return exe
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = {k: pool.submit(lw.compile) for k, lw in lowered.items()}
+        futs = {k: pool.submit(timed_compile, k, lw) for k, lw in lowered.items()}
         exes = {k: f.result() for k, f in futs.items()}
     for recipe, rt in rts.items():
         rt.init = exes.pop((recipe, "init", None))
-    log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers)")
+        # the timed train program's compile time (alone only with --compile-workers 1)
+        sparse = None if rt.exp.cfg.method == "dense" else True
+        rt.compile_s = seconds.get((recipe, "train", sparse))
+    log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers): "
+        + ", ".join(f"{r} {rt.compile_s:.1f}s" for r, rt in rts.items() if rt.compile_s is not None))
     return exes
 
 
@@ -311,10 +325,33 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
                      # The mean keeps the slow rounds the median drops (what a long run pays for them).
                      "mean_step_s": t_mean, "vs_dense_mean": (dense_mean / t_mean) if dense_mean else None,
                      "spread": (max(r["times"]) - min(r["times"])) / t, "step_times_s": r["times"],
-                     "n_params": r["n_params"], "gpu_clock": clocks.get(label)})
+                     "n_params": r["n_params"], "gpu_clock": clocks.get(label),
+                     "compile_s": getattr(r["rt"], "compile_s", None)})
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
+            "peak_gib_per_device": _peak_gib(),
             "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
+
+
+def _peak_gib():
+    """The largest peak of device memory in use over the devices (GiB), where the backend reports it."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+    peaks = [p for p in peaks if p]
+    return max(peaks) / 2**30 if peaks else None
+
+
+#: dense bf16 peak of one card (TFLOP/s): H100 SXM and H200 alike (NVIDIA's spec sheets, no sparsity)
+PEAK_TFLOPS = 989.4
+
+
+def model_flops_per_token(cfg) -> float:
+    """Training FLOPs per token of the dense model (6·N for the matmul weights, embeddings' lookup
+    excluded, head included, + 12·L·d·T for attention's scores and values, PaLM's MFU convention)."""
+    d, L, T = cfg.n_embd, cfg.n_layer, cfg.block_size
+    f = cfg.ffn_hidden
+    n_ffn = (3 if cfg.ffn == "swiglu" else 2) * d * f
+    n = L * (4 * d * d + n_ffn) + d * cfg.vocab_size
+    return 6.0 * n + 12.0 * L * d * T
 
 
 def auto_plan(rts) -> dict:
@@ -376,16 +413,24 @@ def to_markdown(res: dict) -> str:
                   f"rounds x {tp['iters']} steps" + (", Python gc frozen" if tp.get("gc") == "freeze" else "")
                   + (", the other variants' states in host memory during a round" if tp.get("park_idle") else "")
                   + ")", "",
-                  "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) |"
-                  + (" SM MHz / W |" if clocked else ""),
-                  "|---|---|---|---|---|---|" + ("---|" if clocked else "")]
+                  "| variant | step (ms) | tokens/s | vs dense | spread | vs dense (mean of rounds) | TFLOP/s per GPU "
+                  "(model) | MFU | compile (s) |" + (" SM MHz / W |" if clocked else ""),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if clocked else "")]
         for r in tp["rows"]:
             vs = "-" if r["vs_dense"] is None else f"{r['vs_dense']:.3f}x"
             vs_mean = "-" if r.get("vs_dense_mean") is None else f"{r['vs_dense_mean']:.3f}x"
             clk = r.get("gpu_clock")
             clk = "" if not clocked else (" – |" if not clk else f" {clk['sm_mhz']:.0f} / {clk['power_w']:.0f} |")
+            tf = r.get("model_tflops_per_gpu")
+            comp = r.get("compile_s")
             lines.append(f"| {r['variant']} | {1e3 * r['median_step_s']:.2f} | {r['tokens_per_s']:,.0f} | {vs} | "
-                         f"{100 * r['spread']:.1f}% | {vs_mean} |" + clk)
+                         f"{100 * r['spread']:.1f}% | {vs_mean} | {'-' if tf is None else f'{tf:.0f}'} | "
+                         f"{'-' if tf is None else f'{100 * tf / PEAK_TFLOPS:.1f}%'} | "
+                         f"{'-' if comp is None else f'{comp:.1f}'} |" + clk)
+        if tp.get("mesh"):
+            lines += ["", f"Mesh `{tp['mesh']}` over {tp['n_devices']} devices, vocabulary {tp.get('vocab_size')}, "
+                      f"peak device memory {tp['peak_gib_per_device']:.1f} GiB per device"
+                      if tp.get("peak_gib_per_device") else f"Mesh `{tp['mesh']}` over {tp['n_devices']} devices"]
         if tp.get("auto_plan"):
             lines += ["", "`backend=\"auto\"` per sparse layer of the first sparse recipe (in x out): "
                       + train_gpt.format_plan(tp["auto_plan"])]
@@ -451,6 +496,10 @@ def main(argv=None) -> int:
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (the example's --grad-accum)")
     for flag in ("n-layer", "n-head", "n-embd"):
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"override every size's {flag} (width sweeps)")
+    ap.add_argument("--mesh", default=None, help="the example's --mesh over every visible device (e.g. "
+                    "'fsdp=4', 'data=2,model=2'); --batch-size is then the global batch")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="the model's vocabulary (default the byte data's 256; e.g. 32000 for LLaMA's embedding and head)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: train_gpt_<tag>.json/.md")
     a = ap.parse_args(argv)
@@ -512,7 +561,9 @@ def main(argv=None) -> int:
         steps = qsteps if do_quality else 10**6  # schedules (lr, srste switch) are baked into the programs
         log(f"{size}: batch {batch} x {seq}" + (f"; quality run {qsteps} steps" if do_quality else ""))
         data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
-        rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra)) for r in recipes}
+        mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
+        rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
+               for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log)
         t0 = time.perf_counter()
         tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
@@ -521,7 +572,11 @@ def main(argv=None) -> int:
         cfg = next(iter(rts.values())).exp.cfg
         tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
         tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum,
-                  auto_plan=auto_plan(rts))
+                  auto_plan=auto_plan(rts), mesh=a.mesh, n_devices=jax.device_count(), vocab_size=cfg.vocab_size,
+                  model_flops_per_token=model_flops_per_token(cfg))
+        if backend == "gpu":
+            for r in tp["rows"]:
+                r["model_tflops_per_gpu"] = tp["model_flops_per_token"] * r["tokens_per_s"] / jax.device_count() / 1e12
         res["throughput"].append(tp)
         write()
         if do_quality:

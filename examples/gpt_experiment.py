@@ -308,6 +308,8 @@ def build_experiment(hp: dict) -> Experiment:
     size["block_size"] = hp["seq_len"]
     for k in ("n_layer", "n_head", "n_embd"):
         size[k] = hp[k]
+    if hp.get("vocab_size"):  # benchmarks: a real vocabulary's embedding and head (default: the data's 256)
+        size["vocab_size"] = hp["vocab_size"]
     cfg = GPTConfig(
         **size, ffn=hp["ffn"], tie_head=not hp["untied_head"], method=recipe["method"],
         mvue=recipe["mvue"], transposable=recipe.get("transposable", True),
