@@ -93,7 +93,9 @@ def test_bench_train_gpt_markdown_shows_the_clock_column_only_with_samples():
            "throughput": [{"size": "gpt2", "n_params": 1e8, "batch_size": 16, "seq_len": 1024, "rounds": 5, "iters": 10,
                            "rows": rows}]}
     md = bench_train_gpt.to_markdown(res)
-    assert "| vs dense (mean of rounds) | SM MHz / W |" in md and "| 1712 / 689 |" in md and "| 1.040x | – |" in md
+    assert "| compile (s) | SM MHz / W |" in md and "| 1712 / 689 |" in md and "| - | – |" in md
+    rows[0].update(model_tflops_per_gpu=445.2, compile_s=31.4)
+    assert "| 445 | 45.0% | 31.4 |" in bench_train_gpt.to_markdown(res)  # MFU of the 989.4 TFLOP/s peak
     for r in rows:
         r["gpu_clock"] = None
     assert "SM MHz / W |" not in bench_train_gpt.to_markdown(res)
