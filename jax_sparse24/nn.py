@@ -17,6 +17,20 @@ Typical use::
 With gradient accumulation, :func:`prepare` does every layer's weight work (mask, compression)
 once per optimizer step; pass its result as the :data:`PREPARED` collection to each micro-batch's
 ``apply``.
+
+Scanned layers: a stack of blocks under ``nn.scan`` (one compiled body for all layers, instead of
+every layer traced and compiled on its own) keeps every collection stacked along a leading layer
+axis; scan them all and split the MVUE stream so that each layer draws its own key::
+
+    Stack = nn.scan(Block, length=n_layer,
+                    variable_axes={"params": 0, SPARSITY: 0, PREPARED: 0, FP8_META: 0},
+                    split_rngs={"params": True, MVUE_RNG: True})
+
+The functions here take such stacked leaves (``kernel (L, in, out)`` with ``mask (L, in, out)``,
+``mask_every (L,)``) and work per layer: the 2:4 groups run along ``in`` (axis -2), a transposable
+mask is per ``(in, out)`` slice, each layer refreshes on its own period, :func:`layer_flip_rates`
+gives one rate per layer. :func:`stack_layers` / :func:`unstack_layers` convert a tree (variables,
+optimizer or train state) between the unrolled and the scanned layouts.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ __all__ = [
     "METHODS",
     "prepare",
     "refresh_masks",
+    "layer_flip_rates",
     "mask_periods",
     "refresh_due",
     "masks_for_params",
@@ -57,6 +72,8 @@ __all__ = [
     "sparse_weights",
     "kernel_flip_rate",
     "kernel_masks",
+    "stack_layers",
+    "unstack_layers",
 ]
 
 #: Name of the Flax collection holding masks, β and refresh periods.
@@ -208,12 +225,20 @@ class Sparse24Dense(nn.Module):
                 collecting = batch is not None and batch.collecting()
                 plan = plan_weight(w_used, mask, tokens=tokens, dtype=jnp.result_type(inputs, kernel_c),
                                    backend=self.backend, transposable=transposable, reuse=ctx["reuse"],
-                                   batched=collecting and batch.will_batch([w_used, mask]))
+                                   batched=batch is not None and batch.will_batch([w_used, mask]), check_mask=False)
                 if collecting:
                     # `prepare` does the weight work of every layer together once the pass is over
                     # (one compressor launch for many layers); the pass computes with W̃ (its output
                     # is dropped).
                     self.put_variable(PREPARED, "weight", batch.add(plan))
+                    prepared = {"masked": masked_weight(plan.wc, plan.mk)}
+                elif batch is not None:
+                    # Inside a lifted transform (nn.scan, nn.remat, ...): this trace's values cannot
+                    # be kept for the end of the pass, so the layer leaves its weight and mask in the
+                    # collection (nn.scan stacks them along its layer axis: the PREPARED collection
+                    # must be in its variable_axes) and `prepare` compresses them there, with every
+                    # other layer's, when the pass is over.
+                    self.put_variable(PREPARED, "weight", _Deferred(plan))
                     prepared = {"masked": masked_weight(plan.wc, plan.mk)}
                 else:
                     prepared = _prepared_weight.prepare_many([plan])[0]
@@ -274,6 +299,44 @@ class _Pending:
 jax.tree_util.register_pytree_node(_Pending, lambda p: ((), p.index), lambda index, _: _Pending(index))
 
 
+class _Deferred:
+    """A layer's weight plan left in the :data:`PREPARED` collection by a layer inside a lifted
+    transform during :func:`prepare`'s pass: its arrays (``wc``, ``mk``) are the pytree's leaves, so
+    ``nn.scan`` stacks them (``(L, in, out)``, one slice per layer); the rest of the plan (the GEMMs'
+    choice, made from the per-layer shape) is static. :meth:`_PrepareBatch.finish` replaces it with
+    the prepared weight (stacked the same way)."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def __repr__(self):
+        return f"_Deferred({jnp.shape(self.plan.wc)})"
+
+    def plans(self) -> list:
+        """The per-layer plans of the (possibly stacked) arrays, in row-major order of the stack."""
+        p = self.plan
+        shape = jnp.shape(p.wc)
+        if len(shape) == 2:
+            return [p]
+        wc = jnp.reshape(p.wc, (-1,) + shape[-2:])
+        mk = jnp.reshape(p.mk, (-1,) + shape[-2:])
+        return [p._replace(wc=wc[j], mk=mk[j]) for j in range(wc.shape[0])]
+
+    def assemble(self, prepared: list):
+        """The prepared weights of :meth:`plans` stacked back into the stack's shape."""
+        lead = jnp.shape(self.plan.wc)[:-2]
+        if not lead:
+            return prepared[0]
+        return jax.tree.map(lambda *xs: jnp.reshape(jnp.stack(xs), lead + jnp.shape(xs[0])), *prepared)
+
+
+jax.tree_util.register_pytree_node(
+    _Deferred, lambda d: ((d.plan.wc, d.plan.mk), d.plan._replace(wc=None, mk=None)),
+    lambda static, arrays: _Deferred(static._replace(wc=arrays[0], mk=arrays[1])))
+
+
 def _trace_state():
     from jax.extend import core as jex_core
 
@@ -283,9 +346,11 @@ def _trace_state():
 class _PrepareBatch:
     """The weight plans of one :func:`prepare` pass, run together when it ends (:meth:`finish`).
 
-    Only layers traced at the pass's own level are collected (:meth:`collecting`): a layer inside a
+    Layers traced at the pass's own level are collected here (:meth:`collecting`); a layer inside a
     lifted transform (``nn.scan``, ``nn.remat``, ``nn.vmap``, ...) holds that transform's tracers, so
-    it prepares its weight on the spot, as without batching.
+    it leaves its weight and mask in the collection instead (:class:`_Deferred`; ``nn.scan`` stacks
+    them along the layer axis) and :meth:`finish` prepares those too: every layer of every stack in
+    the same batched call.
     """
 
     def __init__(self, mode):
@@ -308,14 +373,31 @@ class _PrepareBatch:
 
     def finish(self, collection):
         """``collection`` with every placeholder replaced by its prepared weight."""
-        is_pending = lambda x: isinstance(x, _Pending)  # noqa: E731
-        used = sorted({x.index for x in jax.tree_util.tree_leaves(collection, is_leaf=is_pending) if is_pending(x)})
-        if not used:
+        is_pending = lambda x: isinstance(x, (_Pending, _Deferred))  # noqa: E731
+        nodes = [x for x in jax.tree_util.tree_leaves(collection, is_leaf=is_pending) if is_pending(x)]
+        used = sorted({x.index for x in nodes if isinstance(x, _Pending)})
+        deferred = [x for x in nodes if isinstance(x, _Deferred)]
+        if not used and not deferred:
             return collection
         plans = [self.plans[i] for i in used]  # (a layer called twice keeps its last call's, as without batching)
+        spans = []
+        for d in deferred:  # every layer of a stack is a plan of its own, all in the same call
+            layer_plans = d.plans()
+            spans.append((len(plans), len(layer_plans)))
+            plans += layer_plans
         batched = self.will_batch([a for p in plans for a in (p.wc, p.mk)])
-        done = dict(zip(used, _prepared_weight.prepare_many(plans, batched=batched)))
-        return jax.tree_util.tree_map(lambda x: done[x.index] if is_pending(x) else x, collection, is_leaf=is_pending)
+        out = _prepared_weight.prepare_many(plans, batched=batched)
+        done = dict(zip(used, out))
+        stacked = {id(d): d.assemble(out[start:start + n]) for d, (start, n) in zip(deferred, spans)}
+
+        def replace(x):
+            if isinstance(x, _Pending):
+                return done[x.index]
+            if isinstance(x, _Deferred):
+                return stacked[id(x)]
+            return x
+
+        return jax.tree_util.tree_map(replace, collection, is_leaf=is_pending)
 
 
 @contextlib.contextmanager
@@ -384,7 +466,10 @@ def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, 
         partitioning rule: the partitioner gathers its operands whole, and one call would gather
         all the sharded weights at once. ``True``: batch anyway (e.g. data parallelism with
         replicated weights under automatic sharding); ``False``: one call per layer. Layers inside
-        lifted transforms (``nn.scan``, ``nn.remat``, ...) always prepare on their own.
+        lifted transforms (``nn.scan``, ``nn.remat``, ...) are batched too: the pass leaves their
+        (stacked) weights and masks in the collection and the preparation runs after it, on every
+        layer of the stack, in the same call as the others (so ``PREPARED`` must be in the
+        ``nn.scan``'s ``variable_axes``, as it must for the micro-batch passes to read it).
 
     Returns:
       the :data:`PREPARED` collection (a nested dict; empty when no layer is sparse).
@@ -472,6 +557,35 @@ def refresh_masks(params, sparsity, *, step=None, skip_idle: bool = True):
         layer_new[name] = mask
         new = _set(new, path, layer_new)
     return new, rate
+
+
+def layer_flip_rates(old_sparsity, new_sparsity) -> dict:
+    """The flip rate of each ``srste`` layer between two versions of the sparsity collection (e.g.
+    before and after :func:`refresh_masks`): ``{"a/b/c": rate}``, keyed by the layer's module path.
+
+    A layer of a stack (``nn.scan``'s, masks ``(L, in, out)``) has one rate per layer, shape ``(L,)``;
+    other layers a scalar. The rate is the fraction of the layer's mask entries that differ (0 for a
+    layer that was not due). :func:`refresh_masks` returns the rate over all refreshed layers.
+
+    >>> import jax.numpy as jnp
+    >>> old = {"fc": {"mask": jnp.array([[True], [True], [False], [False]])}}
+    >>> new = {"fc": {"mask": jnp.array([[True], [False], [False], [True]])}}
+    >>> float(layer_flip_rates(old, new)["fc"])
+    0.5
+    """
+    new_layers = dict(_layer_states(new_sparsity))
+    rates = {}
+    for path, layer in _layer_states(old_sparsity):
+        name = _TMASK if _TMASK in layer else _MASK
+        key = "/".join(map(str, path))
+        if path not in new_layers or name not in new_layers[path]:
+            raise ValueError(f"layer_flip_rates: new_sparsity has no '{key}/{name}'")
+        old, new = layer[name], new_layers[path][name]
+        if np.shape(old) != np.shape(new) or np.ndim(old) < 2:
+            raise ValueError(f"layer_flip_rates: the masks of '{key}' must have the same (..., in, out) shape, got "
+                             f"{np.shape(old)} and {np.shape(new)}")
+        rates[key] = jnp.mean(old != new, axis=(-2, -1), dtype=jnp.float32)
+    return rates
 
 
 def mask_periods(sparsity) -> tuple:
@@ -594,10 +708,14 @@ def sparse_weights(params, sparsity, *, method: str, paths):
                 beta = _get(sparsity, path + (_BETA,))
             except (KeyError, TypeError):
                 raise ValueError(f"sparse_weights: no S-STE beta for {'/'.join(path)} in sparsity") from None
-            if kernel.ndim != 2:
-                raise ValueError(f"sparse_weights: soft kernels must be (in, out), got {kernel.shape} at "
+            if kernel.ndim < 2 or np.shape(beta) != kernel.shape[:-2]:
+                raise ValueError(f"sparse_weights: soft kernels must be (in, out) (or a stack (L, in, out) with "
+                                 f"one beta per layer), got kernel {kernel.shape} and beta {np.shape(beta)} at "
                                  f"{'/'.join(path)}")
-            w, mask = _layer.soft_weight(kernel, beta)
+            soft = _layer.soft_weight
+            for _ in range(kernel.ndim - 2):  # a stack of layers (nn.scan): each (in, out) slice with its beta
+                soft = jax.vmap(soft)
+            w, mask = soft(kernel, beta)
         new_params = _set(new_params, path + ("kernel",), w)
         masks = _set(masks, path + ("kernel",), mask)
     return new_params, masks
@@ -716,4 +834,100 @@ def kernel_masks(params, paths=None):
         for k in path:
             node = node.setdefault(k, {})
         node["kernel"] = _kernel_mask(kernel, path, "kernel_masks")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Scanned <-> unrolled layouts
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_mapping(x) -> bool:
+    return hasattr(x, "keys") and hasattr(x, "items") and not isinstance(x, (jax.Array, np.ndarray))
+
+
+def _relayout(tree, has_layers, convert, op: str):
+    """``tree`` with every mapping for which ``has_layers(mapping)`` holds replaced by ``convert(mapping)``
+    (the top-most such mappings; other pytree nodes — optimizer states, train states — pass through)."""
+    hits = [0]
+
+    def is_leaf(x):
+        return _is_mapping(x) and has_layers(x)
+
+    def fn(x):
+        if is_leaf(x):
+            hits[0] += 1
+            return convert(x)
+        return x
+
+    out = jax.tree_util.tree_map(fn, tree, is_leaf=is_leaf)
+    return out, hits[0]
+
+
+def stack_layers(tree, names, name: str):
+    """Convert a tree from the unrolled layout (one entry per layer, ``names``) to the scanned one (one
+    entry ``name`` whose leaves are stacked along a new leading layer axis), as ``nn.scan`` with
+    ``variable_axes={...: 0}`` lays out its variables.
+
+    Works on any pytree holding such mappings — a variables dict, a ``params`` or ``sparsity``
+    collection, an optimizer state, a :class:`~jax_sparse24.training.SparseTrainState` — wherever a
+    mapping has every key of ``names``. E.g. ``stack_layers(params, [f"h_{i}" for i in range(n)], "h")``.
+
+    Raises:
+      ValueError: no mapping has all of ``names``, or a mapping also has ``name``, or the layers'
+        trees differ in structure or shapes.
+    """
+    names = list(names)
+    if not names or isinstance(names, str):
+        raise ValueError(f"stack_layers: names must be a non-empty list of the layers' keys, got {names!r}")
+
+    def convert(d):
+        if name in d:
+            raise ValueError(f"stack_layers: a mapping has both the per-layer keys {names[:2]}... and the stacked "
+                             f"key {name!r}")
+        layers = [d[n] for n in names]
+        try:
+            stacked = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *layers)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"stack_layers: the layers {names[0]!r}...{names[-1]!r} differ in structure or "
+                             f"shapes: {e}") from None
+        out = {k: v for k, v in d.items() if k not in names}
+        out[name] = stacked
+        return type(d)(out) if not isinstance(d, dict) else out
+
+    out, hits = _relayout(tree, lambda d: all(n in d for n in names), convert, "stack_layers")
+    if not hits:
+        raise ValueError(f"stack_layers: no mapping in the tree has the per-layer keys {names[0]!r}...{names[-1]!r} "
+                         "(is it already in the scanned layout?)")
+    return out
+
+
+def unstack_layers(tree, name: str, names):
+    """The inverse of :func:`stack_layers`: every mapping's entry ``name`` (leaves with a leading layer
+    axis of length ``len(names)``) split into one entry per layer, keyed ``names``.
+
+    Raises:
+      ValueError: no mapping has ``name``, or a leaf's leading axis is not ``len(names)``.
+    """
+    names = list(names)
+    if not names or isinstance(names, str):
+        raise ValueError(f"unstack_layers: names must be a non-empty list of the layers' keys, got {names!r}")
+
+    def convert(d):
+        stacked = d[name]
+        for leaf in jax.tree_util.tree_leaves(stacked):
+            if np.ndim(leaf) < 1 or np.shape(leaf)[0] != len(names):
+                raise ValueError(f"unstack_layers: a leaf of {name!r} has shape {np.shape(leaf)}; a stack of "
+                                 f"{len(names)} layers needs a leading axis of {len(names)}")
+        out = {k: v for k, v in d.items() if k != name}
+        for i, n in enumerate(names):
+            if n in out:
+                raise ValueError(f"unstack_layers: a mapping has both {name!r} and the per-layer key {n!r}")
+            out[n] = jax.tree.map(lambda x: x[i], stacked)
+        return type(d)(out) if not isinstance(d, dict) else out
+
+    out, hits = _relayout(tree, lambda d: name in d, convert, "unstack_layers")
+    if not hits:
+        raise ValueError(f"unstack_layers: no mapping in the tree has the stacked key {name!r} (is it already in "
+                         "the unrolled layout?)")
     return out

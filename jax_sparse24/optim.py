@@ -112,6 +112,10 @@ def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bo
         :func:`default_where` (2-D ``kernel`` leaves with the input dim divisible by 4).
       transposable: use ``transposable_mask24`` (both W and Wᵀ 2:4; needs both dims divisible by
         4) instead of ``mask24(w, axis=0)`` (2:4 along the input axis of an ``(in, out)`` kernel).
+        A selected leaf of more dimensions is a stack of ``(in, out)`` kernels (``nn.scan``'s
+        ``(L, in, out)``): masked per slice, along axis -2. (:func:`default_where` selects 2-D
+        kernels only; select stacked ones with ``where``, or pass ``masks=`` to :func:`masked_decay`
+        — :func:`jax_sparse24.nn.masks_for_params` gives stacked masks for stacked kernels.)
 
     Returns:
       A pytree with ``params``'s structure whose leaves are ``bool`` masks for the selected
@@ -129,10 +133,20 @@ def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bo
         if not sel:
             out.append(None)
         elif transposable:
-            out.append(ops.transposable_mask24(w))
+            out.append(_transposable_mask(w))
         else:
-            out.append(ops.mask24(w, axis=0))
+            # along in: axis 0 of an (in, out) kernel, axis -2 of a stack (L, in, out) of them
+            out.append(ops.mask24(w, axis=np.ndim(w) - 2 if np.ndim(w) >= 2 else 0))
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _transposable_mask(w):
+    """The transposable mask of an (in, out) kernel, or of each (in, out) slice of a stack (L, in, out):
+    with in % 4 == 0 every 4×4 block of (L·in, out) lies in one slice."""
+    if np.ndim(w) > 2:
+        shape = np.shape(w)
+        return jnp.reshape(ops.transposable_mask24(jnp.reshape(w, (-1, shape[-1]))), shape)
+    return ops.transposable_mask24(w)
 
 
 # ----------------------------------------------------------------------------------------------

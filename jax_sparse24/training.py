@@ -71,9 +71,9 @@ def _check_sparsity(params, sparsity) -> None:
                 f"SparseTrainState: the mask of '{_path_str(path)}' has shape {np.shape(layer[name])} but its "
                 f"kernel {np.shape(kernel)}: pass the 'params' and 'sparsity' collections of the same model.init(...)"
             )
-        try:
-            every = None if _nn._EVERY not in layer else int(np.asarray(layer[_nn._EVERY]))
-        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError):
+        try:  # (a stack of layers, nn.scan's, has one period per layer)
+            every = None if _nn._EVERY not in layer else int(np.min(np.asarray(layer[_nn._EVERY])))
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError, ValueError):
             every = None  # traced (create under jit): not checked
         if every is not None and every < 1:
             raise ValueError(

@@ -190,8 +190,13 @@ def keep_unupdated(old, new, prefix: str = ""):
     def pick(o, n):
         if not is_layer(o):
             return n
-        got = jnp.any(jnp.stack([jnp.reshape(n[f"{prefix}{op}_scale"], ()) != 0 for op in _OPERANDS]))
-        return {k: jnp.where(got, n[k], o[k]) for k in names}
+        # one flag per layer: a layer's scale is one number, so a stack of layers (nn.scan's leading
+        # axis) has as many as its scales have entries
+        got = jnp.any(jnp.stack([jnp.reshape(n[f"{prefix}{op}_scale"], (-1,)) != 0 for op in _OPERANDS]), axis=0)
+        per_layer = lambda k: jnp.reshape(  # noqa: E731
+            jnp.where(got[:, None], jnp.reshape(n[k], (got.shape[0], -1)), jnp.reshape(o[k], (got.shape[0], -1))),
+            jnp.shape(o[k]))
+        return {k: per_layer(k) for k in names}
 
     return jax.tree.map(pick, old, new, is_leaf=is_layer)
 

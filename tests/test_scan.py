@@ -1,0 +1,301 @@
+"""Sparse24Dense inside flax.linen.scan: stacked masks, prepared weights, MVUE keys, and the library's
+functions over stacked (L, in, out) leaves, against the same model unrolled."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+import jax_sparse24 as s24
+from jax_sparse24 import nn as snn
+from jax_sparse24._src import prepared_weight as _pw
+from jax_sparse24.optim import magnitude_masks, masked_decay
+from jax_sparse24.training import SparseTrainState
+
+L, D, H = 3, 16, 32
+NAMES = [f"h_{i}" for i in range(L)]
+SCAN_AXES = {"params": 0, snn.SPARSITY: 0, snn.PREPARED: 0, snn.FP8_META: 0}
+
+
+class Block(nn.Module):
+    method: str = "srste"
+    backend: str = "auto"
+    mask_every: int = 1
+    mvue: bool = True
+
+    @nn.compact
+    def __call__(self, x, _=None):
+        kw = dict(method=self.method, backend=self.backend, mask_every=self.mask_every, mvue=self.mvue)
+        h = snn.Sparse24Dense(H, name="fc", **kw)(x)
+        return x + snn.Sparse24Dense(D, name="proj", **kw)(jnp.tanh(h)), None
+
+
+class Stack(nn.Module):
+    scan: bool = True
+    split_mvue: bool = True
+    kw: tuple = ()
+
+    @nn.compact
+    def __call__(self, x):
+        kw = dict(self.kw)
+        if self.scan:
+            blocks = nn.scan(Block, length=L, variable_axes=SCAN_AXES,
+                             split_rngs={"params": True, snn.MVUE_RNG: self.split_mvue})
+            x, _ = blocks(**kw, name="h")(x, None)
+        else:
+            for i in range(L):
+                x, _ = Block(**kw, name=f"h_{i}")(x)
+        return x
+
+
+def _x(seed=0, n=8):
+    return jax.random.normal(jax.random.key(seed), (n, D))
+
+
+def _models(**kw):
+    kw = tuple(sorted(kw.items()))
+    return Stack(scan=False, kw=kw), Stack(scan=True, kw=kw)
+
+
+def _close(a, b, **tol):
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), **tol), a, b)
+
+
+@pytest.mark.parametrize("method", ["srste", "soft"])
+def test_scanned_matches_unrolled_loss_and_grads(method):
+    unrolled, scanned = _models(method=method)
+    x = _x()
+    v = jax.jit(unrolled.init)(jax.random.key(0), x)
+    vs = snn.stack_layers(v, NAMES, "h")
+    assert jax.tree.map(jnp.shape, scanned.init(jax.random.key(0), x)) == jax.tree.map(jnp.shape, vs)
+    loss = lambda m, var: lambda p: jnp.mean(m.apply({**var, "params": p}, x) ** 2)  # noqa: E731
+    lu, gu = jax.jit(jax.value_and_grad(loss(unrolled, v)))(v["params"])
+    ls, gs = jax.jit(jax.value_and_grad(loss(scanned, vs)))(vs["params"])
+    np.testing.assert_allclose(lu, ls, rtol=1e-5)
+    _close(snn.stack_layers(gu, NAMES, "h"), gs, rtol=1e-4, atol=1e-6)
+    _close(snn.unstack_layers(vs, "h", NAMES), v, rtol=0, atol=0)  # the round trip is exact
+
+
+def test_mvue_key_per_layer():
+    """Every layer of the stack draws its own MVUE key: with the same weights and inputs in every layer,
+    the MVUE weight gradients differ between layers (and are equal with the stream not split)."""
+
+    class Parallel(nn.Module):  # every layer sees the same x (no carry), outputs summed
+        split: bool
+
+        @nn.compact
+        def __call__(self, x):
+            body = lambda mdl, c, _: (c, snn.Sparse24Dense(D, backend="dense", name="fc")(c))  # noqa: E731
+            f = nn.scan(body, length=L, variable_axes=SCAN_AXES,
+                        split_rngs={"params": True, snn.MVUE_RNG: self.split})
+            return f(self, x, None)[1].sum(0)
+
+    x = _x(n=16)
+    for split in (True, False):
+        m = Parallel(split)
+        v = m.init(jax.random.key(0), x)
+        v = {**v, "params": jax.tree.map(lambda a: jnp.broadcast_to(a[:1], a.shape), v["params"])}
+        v = {**v, "sparsity": jax.tree.map(lambda a: jnp.broadcast_to(a[:1], a.shape), v["sparsity"])}
+        g = jax.jit(jax.grad(lambda p: jnp.sum(m.apply({**v, "params": p}, x, rngs={"mvue": jax.random.key(3)}) ** 2)))(
+            v["params"])["fc"]["kernel"]
+        exact = jax.jit(jax.grad(lambda p: jnp.sum(m.apply({**v, "params": p}, x) ** 2)))(v["params"])["fc"]["kernel"]
+        assert not np.allclose(g[0], exact[0])  # MVUE sampled (backend="dense")
+        same = [np.array_equal(g[0], g[i]) for i in range(1, L)]
+        assert not any(same) if split else all(same)
+
+
+@pytest.mark.parametrize("step", [None, 2, 3])
+def test_refresh_stacked_equals_per_layer(step):
+    unrolled, scanned = _models(mask_every=2)
+    x = _x()
+    v = jax.jit(unrolled.init)(jax.random.key(0), x)
+    # new kernels: the masks change
+    params = jax.tree.map(lambda a: a + 0.5 * jax.random.normal(jax.random.key(9), a.shape), v["params"])
+    su, ru = jax.jit(lambda p, s: snn.refresh_masks(p, s, step=step))(params, v["sparsity"])
+    ss, rs = jax.jit(lambda p, s: snn.refresh_masks(p, s, step=step))(
+        snn.stack_layers(params, NAMES, "h"), snn.stack_layers(v["sparsity"], NAMES, "h"))
+    _close(snn.stack_layers(su, NAMES, "h"), ss, rtol=0, atol=0)
+    np.testing.assert_allclose(ru, rs, rtol=1e-6)
+    assert (float(rs) > 0) == (step != 3)
+    # skip_idle=False (no conditional): the same
+    ss2, rs2 = snn.refresh_masks(snn.stack_layers(params, NAMES, "h"), snn.stack_layers(v["sparsity"], NAMES, "h"),
+                                 step=step, skip_idle=False)
+    _close(ss, ss2, rtol=0, atol=0)
+    # per-layer flip rates: one per layer of the stack, those of the unrolled layers
+    per = snn.layer_flip_rates(snn.stack_layers(v["sparsity"], NAMES, "h"), ss)
+    per_u = snn.layer_flip_rates(v["sparsity"], su)
+    assert set(per) == {"h/fc", "h/proj"} and per["h/fc"].shape == (L,)
+    for name in ("fc", "proj"):
+        np.testing.assert_allclose(per[f"h/{name}"], [per_u[f"h_{i}/{name}"] for i in range(L)], rtol=1e-6)
+    if step != 3:
+        assert len(set(np.asarray(per["h/fc"]).tolist())) > 1  # not one rate for the stack
+
+
+def test_refresh_stacked_per_layer_periods():
+    """A stack whose layers have different periods refreshes each layer on its own."""
+    _, scanned = _models()
+    v = jax.jit(scanned.init)(jax.random.key(0), _x())
+    sp = jax.tree.map(lambda a: a, v["sparsity"])
+    sp["h"]["fc"]["mask_every"] = jnp.array([1, 2, 3], jnp.int32)
+    params = jax.tree.map(lambda a: a + jax.random.normal(jax.random.key(9), a.shape), v["params"])
+    new, _ = snn.refresh_masks(params, sp, step=2)
+    changed = [not np.array_equal(new["h"]["fc"]["transposable_mask"][i], sp["h"]["fc"]["transposable_mask"][i])
+               for i in range(L)]
+    assert changed == [True, True, False]
+    assert snn.mask_periods(sp) == (1, 2, 3)
+    with pytest.raises(ValueError, match="mask_every=0"):
+        sp["h"]["fc"]["mask_every"] = jnp.array([1, 0, 3], jnp.int32)
+        SparseTrainState.create(apply_fn=scanned.apply, params=params, tx=optax.sgd(0.1), sparsity=sp)
+
+
+def test_stacked_masks_are_per_layer():
+    _, scanned = _models()
+    v = jax.jit(scanned.init)(jax.random.key(0), _x())
+    k = v["params"]["h"]["fc"]["kernel"]
+    m = v["sparsity"]["h"]["fc"]["transposable_mask"]
+    for i in range(L):
+        np.testing.assert_array_equal(m[i], s24.transposable_mask24(k[i]))
+    mm = magnitude_masks(v["params"], where=lambda path, x: path.endswith("kernel"))
+    mt = magnitude_masks(v["params"], where=lambda path, x: path.endswith("kernel"), transposable=True)
+    for i in range(L):
+        np.testing.assert_array_equal(mm["h"]["fc"]["kernel"][i], s24.mask24(k[i], axis=0))
+        np.testing.assert_array_equal(mt["h"]["fc"]["kernel"][i], m[i])
+    # masks_for_params / apply_masks / sparse_weights / kernel_masks: per layer, stacked
+    masks = snn.masks_for_params(v["params"], v["sparsity"])
+    np.testing.assert_array_equal(masks["h"]["fc"]["kernel"], m)
+    np.testing.assert_array_equal(snn.apply_masks(v["params"], v["sparsity"])["h"]["fc"]["kernel"],
+                                  jnp.where(m, k, 0))
+    km = snn.kernel_masks(v["params"], paths=["h/fc"])["h"]["fc"]["kernel"]
+    np.testing.assert_array_equal(km, mm["h"]["fc"]["kernel"])
+    # masked_decay with stacked masks decays exactly the pruned entries of each layer
+    tx = masked_decay(1.0)
+    g = jax.tree.map(jnp.zeros_like, v["params"])
+    upd, _ = tx.update(g, tx.init(v["params"]), v["params"], masks=masks)
+    np.testing.assert_array_equal(upd["h"]["fc"]["kernel"], jnp.where(m, 0, k))
+
+
+def test_sparse_weights_soft_stacked():
+    unrolled, scanned = _models(method="soft")
+    x = _x()
+    v = jax.jit(unrolled.init)(jax.random.key(0), x)
+    vs = snn.stack_layers(v, NAMES, "h")
+    paths_u = [f"h_{i}/{n}" for i in range(L) for n in ("fc", "proj")]
+    wu, mu = jax.jit(lambda p, s: snn.sparse_weights(p, s, method="soft", paths=paths_u))(v["params"], v["sparsity"])
+    ws, ms = jax.jit(lambda p, s: snn.sparse_weights(p, s, method="soft", paths=["h/fc", "h/proj"]))(
+        vs["params"], vs["sparsity"])
+    _close(snn.stack_layers(wu, NAMES, "h"), ws, rtol=1e-6)
+    np.testing.assert_array_equal(ms["h"]["fc"]["kernel"],
+                                  jnp.stack([mu[f"h_{i}"]["fc"]["kernel"] for i in range(L)]))
+
+
+def test_train_state_scanned_matches_unrolled():
+    """SparseTrainState over a few steps (masked decay, mask refresh every step): the scanned model's
+    state is the unrolled one's, restacked."""
+    unrolled, scanned = _models()
+    x, y = _x(0), _x(1)
+    v = jax.jit(unrolled.init)(jax.random.key(0), x)
+    tx = optax.chain(masked_decay(0.05), optax.adam(0.05))
+
+    def run(model, params, sparsity):
+        state = SparseTrainState.create(apply_fn=model.apply, params=params, tx=tx, sparsity=sparsity)
+
+        @jax.jit
+        def step(state):
+            loss, g = jax.value_and_grad(lambda p: jnp.mean((state.apply(x, params=p) - y) ** 2))(state.params)
+            return state.apply_gradients(grads=g), loss
+
+        losses, flips = [], []
+        for _ in range(4):
+            state, loss = step(state)
+            losses.append(float(loss))
+            flips.append(float(state.flip_rate))
+        return state, losses, flips
+
+    su, lu, fu = run(unrolled, v["params"], v["sparsity"])
+    ss, ls, fs = run(scanned, snn.stack_layers(v["params"], NAMES, "h"), snn.stack_layers(v["sparsity"], NAMES, "h"))
+    np.testing.assert_allclose(lu, ls, rtol=1e-4)
+    np.testing.assert_allclose(fu, fs, rtol=1e-4, atol=1e-6)
+    assert max(fs) > 0 and ls[-1] < ls[0]
+    _close(snn.stack_layers(su.params, NAMES, "h"), ss.params, rtol=1e-3, atol=1e-5)
+    _close(snn.stack_layers(su.sparsity, NAMES, "h"), ss.sparsity, rtol=0, atol=0)
+    # the whole train state converts (params, masks, Adam's moments)
+    _close(snn.stack_layers(su, NAMES, "h").opt_state, ss.opt_state, rtol=1e-3, atol=1e-5)
+    # prune_to_masks on stacked masks
+    pruned = ss.prune_to_masks()
+    m = ss.sparsity["h"]["proj"]["transposable_mask"]
+    assert not np.any(np.asarray(pruned.params["h"]["proj"]["kernel"])[~np.asarray(m)])
+
+
+def test_prepare_scanned_equals_unprepared_in_one_call(monkeypatch):
+    """nn.prepare on a scanned model: one prepare_many call for every layer of the stack; the
+    micro-batch passes with the stacked prepared collection give the unprepared loss and gradients."""
+    _, scanned = _models(backend="dense", mvue=False)
+    x = _x()
+    v = jax.jit(scanned.init)(jax.random.key(0), x)
+    calls = []
+    real = _pw.prepare_many
+    monkeypatch.setattr(_pw, "prepare_many", lambda plans, **kw: calls.append(len(plans)) or real(plans, **kw))
+    prepared = jax.jit(lambda v: snn.prepare(scanned, v, x, reuse=2))(v)
+    assert calls == [2 * L]  # fc and proj of every layer, together
+    assert jax.tree.map(jnp.shape, prepared)["h"]["fc"]["weight"]["masked"] == (L, D, H)
+    kfc, mfc = v["params"]["h"]["fc"]["kernel"], v["sparsity"]["h"]["fc"]["transposable_mask"]
+    np.testing.assert_array_equal(prepared["h"]["fc"]["weight"]["masked"], jnp.where(mfc, kfc, 0))
+    loss = lambda var: lambda p: jnp.mean(scanned.apply({**var, "params": p}, x) ** 2)  # noqa: E731
+    l0, g0 = jax.jit(jax.value_and_grad(loss(v)))(v["params"])
+    l1, g1 = jax.jit(jax.value_and_grad(loss({**v, snn.PREPARED: prepared})))(v["params"])
+    np.testing.assert_allclose(l0, l1, rtol=1e-6)
+    _close(g0, g1, rtol=1e-5, atol=1e-7)
+    # batch=False: each layer on its own, inside the scan body (one traced call)
+    calls.clear()
+    p2 = snn.prepare(scanned, v, x, batch=False)
+    assert calls and set(calls) == {1}  # (nn.scan may trace its body more than once)
+    _close(prepared, p2, rtol=0, atol=0)
+    # SparseTrainState.prepare: the same collection
+    state = SparseTrainState.create(apply_fn=scanned.apply, params=v["params"], tx=optax.sgd(0.1),
+                                    sparsity=v["sparsity"])
+    _close(state.prepare(x).prepared, prepared, rtol=0, atol=0)
+
+
+def test_fp8_delayed_state_stacked():
+    class FP8Block(nn.Module):
+        @nn.compact
+        def __call__(self, x, _=None):
+            return x + snn.Sparse24Dense(D, fp8=True, fp8_scaling="delayed", amax_history_length=4, name="fc")(x), None
+
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            f = nn.scan(FP8Block, length=L, variable_axes=SCAN_AXES, split_rngs={"params": True})
+            return f(name="h")(x, None)[0]
+
+    m, x = M(), _x()
+    v = m.init(jax.random.key(0), x)
+    meta = v[snn.FP8_META]
+    assert all(np.shape(a)[0] == L for a in jax.tree.leaves(meta))
+    state = SparseTrainState.create(apply_fn=m.apply, params=v["params"], tx=optax.sgd(0.01),
+                                    sparsity=v["sparsity"], fp8_meta=meta)
+
+    @jax.jit
+    def step(state):
+        g, gm = jax.grad(lambda p, mt: jnp.sum(state.apply(x, params=p, fp8_meta=mt) ** 2), argnums=(0, 1))(
+            state.params, state.fp8_meta)
+        return state.apply_gradients(grads=g, fp8_meta=gm)
+
+    new = step(state)
+    assert jax.tree.map(jnp.shape, new.fp8_meta) == jax.tree.map(jnp.shape, meta)
+    hist = [a for p, a in jax.tree_util.tree_leaves_with_path(new.fp8_meta) if "history" in jax.tree_util.keystr(p)]
+    assert hist and all(np.any(np.asarray(h) != 0) for h in hist)
+
+
+def test_stack_unstack_errors():
+    tree = {"params": {"h_0": {"k": jnp.ones(2)}, "h_1": {"k": jnp.ones(3)}}}
+    with pytest.raises(ValueError, match="differ in structure or shapes"):
+        snn.stack_layers(tree, ["h_0", "h_1"], "h")
+    with pytest.raises(ValueError, match="already in the scanned layout"):
+        snn.stack_layers({"params": {"h": {"k": jnp.ones((2, 2))}}}, ["h_0", "h_1"], "h")
+    with pytest.raises(ValueError, match="already in the unrolled layout"):
+        snn.unstack_layers(tree, "h", ["h_0", "h_1"])
+    with pytest.raises(ValueError, match="leading axis of 3"):
+        snn.unstack_layers({"h": {"k": jnp.ones((2, 2))}}, "h", ["a", "b", "c"])
