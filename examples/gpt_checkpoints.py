@@ -4,6 +4,7 @@ the ``ast`` teacher. Orbax's logging and its leftovers after a failed restore ar
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import shutil
@@ -14,30 +15,65 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gpt_errors import PROG, CLIError
 from gpt_experiment import TEACHER_MATCH_KEYS, build_experiment, init_state
 from gpt_report import _read_jsonl
 
 
-@jax.jit
+def _leaf_fingerprint(x):
+    """uint32 hash of the exact bits of one array: ``sum_i (u_i ^ i·2654435761)·(i | 1) ^ size`` over
+    the row-major index ``i`` of every 32-bit word ``u_i`` (mod 2**32).
+
+    A sum of per-element terms of the *global* index (``broadcasted_iota`` per dimension, no
+    reshape), so it partitions like any elementwise op + reduction: under ``jit`` with the array's
+    own sharding each device sums its shard and only the scalar is all-reduced -- no array is
+    gathered (a ``reshape(-1)`` of a column-sharded kernel made XLA gather the whole state onto one
+    device: 41.7 GiB on the LLaMA-7B run of issue 37). The value does not depend on the sharding, so
+    a checkpoint written on 4 devices verifies on 2 or 1; it equals the hash of earlier versions
+    (``arange`` over the flattened array)."""
+    if x.dtype == jnp.bool_:
+        u = x.astype(jnp.uint32)
+    elif jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        u = jax.random.key_data(x).astype(jnp.uint32)
+    else:
+        bits = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
+        u = jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32)
+    i = jnp.zeros(u.shape, jnp.uint32)
+    stride = 1
+    for d in reversed(range(u.ndim)):
+        i = i + jax.lax.broadcasted_iota(jnp.uint32, u.shape, d) * jnp.uint32(stride % 2**32)
+        stride *= u.shape[d]
+    return jnp.sum((u ^ (i * jnp.uint32(2654435761))) * (i | jnp.uint32(1)), dtype=jnp.uint32) ^ jnp.uint32(u.size % 2**32)
+
+
+def _leaf_sharding(x):
+    sh = getattr(x, "sharding", None)
+    return sh if isinstance(sh, jax.sharding.Sharding) else None
+
+
 def _fingerprint(tree):
-    """Per-leaf uint32 hash of the exact bits (detects corrupt checkpoint data)."""
+    """Per-leaf uint32 hashes of the exact bits of ``tree`` (detects corrupt checkpoint data).
 
-    def one(x):
-        x = jnp.asarray(x)
-        if x.dtype == jnp.bool_:
-            u = x.astype(jnp.uint32)
-        elif jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            u = jax.random.key_data(x).astype(jnp.uint32)
-        else:
-            bits = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
-            u = jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32)
-        u = u.reshape(-1)
-        i = jnp.arange(u.size, dtype=jnp.uint32)
-        return jnp.sum((u ^ (i * jnp.uint32(2654435761))) * (i | jnp.uint32(1)), dtype=jnp.uint32) ^ jnp.uint32(u.size)
+    One program over the whole tree, each array read in its own sharding (``in_shardings``) and
+    every hash a replicated scalar (``out_shardings``): each device hashes the shards it holds,
+    then the scalars are summed across devices (all-reduce); on several processes every process
+    gets all hashes. Arrays are never gathered (``test_fingerprint_never_gathers``)."""
+    leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in jax.tree.leaves(tree)]
+    shardings = [_leaf_sharding(x) for x in leaves]
+    mesh_sh = next((s for s in shardings if isinstance(s, jax.sharding.NamedSharding)), None)
+    if mesh_sh is not None:
+        out = jax.sharding.NamedSharding(mesh_sh.mesh, jax.sharding.PartitionSpec())
+    else:
+        out = None
+    return _fingerprint_program(tuple(shardings), out)(leaves)
 
-    return [one(x) for x in jax.tree.leaves(tree)]
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint_program(shardings: tuple, out):
+    return jax.jit(lambda xs: [_leaf_fingerprint(x) for x in xs], in_shardings=(list(shardings),),
+                   out_shardings=None if out is None else [out] * len(shardings))
 
 
 def _quiet_orbax():
@@ -107,6 +143,42 @@ def _ignore_orbax_teardown_errors():
     sys.unraisablehook = hook
 
 
+def _with_target_shardings(abstract_state):
+    """The restore target: every leaf a ``ShapeDtypeStruct`` with the sharding it is to have *now*.
+
+    Orbax reads each array's shards straight into that sharding (every process reads only what its
+    devices hold), so a checkpoint written on 4 devices restores onto the current mesh of 2 or 1
+    (resharded while reading; never gathered). Leaves given without a sharding (the ast teacher's
+    params, the intact-checkpoint search) are replicated over all devices -- not the sharding they
+    were saved with, whose devices may not exist any more."""
+    repl = None
+
+    def one(x):
+        nonlocal repl
+        sh = getattr(x, "sharding", None)
+        if not isinstance(sh, jax.sharding.Sharding):
+            if repl is None:
+                mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("all",))
+                repl = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            sh = repl
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh)
+
+    return jax.tree.map(one, abstract_state)
+
+
+def is_writer() -> bool:
+    """Whether this process writes the run's own files (process 0; orbax writes checkpoints from all)."""
+    return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+    """All processes wait here (no-op with one process): after process 0 changed files the others read."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 class Checkpoints:
     """Orbax checkpoints of the train state + a JSON ``meta`` (config, fingerprints, history)."""
 
@@ -156,8 +228,9 @@ class Checkpoints:
         import orbax.checkpoint as ocp
 
         meta = self.read_meta(step)
+        target = _with_target_shardings(abstract_state)
         try:
-            state = self._restore(step, ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))).state
+            state = self._restore(step, ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
         except Exception as e:  # noqa: BLE001
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or unreadable: {_short(e)}") from None
         got = [int(v) for v in jax.device_get(_fingerprint(state))]
@@ -192,8 +265,10 @@ class Checkpoints:
     def discard_after(self, step: int) -> list[int]:
         """Delete the checkpoints after ``step`` (a resume from an older one rewrites them)."""
         later = [s for s in self.steps() if s > step]
-        for s in later:
-            shutil.rmtree(self.dir / str(s))
+        if is_writer():
+            for s in later:
+                shutil.rmtree(self.dir / str(s))
+        sync("discard_after")
         return later
 
     def save(self, step: int, state, meta: dict) -> None:
@@ -219,7 +294,7 @@ def _short(e: Exception, n: int = 300) -> str:
 
 #: flags added after checkpoints were first written: a checkpoint without one ran with this value.
 CONFIG_DEFAULTS = {"grad_accum": 1, "fp8": False, "sparse_lr_scale": 1.0, "finetune_start": "weights",
-                   "fp8_scaling": "current", "fp8_dense": "sparse24"}
+                   "fp8_scaling": "current", "fp8_dense": "sparse24", "layers": "unroll"}
 
 
 def check_config(saved: dict, now: dict, where: Path) -> None:
@@ -269,7 +344,12 @@ def load_teacher(hp: dict):
     teacher_exp = build_experiment(dict(meta["config"]))
     abstract = jax.eval_shape(lambda: init_state(teacher_exp, 0))
     state, _ = ck.restore(step, abstract)
-    return state["params"]
+    params = state["params"]
+    if teacher_exp.cfg.layers != hp.get("layers", "unroll"):  # a teacher of the other block layout
+        from gpt_model import convert_layout
+
+        params = convert_layout(params, teacher_exp.cfg.n_layer, to=hp.get("layers", "unroll"))
+    return params
 
 
 #: files a run writes into --out (besides ckpt/); never replaced without --overwrite.
@@ -339,10 +419,12 @@ def start_or_resume(rt, ckpts: Checkpoints, out: Path, config: dict, resume: boo
     student from the teacher) and no file of a previous run in ``out`` survives (--overwrite).
     """
     if not resume:
-        if ckpts.dir.exists():
-            shutil.rmtree(ckpts.dir)  # --overwrite (checked before)
-        for f in RUN_FILES:  # --overwrite: no file of the previous run survives a shorter new one
-            (out / f).unlink(missing_ok=True)
+        if is_writer():
+            if ckpts.dir.exists():
+                shutil.rmtree(ckpts.dir)  # --overwrite (checked before)
+            for f in RUN_FILES:  # --overwrite: no file of the previous run survives a shorter new one
+                (out / f).unlink(missing_ok=True)
+        sync("overwrite")
         state = rt.init()
         if rt.exp.teacher_model is not None:
             state = rt.init_from_teacher(state)
@@ -358,10 +440,11 @@ def start_or_resume(rt, ckpts: Checkpoints, out: Path, config: dict, resume: boo
             raise
         raise ckpts.with_intact_hint(e, step0, abstract, config) from None
     discarded = ckpts.discard_after(step0)
-    if discarded:
+    if discarded and is_writer():
         print(f"{PROG}: discarded the checkpoints after step {step0} (steps {discarded}) in {ckpts.dir}",
               file=sys.stderr)
     history = [r for r in _read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= step0]
-    print(f"{PROG}: resumed {config['recipe']} from {ckpts.dir / str(step0)} (step {step0}/{config['steps']})",
-          file=sys.stderr)
+    if is_writer():
+        print(f"{PROG}: resumed {config['recipe']} from {ckpts.dir / str(step0)} (step {step0}/{config['steps']})",
+              file=sys.stderr)
     return state, step0, history, float(meta.get("train_time", 0.0)), int(meta.get("train_tokens", 0))

@@ -4,13 +4,17 @@ GEMM kernel each sparse layer runs)."""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_sparse24 as s24
+from jax_sparse24 import sharding as shd
 from jax_sparse24 import distill as s24distill
 
 from gpt_errors import CLIError
@@ -25,74 +29,191 @@ def _key_str(k) -> str:
     return str(k)
 
 
+#: environment variables of ``--distributed`` (set by ``examples/launch.py``, or by you on each host)
+DIST_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def init_distributed(heartbeat_timeout_s: int = 60) -> None:
+    """``--distributed``: ``jax.distributed.initialize`` from the standard environment variables
+    :data:`DIST_ENV` (one process per GPU, or per host); must run before any other JAX call.
+
+    On a CPU the cross-process collectives are gloo's. A process that dies stops sending
+    heartbeats; after ``heartbeat_timeout_s`` the coordination service fails the others (their
+    next collective raises) instead of leaving them waiting forever -- and ``launch.py`` kills the
+    rest as soon as one exits with an error."""
+    import os
+
+    missing = [k for k in DIST_ENV if not os.environ.get(k)]
+    if missing:
+        raise CLIError(f"--distributed needs the environment variables {', '.join(DIST_ENV)} (missing: "
+                       f"{', '.join(missing)}); start the processes with examples/launch.py --nproc N -- ARGS, "
+                       "or set them on every host (the same address and count, process ids 0..N-1)")
+    try:
+        n, i = int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"])
+    except ValueError:
+        raise CLIError("--distributed: JAX_NUM_PROCESSES and JAX_PROCESS_ID must be integers") from None
+    if not 0 <= i < n:
+        raise CLIError(f"--distributed: JAX_PROCESS_ID {i} is not in 0..{n - 1} (JAX_NUM_PROCESSES {n})")
+    if os.environ.get("JAX_PLATFORMS", "").startswith("cpu") or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    kw = dict(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"], num_processes=n, process_id=i)
+    try:
+        jax.distributed.initialize(**kw, heartbeat_timeout_seconds=heartbeat_timeout_s,
+                                   initialization_timeout=max(60, heartbeat_timeout_s))
+    except TypeError:  # a jax without the timeout arguments
+        jax.distributed.initialize(**kw)
+
+
+def is_writer() -> bool:
+    """Whether this process logs, plots and writes the run's files (process 0)."""
+    return jax.process_index() == 0
+
+
+def writer_only(fn):
+    """``fn`` on process 0; a no-op returning None on the others (their files would be copies)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        return fn(*args, **kwargs) if is_writer() else None
+
+    return wrapped
+
+
+#: mesh axes of ``--mesh``, in device order: ``model`` (tensor parallel) innermost, so a model group
+#: is neighbouring devices (one host's NVLink); ``fsdp`` next, ``data`` outermost.
+MESH_AXES = ("data", "fsdp", "model")
+#: the mesh axes the batch is split over (data parallel and FSDP both split the tokens)
+BATCH_AXES = ("data", "fsdp")
+
+
 def parse_mesh(spec: Optional[str]):
-    """``"data=2,model=1"`` -> a ``jax.sharding.Mesh`` over all devices (or None)."""
+    """``"data=2,fsdp=2,model=1"`` -> a ``jax.sharding.Mesh`` over all devices (or None).
+
+    Axes: ``data`` (data parallel: params replicated), ``fsdp`` (ZeRO-3: the batch split as over
+    ``data``, and every >=2-D leaf of the train state sharded too), ``model`` (Megatron tensor
+    parallel). Missing axes have size 1; the sizes must multiply to the device count (of all
+    processes)."""
     if spec is None:
         return None
-    sizes = {"data": 1, "model": 1}
+    sizes = dict.fromkeys(MESH_AXES, 1)
     try:
         for part in spec.split(","):
             name, val = part.split("=")
             name = name.strip()
             if name not in sizes:
-                raise ValueError(f"unknown axis {name!r}")
+                raise ValueError(f"unknown axis {name!r}; the axes are {', '.join(MESH_AXES)}")
             sizes[name] = int(val)
             if sizes[name] < 1:
                 raise ValueError("sizes must be >= 1")
     except ValueError as e:
-        raise CLIError(f"--mesh {spec!r}: expected e.g. 'data=2,model=1' ({e})") from None
-    n = sizes["data"] * sizes["model"]
+        raise CLIError(f"--mesh {spec!r}: expected e.g. 'data=2,fsdp=2,model=1' ({e})") from None
+    n = math.prod(sizes.values())
     have = jax.device_count()
     if n != have:
         hint = (" (on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
-                if jax.default_backend() == "cpu" else "")
+                if jax.default_backend() == "cpu" and jax.process_count() == 1 else "")
         raise CLIError(f"--mesh {spec}: the mesh has {n} devices but {have} are available{hint}")
-    return _make_mesh((sizes["data"], sizes["model"]))
+    return _make_mesh(tuple(sizes[a] for a in MESH_AXES))
 
 
 def single_device_mesh():
-    return _make_mesh((1, 1), devices=jax.devices()[:1])
+    return _make_mesh((1,) * len(MESH_AXES), devices=jax.devices()[:1])
 
 
 def _make_mesh(shape, devices=None):
-    names = ("data", "model")
+    names = MESH_AXES
     kw = {} if devices is None else {"devices": devices}
     try:
         from jax.sharding import AxisType
 
-        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * 2, **kw)
+        return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names), **kw)
     except (ImportError, TypeError):  # older jax: Auto is the only kind
         return jax.make_mesh(shape, names, **kw)
 
 
-def _leaf_spec(path, leaf, model: int) -> P:
-    """Megatron placement of one state leaf: qkv/fc column-parallel, proj row-parallel."""
-    shape = getattr(leaf, "shape", ())
-    if model == 1 or len(shape) == 0:
+#: dimensions of one layer's leaf (after any leading layer axis of a scanned stack): a leaf of more
+#: dimensions is a stack of them, ``(L, in, out)``; its leading axes are never sharded.
+_OWN_DIMS = {"kernel": 2, "mask": 2, "transposable_mask": 2, "lora_b": 2, "embedding": 2, "bias": 1,
+             "scale": 1, "beta": 1}
+
+
+def _tp_role(keys) -> Optional[str]:
+    """``"col"`` (qkv / fc: column parallel), ``"row"`` (proj: row parallel) or None."""
+    for a, b in zip(keys, keys[1:]):
+        if a in ("attn", "mlp"):
+            if b in ("qkv", "fc"):
+                return "col"
+            if b == "proj":
+                return "row"
+    return None
+
+
+def _leaf_spec(path, leaf, mesh) -> P:
+    """Placement of one train-state leaf on ``mesh`` (axes :data:`MESH_AXES`).
+
+    Tensor parallel (``model``, Megatron): ``qkv`` / ``fc`` column parallel (kernel, mask, bias on
+    ``out``), ``proj`` row parallel (kernel, mask on ``in``); the fused kernels' columns are grouped
+    per head (q|k|v of head 0, head 1, ...) and gate/up interleaved (``gpt_model``), so a column
+    shard holds whole heads and matching gate and up columns. FSDP (``fsdp``): every >=2-D leaf also
+    sharded on its largest axis that splits evenly (whole 4-groups for 2:4 kernels and masks;
+    ``jax_sparse24.sharding.fsdp_spec``). A scanned stack's leading layer axis is never sharded.
+    Optimizer moments have their param's path inside the optax state, so they follow it.
+    A tensor-parallel split that would cut a 4-group or leave uneven shards raises CLIError naming
+    the leaf, the mesh axis and the sizes (before anything is compiled).
+    """
+    shape = tuple(getattr(leaf, "shape", ()))
+    if len(shape) == 0:
         return P()
     keys = [_key_str(k) for k in path]
     if keys and keys[0] == "fp8_meta":  # delayed-scaling scales and amax histories: per tensor, replicated
         return P()
-    col = row = False
-    for a, b in zip(keys, keys[1:]):
-        if a in ("attn", "mlp"):
-            col |= b in ("qkv", "fc")
-            row |= b == "proj"
-    if col and len(shape) == 2 and shape[1] % (4 * model) == 0:
-        return P(None, "model")
-    if col and len(shape) == 1 and shape[0] % model == 0:
-        return P("model")
-    if row and len(shape) == 2 and shape[0] % (4 * model) == 0:
-        return P("model", None)
-    return P()
+    name = keys[-1] if keys else ""
+    own = _OWN_DIMS.get(name, len(shape))
+    lead = max(0, len(shape) - own)
+    model = mesh.shape.get("model", 1)
+    tp: list = [None] * len(shape)
+    role = _tp_role(keys)
+    if model > 1 and role is not None and name in ("kernel", "mask", "transposable_mask", "bias"):
+        if name == "bias":
+            if role == "col":
+                tp[-1] = "model"
+        elif len(shape) - lead == 2:
+            tp[-1 if role == "col" else -2] = "model"
+    spec = P(*tp)
+    where = "/".join(keys)
+    try:
+        shd._check_leaf(where, shape, spec, mesh, name, lead)
+    except ValueError as e:
+        raise CLIError(f"--mesh: tensor parallel over 'model' ({model} devices) does not fit layer {where}: "
+                       f"{str(e).split(': ', 1)[1]}") from None
+    if mesh.shape.get("fsdp", 1) > 1:
+        spec = shd.fsdp_spec(shape, spec, mesh, axis="fsdp", leaf_name=name, lead=lead)
+        shd._check_leaf(where, shape, spec, mesh, name, lead)
+    return spec
+
+
+def check_mesh_fits(cfg, mesh) -> None:
+    """Tensor parallelism splits attention by heads and the FFN by hidden units: refuse a ``model``
+    axis that does not divide them (CLIError naming the layer, axis and sizes, before compiling)."""
+    model = mesh.shape.get("model", 1)
+    if model == 1:
+        return
+    if cfg.n_head % model:
+        raise CLIError(f"--mesh: the 'model' axis ({model} devices) must divide the attention heads of every "
+                       f"layer (attn/qkv: {cfg.n_head} heads), so that each device holds whole heads")
+    if cfg.ffn_hidden % model:
+        raise CLIError(f"--mesh: the 'model' axis ({model} devices) must divide the FFN hidden width of every "
+                       f"layer (mlp/fc: {cfg.ffn_hidden})")
 
 
 def state_shardings(mesh, abstract_state):
-    model = mesh.shape["model"]
-    return jax.tree_util.tree_map_with_path(
-        lambda p, x: NamedSharding(mesh, _leaf_spec(p, x, model)), abstract_state
-    )
+    return jax.tree_util.tree_map_with_path(lambda p, x: NamedSharding(mesh, _leaf_spec(p, x, mesh)),
+                                            abstract_state)
 
+
+#: modules (class names) whose input and output ``Runtime`` pins to the batch sharding under FSDP
+_PINNED = re.compile(r"^(GPT|Block|MLP|CausalSelfAttention)|Block")
 
 
 class Runtime:
@@ -110,14 +231,19 @@ class Runtime:
         if exp.teacher_model is not None:
             if teacher_params is None:
                 raise ValueError("the ast recipe needs the teacher's params (make_runtime(..., teacher_params=))")
-            model = mesh.shape["model"]
-            self.teacher_shardings = jax.tree_util.tree_map_with_path(
-                lambda p, x: NamedSharding(mesh, _leaf_spec(p, x, model)), teacher_params)
+            self.teacher_shardings = state_shardings(mesh, teacher_params)
             self.teacher = jax.device_put(teacher_params, self.teacher_shardings)
         init_fn = lambda: init_state(exp, exp.hp["seed"])  # noqa: E731
+        check_mesh_fits(exp.cfg, mesh)
+        rows = exp.hp["batch_size"] // int(exp.hp.get("grad_accum", 1))
+        n_batch = math.prod(mesh.shape.get(a, 1) for a in BATCH_AXES)
+        if rows % n_batch:
+            raise CLIError(f"--batch-size {exp.hp['batch_size']} / --grad-accum {exp.hp.get('grad_accum', 1)} = {rows} "
+                           f"rows per micro-batch is not divisible by the mesh's data x fsdp axes ({n_batch} devices)")
         self.abstract_state = jax.eval_shape(init_fn)
         self.state_shardings = state_shardings(mesh, self.abstract_state)
-        self.data_sharding = NamedSharding(mesh, P("data", None))
+        self.data_sharding = NamedSharding(mesh, P(BATCH_AXES, None))
+        self._fsdp = mesh.shape.get("fsdp", 1) > 1
         self._repl = NamedSharding(mesh, P())
         self._donate = () if jax.default_backend() == "cpu" else (0,)
         self.init = jax.jit(init_fn, out_shardings=self.state_shardings)
@@ -143,17 +269,55 @@ class Runtime:
             out_shardings=self._repl)
 
     def put(self, tokens):
-        return jax.device_put(tokens, self.data_sharding)
+        """The global batch ``tokens`` (every process computes the same one: the data stream is a
+        function of the seed and step) on the mesh; with several processes each process transfers
+        only the rows its devices hold (``jax.make_array_from_callback``)."""
+        if jax.process_count() == 1:
+            return jax.device_put(tokens, self.data_sharding)
+        tokens = np.asarray(tokens)
+        return jax.make_array_from_callback(tokens.shape, self.data_sharding, lambda idx: tokens[idx])
+
+    def _batch_sharded(self, fn):
+        """``fn`` traced with the input and output of the model, of every transformer block and of
+        its attention and MLP constrained to the batch sharding (tokens over ``data`` x ``fsdp``), as
+        MaxText constrains its activations.
+
+        Under FSDP a weight and the tokens are split over the same mesh axis; left to propagation,
+        XLA (and the 2:4 GEMMs' rules) could as well move the activations to match the weight (an
+        all-to-all of activations per layer) as gather the weight. Pinned activations leave one
+        choice: each layer's weights are all-gathered over ``fsdp`` and their gradients reduced back
+        (reduce-scattered on GPUs). Only with an ``fsdp`` axis; other meshes are unchanged."""
+        if not self._fsdp:
+            return fn
+        import flax.linen as nn
+
+        batch = NamedSharding(self.mesh, P(BATCH_AXES))
+
+        def pin(x):
+            return jax.lax.with_sharding_constraint(x, batch) if getattr(x, "ndim", 0) in (2, 3) else x
+
+        def interceptor(next_fun, args, kwargs, context):
+            if context.method_name != "__call__" or not _PINNED.search(type(context.module).__name__):
+                return next_fun(*args, **kwargs)
+            args = (pin(args[0]),) + tuple(args[1:]) if args else args
+            out = next_fun(*args, **kwargs)
+            return (pin(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else pin(out)
+
+        def wrapped(*args):
+            with nn.intercept_methods(interceptor):
+                return fn(*args)
+
+        return wrapped
 
     def train_step(self, sparse: Optional[bool]):
         if sparse not in self._train:
             if self.teacher is None:
                 self._train[sparse] = jax.jit(
-                    make_train_step(self.exp, sparse, micro_tokens_per_device(self)), in_shardings=(self.state_shardings, self.data_sharding),
+                    self._batch_sharded(make_train_step(self.exp, sparse, micro_tokens_per_device(self))), in_shardings=(self.state_shardings, self.data_sharding),
                     out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
             else:
                 step = jax.jit(
-                    make_train_step(self.exp, sparse),
+                    self._batch_sharded(make_train_step(self.exp, sparse)),
                     in_shardings=(self.state_shardings, self.data_sharding, self.teacher_shardings),
                     out_shardings=(self.state_shardings, self._repl), donate_argnums=self._donate)
                 self._train[sparse] = lambda state, tokens: step(state, tokens, self.teacher)
@@ -216,7 +380,7 @@ class Runtime:
     def eval_step(self, sparse: Optional[bool]):
         if sparse not in self._eval:
             self._eval[sparse] = jax.jit(
-                make_eval_step(self.exp, sparse), in_shardings=(self.state_shardings, self.data_sharding),
+                self._batch_sharded(make_eval_step(self.exp, sparse)), in_shardings=(self.state_shardings, self.data_sharding),
                 out_shardings=self._repl)
         return self._eval[sparse]
 

@@ -134,7 +134,9 @@ from gpt_experiment import (  # noqa: E402
 from gpt_model import FP8_DENSE_IMPLS, SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
 from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
-from gpt_runtime import format_plan, kernel_plan, make_runtime, parse_mesh  # noqa: E402
+from gpt_runtime import format_plan, init_distributed, is_writer, kernel_plan, make_runtime, parse_mesh, writer_only  # noqa: E402
+# several processes (--distributed): only process 0 writes metrics, plots and the comparison
+_write_jsonl, plot_run, plot_compare, _write_compare = map(writer_only, (_write_jsonl, plot_run, plot_compare, _write_compare))
 
 # Not used below; reached as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
 from jax_sparse24 import nn as s24nn  # noqa: E402,F401
@@ -253,7 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stop-at", type=int, default=None,
                     help="stop (with a checkpoint) after this step, as if interrupted; --resume continues")
     ap.add_argument("--seed", type=int, default=0, help="init / data / MVUE seed")
-    ap.add_argument("--mesh", default=None, help="device mesh, e.g. data=2,model=1 (default: one device)")
+    ap.add_argument("--mesh", default=None, help="device mesh over all processes' devices, e.g. data=2,fsdp=2,model=1 "
+                    "(data parallel x FSDP/ZeRO-3 x tensor parallel; default: one device)")
+    ap.add_argument("--distributed", action="store_true",
+                    help="one process per GPU/host: jax.distributed.initialize from JAX_COORDINATOR_ADDRESS, "
+                         "JAX_NUM_PROCESSES, JAX_PROCESS_ID (examples/launch.py sets them); process 0 logs and writes")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
 
@@ -394,7 +400,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         "phase_step": phase_step, "device": str(jax.devices()[0].device_kind),
         "backend": jax.default_backend(), "config": config, "interrupted": interrupted, **full,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if is_writer():
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     flip_label = (f"mask flip rate (per refresh, every {hp['mask_every']} steps)" if exp.cfg.method == "srste"
                   else "2:4 mask flip rate (per update, on logging steps)")
     plot_run(history, out / "loss.png", f"{recipe} ({hp['size']})", phase_step, phase_label, flip_label)
@@ -413,6 +420,9 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
+        if args.distributed:  # before any other JAX call
+            init_distributed()
+            args.quiet = args.quiet or not is_writer()
         if args.compare is not None:
             recipes = [r.strip() for r in args.compare.split(",") if r.strip()]
             bad = [r for r in recipes if r not in RECIPES]

@@ -12,6 +12,13 @@ builds those shardings:
   kernels; shards that would split a 4-group raise ``ValueError`` here, before compiling.
 * :func:`megatron_mlp_rules` — the rules of a Megatron FFN: up-projection ``W1 (in, out)``
   sharded on ``out`` (column parallel), down-projection ``W2`` on ``in`` (row parallel, psum).
+* :func:`fsdp_spec` / ``param_shardings(..., fsdp="fsdp")`` — FSDP (ZeRO-3): every ≥2-D leaf
+  (params, their optimizer state, 2:4 masks; gradients follow) also sharded over the ``fsdp`` axis
+  on its largest axis that splits evenly (as MaxText does), 4-groups along ``in`` whole per shard;
+  combines with the tensor-parallel specs of the rules. Under ``jit`` XLA gathers each weight for
+  its layer and reduce-scatters its gradient.
+* ``param_shardings(..., stacked=regex)`` — leaves of scanned layers (a leading layer axis,
+  ``(L, in, out)``): the rules describe one layer, the leading axis stays unsharded.
 * :func:`shard_batch` — put a (per-process) batch on the mesh, sharded on its leading axis.
 
 >>> import jax, jax.numpy as jnp
@@ -41,6 +48,7 @@ __all__ = [
     "make_mesh",
     "param_shardings",
     "megatron_mlp_rules",
+    "fsdp_spec",
     "shard_batch",
     "path_str",
     "MASK_NAMES",
@@ -144,7 +152,18 @@ def _axes(entry) -> tuple[str, ...]:
     return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
 
 
-def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str) -> None:
+def _group_multiple(leaf_name: str, ndim: int, d: int, lead: int = 0) -> int:
+    """The multiple every shard of dimension ``d`` must hold: 4 on ``in`` of a kernel or mask (the
+    2:4 groups; ``in`` is the second-to-last axis, after any leading layer axes ``lead``), and on
+    ``out`` of a transposable mask (4x4 blocks); 1 elsewhere."""
+    if leaf_name not in _GROUPED_IN or ndim - lead != 2:
+        return 1
+    if d == ndim - 2 or (d == ndim - 1 and leaf_name == "transposable_mask"):
+        return _impl.GROUP
+    return 1
+
+
+def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str, lead: int = 0) -> None:
     if len(spec) > len(shape):
         raise ValueError(f"param_shardings: {path} has shape {tuple(shape)} but its rule gives {spec} "
                          f"with {len(spec)} entries")
@@ -159,9 +178,7 @@ def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str) -> None:
         if n == 1:
             continue
         size = shape[d]
-        grouped = leaf_name in _GROUPED_IN and len(shape) == 2 and (
-            d == 0 or (d == 1 and leaf_name == "transposable_mask"))
-        m = _impl.GROUP if grouped else 1
+        m = _group_multiple(leaf_name, len(shape), d, lead)
         if size % (n * m):
             per = f"{size // n}" if size % n == 0 else f"{size}/{n} (uneven)"
             why = (f"every shard of a 2:4 axis must hold a multiple of {m} (groups of {m} consecutive "
@@ -174,8 +191,60 @@ def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str) -> None:
             )
 
 
+def fsdp_spec(shape, spec: P = P(), mesh: Mesh | None = None, *, axis: str = "fsdp", leaf_name: str = "",
+              lead: int = 0, axis_size: int | None = None) -> P:
+    """``spec`` (a leaf's tensor-parallel spec, or ``P()``) with the FSDP ``axis`` added: ZeRO-3.
+
+    Leaves of fewer than 2 dimensions (after ``lead`` leading layer axes, which are never sharded:
+    a scan slices them) keep ``spec``. Otherwise ``axis`` shards the largest dimension that no
+    other mesh axis shards and that splits evenly -- for a 2:4 kernel or mask (``leaf_name`` in
+    ``kernel``, ``mask``, ``transposable_mask``) in multiples of 4 per shard on ``in`` and
+    ``out``, so a shard holds whole 4-groups and 4x4 blocks; failing that, a dimension already
+    sharded (``axis`` added after its axes, so gathering over ``axis`` gives back the
+    tensor-parallel shard). If no dimension fits, the leaf keeps ``spec`` (replicated over
+    ``axis``; small or odd leaves). Give ``mesh`` or ``axis_size``.
+
+    >>> tuple(fsdp_spec((4096, 11008), P(None, "model"), axis_size=4, leaf_name="kernel"))
+    ('fsdp', 'model')
+    >>> tuple(fsdp_spec((32, 2048, 5632), P(), axis_size=2, leaf_name="kernel", lead=1))
+    (None, None, 'fsdp')
+    """
+    shape = tuple(int(s) for s in shape)
+    sizes = dict(mesh.shape) if mesh is not None else {}
+    n = int(axis_size if axis_size is not None else sizes.get(axis, 1))
+    entries = [_axes(spec[d]) if d < len(spec) else () for d in range(len(shape))]
+    if n == 1 or len(shape) - lead < 2 or any(axis in e for e in entries):
+        return spec
+    def taken(d):
+        return math.prod(sizes.get(a, 1) for a in entries[d]) if mesh is not None else (2 if entries[d] else 1)
+
+    def fits(d):
+        if mesh is None and entries[d]:
+            return False
+        m = _group_multiple(leaf_name, len(shape), d, lead) if leaf_name else 1
+        if leaf_name in _GROUPED_IN and len(shape) - lead == 2:
+            m = _impl.GROUP  # both axes of a 2:4 kernel/mask: whole 4-groups and 4x4 blocks per shard
+        return shape[d] % (taken(d) * n * m) == 0
+
+    own = sorted(range(lead, len(shape)), key=lambda d: (-shape[d], d))
+    pick = next((d for d in own if not entries[d] and fits(d)), None)
+    if pick is None:
+        pick = next((d for d in own if entries[d] and fits(d)), None)
+    if pick is None:
+        return spec
+    entries[pick] = entries[pick] + (axis,)
+    return P(*(_entry(e) for e in entries))
+
+
+def _entry(axes):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
 def param_shardings(tree, mesh: Mesh, rules: Rules = (), *, default: P = P(),
-                    masks_follow_kernels: bool = True, check: bool = True):
+                    masks_follow_kernels: bool = True, check: bool = True, fsdp: str | None = None,
+                    stacked: str | None = None):
     """A tree of ``NamedSharding`` (same structure as ``tree``) from path-pattern rules.
 
     Each leaf's path is written ``a/b/c`` (dict keys, attribute names, sequence indices, e.g.
@@ -193,12 +262,21 @@ def param_shardings(tree, mesh: Mesh, rules: Rules = (), *, default: P = P(),
       masks_follow_kernels: give unmatched masks their kernel's spec.
       check: raise ``ValueError`` when a shard would split a 2:4 group (axis ``in`` of a kernel or
         mask, and ``out`` of a transposable mask) or a dimension does not split evenly.
+      fsdp: a mesh axis name (e.g. ``"fsdp"``): every leaf of 2 or more dimensions is also sharded
+        over it (:func:`fsdp_spec`: ZeRO-3 -- params, optimizer moments and masks; the gradients
+        take the params' shardings under ``jit``). ``None``: no FSDP.
+      stacked: a regex; leaves whose path matches carry one leading layer axis (the params of a
+        scanned stack, ``(L, in, out)``): their rule specs describe one layer and are applied to
+        the trailing dimensions, the layer axis is never sharded.
 
     Returns:
       The tree of shardings (pass to ``jit``'s ``in_shardings``/``out_shardings`` or
       ``jax.device_put``).
     """
     compiled = [(re.compile(pat), spec) for pat, spec in rules]
+    stacked_rx = re.compile(stacked) if stacked else None
+    if fsdp is not None and fsdp not in dict(mesh.shape):
+        raise ValueError(f"param_shardings: fsdp axis {fsdp!r} is not in the mesh {dict(mesh.shape)}")
 
     def lookup(p: str):
         for rx, spec in compiled:
@@ -214,10 +292,15 @@ def param_shardings(tree, mesh: Mesh, rules: Rules = (), *, default: P = P(),
         if spec is None and masks_follow_kernels and name in MASK_NAMES:
             kp = p[: -len(name)] + "kernel"
             spec = lookup(re.sub(r"(^|/)sparsity/", r"\1params/", kp)) or lookup(kp)
+        lead = 1 if stacked_rx is not None and stacked_rx.search(p) and len(shape) >= 1 else 0
         if spec is None or len(shape) == 0:
             spec = default if len(shape) >= len(default) else P()
+        elif lead and len(spec) < len(shape):
+            spec = P(*((None,) * lead + tuple(spec)))
+        if fsdp is not None and len(shape):
+            spec = fsdp_spec(shape, spec, mesh, axis=fsdp, leaf_name=name, lead=lead)
         if check:
-            _check_leaf(p, shape, spec, mesh, name)
+            _check_leaf(p, shape, spec, mesh, name, lead)
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(one, tree)

@@ -116,6 +116,12 @@ class Rule:
         operand's shard, so different shards draw different random numbers.
       tangent: optional ``(primals, primal_out, tangents) -> tangent_out`` used by the JVP instead
         of differentiating the reference.
+      tokens_first: factors of activations only (the GEMMs' token axis ``t``) whose mesh axes are
+        assigned before ``priority``'s weights: a mesh axis that shards the tokens keeps them
+        sharded, and a weight sharded over the same axis (FSDP / ZeRO-3: weights and batch split
+        over one axis) is gathered for the op -- instead of the activations being resharded to
+        match the weight (an all-to-all of activations and a psum of the output). Weights still
+        decide every other factor (Megatron's column/row split over an axis the tokens do not use).
     """
 
     name: str
@@ -127,6 +133,7 @@ class Rule:
     priority: tuple[int, ...] = ()
     fold_key: tuple[int, int] | None = None
     tangent: Callable | None = dataclasses.field(default=None, compare=False)
+    tokens_first: tuple[str, ...] = ()
 
     def multiple(self, factor: str) -> int:
         return dict(self.multiple_of).get(factor, 1)
@@ -200,7 +207,9 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
 
     ``w`` sharded on ``o`` gives ``y`` sharded on ``o`` (column parallel); ``w`` sharded on ``i``
     gives per-shard partial sums and a ``psum`` (row parallel); tokens sharded stay sharded (data
-    parallel; ``weight_grad`` then ends with the data-parallel ``psum``). ``align`` is the
+    parallel; ``weight_grad`` then ends with the data-parallel ``psum``). A mesh axis that shards
+    both the tokens and the weight (FSDP) stays on the tokens and the weight is gathered over it
+    (``Rule.tokens_first``). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
     ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
@@ -222,11 +231,11 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
                                    replicated=("i", "o") + tuple(d for dims in extra for d in dims))
     if kind == "forward":
         return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
-                    contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0))
+                    contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0), tokens_first=("t",))
     if kind == "input_grad":
         mult = (("i", align), ("o", align)) if transposable else (("i", align),)
         return Rule("sparse24 input-gradient GEMM", (("t", "o"), ("i", "o"), ("i", "o")), (("t", "i"),),
-                    contract=("o",), multiple_of=mult, priority=(1, 2, 0))
+                    contract=("o",), multiple_of=mult, priority=(1, 2, 0), tokens_first=("t",))
     if kind == "weight_grad":
         return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
@@ -286,30 +295,34 @@ def _assign_axes(rule: Rule, mesh, operand_labels, operand_shapes, operand_specs
     candidates += list(zip(rule.results, result_specs))
     assign: dict[str, tuple[str, ...]] = {}
     used: set[str] = set()
-    for labels, spec in candidates:
-        for d, lab in enumerate(labels):
-            if lab in assign or lab in rule.replicated or lab not in sizes:
-                continue
-            axes = tuple(a for a in _spec_axes(spec, d) if a not in used and a in mesh_shape)
-            if not axes:
-                continue
-            n = math.prod(mesh_shape[a] for a in axes)
-            size, m = sizes[lab], rule.multiple(lab)
-            if size % (n * m):
-                if m > 1 and strict:
-                    per = f"{size // n}" if size % n == 0 else f"{size}/{n} (uneven)"
-                    raise ValueError(
-                        f"{rule.name}: {where[lab]} has size {size} and is sharded {n} ways over mesh "
-                        f"axes {axes} (sizes {tuple(mesh_shape[a] for a in axes)}), leaving {per} "
-                        f"elements per device; every shard must hold a multiple of {m} (2:4 groups of "
-                        f"{GROUP} consecutive elements are never split across devices, and the kernel "
-                        f"needs {m}-aligned shards). Shard this dimension over fewer devices, shard "
-                        f"another dimension, or make its size a multiple of {n * m}."
-                    )
-                if size % n or m > 1:
-                    continue  # cannot split evenly: keep this factor replicated
-            assign[lab] = axes
-            used.update(axes)
+    # every (factor, proposed spec, dimension) in decision order: the tokens_first factors of every
+    # operand and result, then all factors (weights first, by priority)
+    visits = [(lab, spec, d) for labels, spec in candidates for d, lab in enumerate(labels)]
+    if rule.tokens_first:
+        visits = [v for v in visits if v[0] in rule.tokens_first] + visits
+    for lab, spec, d in visits:
+        if lab in assign or lab in rule.replicated or lab not in sizes:
+            continue
+        axes = tuple(a for a in _spec_axes(spec, d) if a not in used and a in mesh_shape)
+        if not axes:
+            continue
+        n = math.prod(mesh_shape[a] for a in axes)
+        size, m = sizes[lab], rule.multiple(lab)
+        if size % (n * m):
+            if m > 1 and strict:
+                per = f"{size // n}" if size % n == 0 else f"{size}/{n} (uneven)"
+                raise ValueError(
+                    f"{rule.name}: {where[lab]} has size {size} and is sharded {n} ways over mesh "
+                    f"axes {axes} (sizes {tuple(mesh_shape[a] for a in axes)}), leaving {per} "
+                    f"elements per device; every shard must hold a multiple of {m} (2:4 groups of "
+                    f"{GROUP} consecutive elements are never split across devices, and the kernel "
+                    f"needs {m}-aligned shards). Shard this dimension over fewer devices, shard "
+                    f"another dimension, or make its size a multiple of {n * m}."
+                )
+            if size % n or m > 1:
+                continue  # cannot split evenly: keep this factor replicated
+        assign[lab] = axes
+        used.update(axes)
     return assign
 
 

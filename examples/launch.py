@@ -1,0 +1,162 @@
+#!/usr/bin/env python
+"""Start one process per GPU (or per CPU device) on this host for a JAX multi-process run.
+
+    python examples/launch.py --nproc 4 -- examples/train_gpt.py --distributed --mesh fsdp=4 ...
+
+Process ``i`` of ``N`` gets ``JAX_COORDINATOR_ADDRESS`` (``127.0.0.1:<free port>`` unless
+``--coordinator``), ``JAX_NUM_PROCESSES=N``, ``JAX_PROCESS_ID=i`` (what ``train_gpt.py
+--distributed`` reads, the same variables as on a cluster) and, on GPUs, ``CUDA_VISIBLE_DEVICES``
+= its own GPU (``--gpus 0,1,2,3`` picks them; default ``0..N-1``). With ``--cpu`` each process
+gets one CPU device instead (``JAX_PLATFORMS=cpu``, gloo collectives): how CI tests the multi-process
+path.
+
+Process 0 prints to this terminal; the others write ``<log-dir>/proc<i>.log`` (default: a temporary
+directory, named when it starts) and their last lines are printed if they fail. When a process exits
+with an error the launcher terminates the others (SIGTERM, then SIGKILL after ``--grace`` seconds)
+and exits with that process's code, so a crashed rank never leaves the rest waiting in a collective.
+Ctrl-C is forwarded to every process (SIGINT: ``train_gpt.py`` checkpoints and exits); a second
+Ctrl-C kills them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROG = "launch.py"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_env(i: int, n: int, coordinator: str, gpus: list[str] | None, cpu: bool, base=None) -> dict:
+    """The environment of process ``i`` of ``n``."""
+    env = dict(os.environ if base is None else base)
+    env.update(JAX_COORDINATOR_ADDRESS=coordinator, JAX_NUM_PROCESSES=str(n), JAX_PROCESS_ID=str(i))
+    if cpu:
+        env["JAX_PLATFORMS"] = "cpu"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+        env["XLA_FLAGS"] = " ".join(flags + ["--xla_force_host_platform_device_count=1"])
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[i] if gpus else str(i)
+    return env
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nproc", type=int, required=True, help="number of processes (one per GPU)")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one per process (default: 0..N-1)")
+    ap.add_argument("--cpu", action="store_true", help="one CPU device per process (no GPUs; gloo collectives)")
+    ap.add_argument("--coordinator", default=None, help="host:port of process 0 (default: 127.0.0.1:<free port>)")
+    ap.add_argument("--log-dir", type=Path, default=None, help="where processes 1..N-1 write proc<i>.log")
+    ap.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL of the others")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- script.py ARGS (run with this Python)")
+    a = ap.parse_args(argv)
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if not cmd:
+        ap.error("give the command after --, e.g. -- examples/train_gpt.py --distributed --mesh fsdp=4")
+    if a.nproc < 1:
+        ap.error("--nproc must be >= 1")
+    gpus = None
+    if a.gpus is not None:
+        gpus = [g.strip() for g in a.gpus.split(",") if g.strip()]
+        if len(gpus) != a.nproc:
+            ap.error(f"--gpus lists {len(gpus)} GPUs for --nproc {a.nproc}")
+    coordinator = a.coordinator or f"127.0.0.1:{free_port()}"
+    log_dir = a.log_dir or Path(tempfile.mkdtemp(prefix="launch_"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if cmd[0].endswith(".py"):
+        cmd = [sys.executable] + cmd
+
+    procs: list[subprocess.Popen] = []
+    logs: list[Path | None] = []
+    for i in range(a.nproc):
+        env = process_env(i, a.nproc, coordinator, gpus, a.cpu)
+        if i == 0:
+            out, log = None, None
+        else:
+            log = log_dir / f"proc{i}.log"
+            out = open(log, "w")
+        # own process group: a Ctrl-C in the terminal reaches the launcher only, which forwards it once
+        procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                      start_new_session=True))
+        logs.append(log)
+    if a.nproc > 1:
+        print(f"{PROG}: {a.nproc} processes, coordinator {coordinator}; logs of processes 1..{a.nproc - 1} in "
+              f"{log_dir}", file=sys.stderr)
+
+    interrupts = 0
+
+    def on_sigint(signum, frame):
+        nonlocal interrupts
+        interrupts += 1
+        sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigint)
+
+    def stop_others(grace: float) -> None:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+    failed = None
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if bad and failed is None:
+            failed = bad[0]
+            if interrupts == 0:  # after Ctrl-C every process is saving and stopping by itself: let them
+                i, c = failed
+                print(f"{PROG}: process {i} exited with code {c}; stopping the other processes", file=sys.stderr)
+                stop_others(a.grace)
+        if all(c is not None for c in [p.poll() for p in procs]):
+            break
+        time.sleep(0.1)
+    if failed is not None:
+        i, c = failed
+        if logs[i] is not None and interrupts == 0:
+            print(f"{PROG}: last lines of process {i} ({logs[i]}):\n{_tail(logs[i])}", file=sys.stderr)
+        return c if c > 0 else 128 - c  # killed by signal s: 128 + s, as a shell reports it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
