@@ -11,3 +11,13 @@ import os
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+
+# Property-based tests (tests/test_properties.py): derandomized so CI runs the same examples every time;
+# no per-example deadline (the first example of a shape includes XLA compilation).
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("jax_sparse24", derandomize=True, deadline=None, print_blob=True)
+    _hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jax_sparse24"))
+except ImportError:  # hypothesis is in the `test` extra; test_properties.py skips without it
+    pass

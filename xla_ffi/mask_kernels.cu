@@ -19,10 +19,13 @@
 //     group row (W groups), loading 4 rows of W elements (16 bytes when inner % (16/sizeof) == 0)
 //     — coalesced across the warp along `inner`.
 //
-// Tie rules (match the reference): mask24 keeps the 2 largest |x| with ties toward the lower index
-// (lax.top_k). |x| is compared as the integer bit pattern of the float with its sign cleared, a
-// total order in which NaN ranks above +inf. Transposable: the first pattern, in increasing 16-bit
-// order (bit 4*r + c = element (r, c)), among those with the largest score.
+// Tie and special-value rules (match the reference, reference.py module docstring): mask24 keeps
+// the 2 largest magnitude keys (mvue_rng.cuh MagKey: |x| as an integer, -0 == +0, subnormals
+// exact, every NaN one key above inf) with ties toward the lower index (lax.top_k), so NaN/inf are
+// always kept. Transposable: the pattern maximising (number of non-finite elements kept, float32
+// sum of the finite kept |x| 2^-4, |x| < 2^-122 counted as 0) lexicographically, the first in
+// increasing 16-bit order (bit 4*r + c = element (r, c)) among the best. Soft threshold and MVUE:
+// mvue_rng.cuh.
 //
 // MVUE randomness: Philox4x32-7 (Random123 constants) with key (k0, k1) and counter (octet lo,
 // octet hi, k2, k3), where k0..k3 are the JAX key's words (zero beyond its length) and octet =
@@ -165,35 +168,53 @@ constexpr int BCode(int n) { return MakePatternTables().b_code[n]; }
 constexpr int ClassSize(int c) { return MakePatternTables().class_size[c]; }
 constexpr int ClassSingleCode(int c) { return MakePatternTables().class_single_code[c]; }
 
-// Best pattern (16-bit p) of the 4x4 block at columns OFF..OFF+3 of a (already |x|, float32).
-template <int OFF, int NC>
-SP24_HD uint32_t BestPattern(const float (&a)[4][NC]) {
+// Best pattern (16-bit p) of the 4x4 block at columns OFF..OFF+3 of a (finite |x| 2^-4 as float32,
+// |x| < 2^-122 and non-finite as 0). LEX: the score is (non-finite kept, sum) compared
+// lexicographically, nf[r][c] = 1 where x is NaN or +-inf; without LEX (a block of finite values,
+// the usual case) only the sum, and nf is unused.
+template <int OFF, int NC, bool LEX>
+SP24_HD uint32_t BestPattern(const float (&a)[4][NC], const int (&nf)[4][NC]) {
   float pair[4][6];
+  int pc[4][6];
   StaticFor<24>([&](auto I) {
     constexpr int r = I / 6, q = I % 6;
     pair[r][q] = a[r][OFF + PairC0(q)] + a[r][OFF + PairC1(q)];
+    if constexpr (LEX) pc[r][q] = nf[r][OFF + PairC0(q)] + nf[r][OFF + PairC1(q)];
   });
+  // (c, s) beats (bc, bs): lexicographic with LEX, else s > bs.
+  auto beats = [](int c, float s, int bc, float bs) {
+    if constexpr (LEX) return c > bc || (c == bc && s > bs);
+    else return s > bs;
+  };
   float best_a[19];
+  int cnt_a[19];
   uint32_t code_a[19];
   StaticFor<36>([&](auto I) {
     constexpr int n = I;
     constexpr int c = AClass(n);
     const float s = pair[0][n % 6] + pair[1][n / 6];
+    int k = 0;
+    if constexpr (LEX) k = pc[0][n % 6] + pc[1][n / 6];
     if constexpr (AFirst(n)) {
       best_a[c] = s;
+      cnt_a[c] = k;
       code_a[c] = ACode(n);
     } else {
-      const bool gt = s > best_a[c];
+      const bool gt = beats(k, s, cnt_a[c], best_a[c]);
       best_a[c] = gt ? s : best_a[c];
+      cnt_a[c] = gt ? k : cnt_a[c];
       code_a[c] = gt ? static_cast<uint32_t>(ACode(n)) : code_a[c];
     }
   });
   float best = 0.0f;
+  int best_cnt = 0;
   uint32_t best_b = 0, best_code_a = 0;
   StaticFor<36>([&](auto I) {
     constexpr int n = I;
     constexpr int c = BClass(n);
     const float s = pair[2][n % 6] + pair[3][n / 6] + best_a[c];
+    int k = 0;
+    if constexpr (LEX) k = pc[2][n % 6] + pc[3][n / 6] + cnt_a[c];
     uint32_t ca;
     if constexpr (ClassSize(c) == 1) {
       ca = ClassSingleCode(c);
@@ -202,11 +223,13 @@ SP24_HD uint32_t BestPattern(const float (&a)[4][NC]) {
     }
     if constexpr (n == 0) {
       best = s;
+      best_cnt = k;
       best_b = BCode(n);
       best_code_a = ca;
     } else {
-      const bool gt = s > best;
+      const bool gt = beats(k, s, best_cnt, best);
       best = gt ? s : best;
+      best_cnt = gt ? k : best_cnt;
       best_b = gt ? static_cast<uint32_t>(BCode(n)) : best_b;
       best_code_a = gt ? ca : best_code_a;
     }
@@ -571,13 +594,29 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (VEC) LoadElems<T, NC>(x + e0 + r * cols, a[r]);
       else LoadElemsScalar<T, NC>(x + e0 + r * cols, a[r]);
     }
+    // Scores: finite |x| 2^-4 (no sum of 8 overflows), |x| < 2^-122 (subnormals too) as 0 so every
+    // backend's flush mode agrees, and, in a
+    // block holding a NaN or inf, the number of non-finite elements kept first (module header).
+    int nf[4][NC];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
 #pragma unroll
-      for (int c = 0; c < NC; ++c) a[r][c] = fabsf(a[r][c]);
+      for (int c = 0; c < NC; ++c) {
+        const float m = fabsf(a[r][c]);
+        nf[r][c] = !(m <= 3.402823466e38f);  // NaN or inf
+        a[r][c] = (m >= 0x1p-122f && m <= 3.402823466e38f) ? m * 0x1p-4f : 0.0f;  // exact; sums < 2^127
+      }
     }
     uint32_t p[BPT];
-    StaticFor<BPT>([&](auto B) { p[B] = BestPattern<4 * B, NC>(a); });
+    StaticFor<BPT>([&](auto B) {
+      int any = 0;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) any |= nf[r][4 * B + c];
+      }
+      p[B] = any ? BestPattern<4 * B, NC, true>(a, nf) : BestPattern<4 * B, NC, false>(a, nf);
+    });
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       uint32_t w[BPT];

@@ -121,11 +121,39 @@ SP24_HD float MulRn(float a, float b) {
 
 // ------------------------------------------------------------------------------------------------
 // Per-group math (host+device so it can be unit-tested on a CPU).
+//
+// Special values, one rule for every mask (reference.py module docstring, reference.magnitude_key):
+// elements rank by the magnitude key = the bits of |v| with every NaN mapped to one value above
+// +inf (0x7f800001): -0 == +0, subnormals ordered exactly (integer compares, no flush), NaN > inf >
+// every finite value, equal keys -> lower index. So non-finite elements are always kept (surfaced).
+// Converting bf16/fp16 to float is exact and monotone, so the keys order like the reference's keys
+// of the original dtype.
 
-// keep[k]: element k is one of the 2 largest |v| (ties -> lower index; NaN ranks largest).
+// The magnitude key of v (see above).
+SP24_HD uint32_t MagKey(float v) {
+  const uint32_t a = FloatBits(v) & 0x7fffffffu;
+  return a < 0x7f800001u ? a : 0x7f800001u;  // every NaN -> one key above inf
+}
+
+// Flush a subnormal to a zero of the same sign (host emulation of the device's .ftz arithmetic and
+// of XLA's CPU backend, which the reference follows).
+SP24_HD float FlushSubnormal(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+// a - b with subnormal inputs and result flushed to zero (sub.rn.ftz.f32): the reference's rule for
+// the soft-threshold values, so the kernels match it bit for bit on subnormal inputs too.
+SP24_HD float SubFtz(float a, float b) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("sub.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return FlushSubnormal(FlushSubnormal(a) - FlushSubnormal(b));
+#endif
+}
+
+// keep[k]: element k is one of the 2 largest magnitude keys (ties -> lower index; NaN > inf > finite).
 SP24_HD void Mask24Keep(const float (&v)[4], bool (&keep)[4]) {
-  uint32_t a0 = FloatBits(v[0]) & 0x7fffffffu, a1 = FloatBits(v[1]) & 0x7fffffffu;
-  uint32_t a2 = FloatBits(v[2]) & 0x7fffffffu, a3 = FloatBits(v[3]) & 0x7fffffffu;
+  const uint32_t a0 = MagKey(v[0]), a1 = MagKey(v[1]), a2 = MagKey(v[2]), a3 = MagKey(v[3]);
   // cjk (j < k): element j beats element k.
   int c01 = a0 >= a1, c02 = a0 >= a2, c03 = a0 >= a3;
   int c12 = a1 >= a2, c13 = a1 >= a3, c23 = a2 >= a3;
@@ -136,14 +164,23 @@ SP24_HD void Mask24Keep(const float (&v)[4], bool (&keep)[4]) {
   keep[3] = (c03 + c13 + c23) < 2;
 }
 
-// y = keep ? sign(v) * (|v| - t) : 0 with t the 2nd smallest |v| (= the larger dropped |v|).
+// y = keep ? sign(v) * (|v| - t) : 0 with t the 2nd smallest |v| = the |v| of the dropped element
+// with the larger magnitude key (NaN when a NaN is dropped: fmaxf would have ignored it), the
+// subtraction flushing subnormals (SubFtz). A kept +-inf stays +-inf, a kept NaN NaN; a group that
+// drops a non-finite element (3 or 4 of them) is NaN in both kept positions (inf - inf, x - NaN).
 SP24_HD void SoftThreshold24(const float (&v)[4], float (&y)[4], bool (&keep)[4]) {
   Mask24Keep(v, keep);
+  uint32_t tk = 0u;
   float t = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) t = keep[k] ? t : fmaxf(t, fabsf(v[k]));
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t key = MagKey(v[k]);
+    const bool take = !keep[k] && key >= tk;
+    tk = take ? key : tk;
+    t = take ? fabsf(v[k]) : t;
+  }
 #pragma unroll
-  for (int k = 0; k < 4; ++k) y[k] = keep[k] ? copysignf(fabsf(v[k]) - t, v[k]) : 0.0f;
+  for (int k = 0; k < 4; ++k) y[k] = keep[k] ? copysignf(SubFtz(fabsf(v[k]), t), v[k]) : 0.0f;
 }
 
 // Philox4x32-R (Salmon et al. 2011, Random123 constants and key schedule). The MVUE draws use
@@ -287,6 +324,28 @@ struct Mvue24Kept2 {
   SP24_HD int hi() const { return static_cast<int>(nib >> 2); }
 };
 
+// A group holding a NaN or +-inf has no unbiased estimate (p is NaN): it keeps the two lanes of
+// Mask24Keep (the non-finite ones first) with the value NaN in both (reference.mvue24), so the
+// divergence is surfaced and no other group is touched.
+SP24_HD Mvue24Kept2 Mvue24NonFinite(const float (&g)[4]) {
+  bool keep[4];
+  Mask24Keep(g, keep);
+  const uint32_t lo = keep[0] ? 0u : (keep[1] ? 1u : 2u);
+  const uint32_t hi = keep[3] ? 3u : (keep[2] ? 2u : 1u);
+  Mvue24Kept2 r;
+  r.nib = lo | (hi << 2);
+  r.v_lo = BitsFloat(0x7fc00000u);
+  r.v_hi = r.v_lo;
+  return r;
+}
+
+// Whether every lane of g is finite (integer test: no flush mode involved).
+SP24_HD bool AllFinite4(const float (&g)[4]) {
+  const uint32_t m = (FloatBits(g[0]) & 0x7f800000u) == 0x7f800000u || (FloatBits(g[1]) & 0x7f800000u) == 0x7f800000u ||
+                     (FloatBits(g[2]) & 0x7f800000u) == 0x7f800000u || (FloatBits(g[3]) & 0x7f800000u) == 0x7f800000u;
+  return !m;
+}
+
 // bits: the group's random word (its 16 random bits in bits 7..22, GroupBitsRun).
 SP24_HD Mvue24Kept2 Mvue24Pick(const float (&g)[4], uint32_t bits) {
   float p[4];
@@ -300,6 +359,7 @@ SP24_HD Mvue24Kept2 Mvue24Pick(const float (&g)[4], uint32_t bits) {
   const float g_hi = f.hi_gt2 ? g[3] : (f.hi_gt1 ? g[2] : g[1]);
   r.v_lo = Mvue24Value(g_lo, p_lo);
   r.v_hi = Mvue24Value(g_hi, p_hi);
+  if (!AllFinite4(g)) r = Mvue24NonFinite(g);  // rare: a select, not a divergent early return
   return r;
 }
 

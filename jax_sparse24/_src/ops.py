@@ -25,6 +25,7 @@ import numpy as np
 
 from jax_sparse24._src import ffi
 from jax_sparse24._src import reference
+from jax_sparse24._src import validation
 from jax_sparse24._src import sharding  # issue 6: ops are custom-partitioned (sharding.per_platform)
 
 __all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
@@ -71,6 +72,7 @@ def nm_mask(x, n: int, m: int, axis: int | None = None):
     Array([False,  True, False, False, False, False,  True, False], dtype=bool)
     """
     x = reference.as_array(x, "x", "nm_mask")
+    validation.check_float(x, "x", "nm_mask")
     axis = reference.resolve_axis(x, axis, "nm_mask")
     if (n, m) == (2, 4):
         return mask24(x, axis)

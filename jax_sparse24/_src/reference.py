@@ -16,8 +16,9 @@ surfaced in the forward pass, not hidden by the mask:
 * ``mask24`` / ``nm_mask``: the ``n`` largest keys of each group are kept (NaN first, then inf,
   then the finite values by magnitude).
 * ``transposable_mask24``: each 4×4 block's pattern maximises first the number of non-finite
-  elements it keeps, then ``Σ|x|`` of the finite kept elements (float32, subnormal magnitudes
-  counting as 0), the first pattern in canonical order on ties — so the finite weights of a block
+  elements it keeps, then ``Σ|x|`` of the finite kept elements (float32 sums of ``|x|·2⁻⁴``, which
+  cannot overflow; magnitudes below ``2⁻¹²²``, subnormals included, count as 0), the first pattern
+  in canonical order on ties — so the finite weights of a block
   holding a NaN or inf are still chosen optimally among the patterns that keep it.
 * ``soft_threshold24``: the mask is ``mask24``'s; ``t`` is the larger dropped ``|x|`` (that of the
   dropped element with the larger key) and the kept values are ``sign(x)·(|x| − t)`` in float32:
@@ -165,6 +166,7 @@ def mask24(x, axis: int | None = None):
     Array([[False,  True,  True, False]], dtype=bool)
     """
     x = as_array(x, "x", "mask24")
+    v.check_float(x, "x", "mask24")
     return nm_mask(x, 2, 4, resolve_axis(x, axis, "mask24"))
 
 
@@ -192,8 +194,8 @@ def transposable_mask24(x):
     For every 4×4 block the pattern (out of the 90 with two ones in every row and column) with
     the largest kept ``Σ|x|`` is chosen exactly, by scoring all 90 with one matmul
     ``(blocks × 16) @ (16 × 90)`` and taking the first argmax. Non-finite elements: the pattern
-    keeps as many of them as possible first, then maximises the finite kept ``Σ|x|`` (subnormal
-    magnitudes count as 0); see the module docstring.
+    keeps as many of them as possible first, then maximises the finite kept ``Σ|x|`` (magnitudes
+    below ``2⁻¹²²`` count as 0); see the module docstring.
 
     Args:
       x: floating-point array of shape (R, C) with R and C divisible by 4.
@@ -213,8 +215,9 @@ def transposable_mask24(x):
         return jnp.zeros(x.shape, jnp.bool_)
     a = jnp.abs(x.astype(jnp.float32))
     finite = jnp.isfinite(a)
-    # Finite magnitudes, subnormals as 0 (explicitly, whatever the backend's flush mode).
-    a = jnp.where(finite & (a >= np.finfo(np.float32).tiny), a, 0.0)
+    # Finite magnitudes scaled by 2^-4 (exact) so that no sum of 8 overflows float32; those below
+    # 2^-122 (subnormals included) count as 0, explicitly, whatever the backend's flush mode.
+    a = jnp.where(finite & (a >= np.float32(2.0**-122)), a * np.float32(2.0**-4), 0.0)
 
     def blocks_of(t):
         return t.reshape(r // 4, 4, c // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
@@ -261,9 +264,12 @@ def soft_threshold24(x, axis: int | None = None):
     key = jnp.where(_grouped(mask, axis, 4), -1, _grouped(magnitude_key(x), axis, 4))
     t = jnp.take_along_axis(g, jnp.argmax(key, axis=-1)[..., None], axis=-1)  # the larger dropped |x|
     t = _ungrouped(jnp.broadcast_to(t, g.shape), axis, x.shape)
-    d = jnp.abs(xf) - t
     tiny = np.float32(np.finfo(np.float32).tiny)
-    d = jnp.where(jnp.abs(d) < tiny, 0.0, d)  # subnormal results flush to zero on every backend
+
+    def flush(z):  # subnormal inputs and results flush to zero on every backend (as sub.ftz.f32)
+        return jnp.where(jnp.abs(z) < tiny, jnp.zeros((), z.dtype), z)
+
+    d = flush(flush(jnp.abs(xf)) - flush(t))
     y = jnp.where(mask, jnp.where(jnp.signbit(xf), -d, d), 0.0).astype(x.dtype)
     return y, mask
 
