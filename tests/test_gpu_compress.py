@@ -575,3 +575,65 @@ def test_masked_compress_many_errors_at_trace_time():
         cc.masked_compress_many([x, jnp.ones((120, 256), jnp.bfloat16)], [m, jnp.ones((120, 256), bool)])
     with pytest.raises(ValueError, match="one dtype"):
         cc.masked_compress_many([x, x.astype(jnp.float16)], [m, m])
+
+
+# ------------------------------------------------------------------------------------------------
+# Special values (issue 41): the fused compressors keep what the documented rule keeps.
+
+
+def _x_special(rng, shape, dtype):
+    """_x's values with ~6% NaN (both signs), ±inf, subnormals (float32/bf16 and float16) mixed in."""
+    x = np.array(_x(rng, shape, dtype).astype(jnp.float32))
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 1e-39, -3e-41, 6e-8, -0.0], np.float32)
+    pick = specials[rng.integers(0, len(specials), size=shape)]
+    return jnp.asarray(np.where(rng.random(shape) < 0.06, pick, x), dtype)
+
+
+def _assert_same_compressed_nan_ok(got, ref, what):
+    """assert_same_compressed, except that any NaN equals any NaN (the NaN payload a conversion or
+    an arithmetic instruction produces is not part of the rule)."""
+    (gv, gm), (rv, rm) = got, ref
+    assert gv.shape == rv.shape and gm.shape == rm.shape, what
+    gm, rm = np.asarray(gm), np.asarray(rm)
+    nib = np.concatenate([gm & 0xF, gm >> 4]).ravel()
+    assert not sorted(set(np.unique(nib).tolist()) - LEGAL_NIBBLES), f"{what}: illegal metadata nibbles"
+    np.testing.assert_array_equal(gm, rm, err_msg=f"{what}: metadata")
+    g32, r32 = np.asarray(jnp.asarray(gv).astype(jnp.float32)), np.asarray(jnp.asarray(rv).astype(jnp.float32))
+    np.testing.assert_array_equal(np.isnan(g32), np.isnan(r32), err_msg=f"{what}: NaN positions")
+    from gpu_util import bit_patterns
+
+    ok = ~np.isnan(g32)
+    np.testing.assert_array_equal(bit_patterns(gv)[ok], bit_patterns(rv)[ok], err_msg=f"{what}: values")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_fused_compressors_special_values(dtype):
+    """NaN, ±inf, ±0, subnormals and ties: prune24_compress keeps what reference.mask24 (CPU) keeps,
+    soft_threshold24_compress compresses β·S of the element-wise kernel (itself checked against the
+    reference in test_gpu_mask_kernels.py), mvue24_compress equals the element-wise MVUE kernel."""
+    skip_uncompiled(dtype)
+    rng, seed = _rng()
+    shape = (144, 272)
+    x = _x_special(rng, shape, dtype)
+    cpu = jax.devices("cpu")[0]
+    beta = jnp.float32(1.5)
+    for transposed in (False, True):
+        axis = 0 if transposed else 1
+        what = f"seed={seed} transposed={transposed}"
+        with jax.default_device(cpu):
+            keep = np.asarray(reference.mask24(jax.device_put(x, cpu), axis))
+        nf = ~np.isfinite(np.asarray(x.astype(jnp.float32)))
+        a = jnp.where(jnp.asarray(keep), x, jnp.zeros((), dtype))
+        got = poisoned(functools.partial(cc.prune24_compress, transposed=transposed))(x)
+        _assert_same_compressed_nan_ok(got, _ref(a.T if transposed else a), what + " prune")
+        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(x)
+        dense = (beta * s.astype(jnp.float32)).astype(dtype)
+        got = poisoned(functools.partial(cc.soft_threshold24_compress, transposed=transposed))(x, beta)
+        _assert_same_compressed_nan_ok(got, _ref(dense.T if transposed else dense), what + " soft")
+        key = jax.random.key(seed % 2**31)
+        mv = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, x)
+        got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, x)
+        _assert_same_compressed_nan_ok(got, _ref(mv.T if transposed else mv), what + " mvue")
+        # A kept non-finite input is non-finite in the compressed values (surfaced, not hidden).
+        vals = np.asarray(jnp.asarray(got[0]).astype(jnp.float32))
+        assert np.isnan(vals).any() == bool(nf.any())

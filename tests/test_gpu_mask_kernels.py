@@ -432,3 +432,134 @@ def test_handler_errors_name_the_constraint():
             _gpu(jnp.ones((5,), jnp.uint32)),
             _gpu(jnp.ones((1, 4, 1))),
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Special values (issue 41): NaN, ±inf, ±0, subnormals and ties follow the one documented rule
+# (reference.py module docstring) in every kernel, bit for bit on the masks.
+
+# NaN of both signs, ±inf, ±0, float32 subnormals (bf16 subnormals too; 0 in f16), float16
+# subnormals (normal in float32), the largest finite values (inf in f16) and small integers (ties).
+SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-41, 1e-39, 6e-8, -1.2e-7,
+                     3e-5, 3.38e38, 65504.0, 1.0, -1.0, 2.0, -2.0, 3.0])
+# Those that keep every transposable score exact in any summation order with small integers
+# (subnormals and magnitudes below 2^-122 score 0; non-finite ones are counted, not summed).
+SPECIALS_EXACT = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-41, 1e-39, 1.0, -2.0, 3.0])
+
+
+def _special(shape, dtype, seed, p_special=0.3, ints=False):
+    """Random values with a fraction p_special of SPECIALS; ints: small integers instead of normals
+    (every transposable score is then exact in any summation order)."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(-4, 5, size=shape).astype(np.float64) if ints else rng.standard_normal(shape)
+    pool = SPECIALS_EXACT if ints else SPECIALS
+    pick = pool[rng.integers(0, len(pool), size=shape)]
+    with np.errstate(over="ignore"):
+        return np.array(jnp.asarray(np.where(rng.random(shape) < p_special, pick, base), dtype))
+
+
+SPECIAL_CASES = [((16, 64), -1), ((5, 12), -1), ((64, 40), 0), ((12, 7), 0), ((2, 8, 6), 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", SPECIAL_CASES, ids=lambda c: str(c))
+def test_mask24_special_values_match_reference(shape, axis, dtype):
+    for p in (0.1, 0.6):
+        x = _special(shape, dtype, _seed("mask24-special", shape, axis, dtype, p), p)
+        got = np.asarray(poisoned(lambda x: cm.mask24_cuda(x, axis))(_gpu(x)))
+        _assert_two_per_group(got, axis)
+        np.testing.assert_array_equal(got, np.asarray(_on_cpu(reference.mask24, x, axis)))
+        # Non-finite elements are kept (up to two per group).
+        nf = _groups(~np.isfinite(x.astype(np.float32)), axis)
+        assert ((_groups(got, axis) & nf).sum(-1) == np.minimum(nf.sum(-1), 2)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_mask24_special_value_rows(dtype):
+    nan, inf = np.nan, np.inf
+    rows = [
+        ([1.0, nan, -inf, 2.0], [0, 1, 1, 0]),
+        ([inf, -inf, inf, nan], [1, 0, 0, 1]),
+        ([-nan, nan, nan, nan], [1, 1, 0, 0]),
+        ([-0.0, 0.0, 0.0, -0.0], [1, 1, 0, 0]),
+        ([0.0, 1e-40, -2e-40, 0.0], [0, 1, 1, 0]),  # bf16/f32 subnormals ranked exactly (f16: all 0)
+        ([3.0, -3.0, 3.0, inf], [1, 0, 0, 1]),
+    ]
+    x = jnp.asarray(np.array([r for r, _ in rows]), dtype)
+    got = np.asarray(poisoned(lambda x: cm.mask24_cuda(x, -1))(_gpu(x)))
+    np.testing.assert_array_equal(got, np.asarray(_on_cpu(reference.mask24, x, -1)))
+    want = np.array([w for _, w in rows], bool)
+    keep_rows = [0, 1, 2, 3, 5] + ([4] if dtype != jnp.float16 else [])
+    np.testing.assert_array_equal(got[keep_rows], want[keep_rows])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", SPECIAL_CASES, ids=lambda c: str(c))
+def test_soft_threshold24_special_values_match_reference(shape, axis, dtype):
+    for p in (0.1, 0.6):
+        x = _special(shape, dtype, _seed("soft-special", shape, axis, dtype, p), p)
+        y, mask = poisoned(lambda x: cm.soft_threshold24_cuda(x, axis))(_gpu(x))
+        y, mask = np.asarray(y), np.asarray(mask)
+        _assert_two_per_group(mask, axis)
+        y_ref, m_ref = _on_cpu(reference.soft_threshold24, x, axis)
+        np.testing.assert_array_equal(mask, np.asarray(m_ref))
+        # NaN where the reference has NaN, ±inf where it has ±inf, equal values elsewhere
+        # (subnormal differences flushed to zero on both sides).
+        np.testing.assert_array_equal(y.astype(np.float32), np.asarray(y_ref).astype(np.float32))
+        assert (y.astype(np.float32)[~mask] == 0).all()
+    y, _ = poisoned(lambda x: cm.soft_threshold24_cuda(x, -1))(_gpu(jnp.asarray([[np.inf] * 3 + [1.0],
+                                                                                 [-np.inf, 2.0, -3.0, 1.0]], dtype)))
+    np.testing.assert_array_equal(np.asarray(y).astype(np.float32), [[np.nan, np.nan, 0, 0], [-np.inf, 0, -1, 0]])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_transposable_mask24_special_values(dtype):
+    for shape, p in [((8, 12), 0.1), ((64, 96), 0.05), ((64, 96), 0.4), ((260, 36), 0.02)]:
+        # Small integers + specials: every score exact -> identical to the reference, ties included.
+        x = _special(shape, dtype, _seed("transposable-special", shape, dtype, p), p, ints=True)
+        got = np.asarray(poisoned(cm.transposable_mask24_cuda)(_gpu(x)))
+        _check_transposable_structure(got)
+        np.testing.assert_array_equal(got, np.asarray(_on_cpu(reference.transposable_mask24, x)))
+        # Random normals + specials: as many non-finite kept as possible in every block; the
+        # blocks' choices agree with the reference (float32 summation order may differ on near-ties).
+        x = _special(shape, dtype, _seed("transposable-special-n", shape, dtype, p), p)
+        got = np.asarray(poisoned(cm.transposable_mask24_cuda)(_gpu(x)))
+        _check_transposable_structure(got)
+        nf = (~np.isfinite(_blocks(x.astype(np.float32)))).astype(np.float64)
+        np.testing.assert_array_equal((nf * _blocks(got)).sum(-1), (nf @ _all_patterns().T).max(-1))
+        want = np.asarray(_on_cpu(reference.transposable_mask24, x))
+        agree = (_blocks(got) == _blocks(want)).all(-1).mean()
+        assert agree >= 0.99, f"only {agree:.4f} of blocks agree with the reference"
+    # One NaN in a 4x4 block is kept, and the other 15 are still chosen optimally (issue 41's case).
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    x[1, 2] = np.nan
+    got = np.asarray(poisoned(cm.transposable_mask24_cuda)(_gpu(jnp.asarray(x, dtype))))
+    assert got[1, 2]
+    np.testing.assert_array_equal(got, np.asarray(_on_cpu(reference.transposable_mask24, jnp.asarray(x, dtype))))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", SPECIAL_CASES, ids=lambda c: str(c))
+def test_mvue24_special_values(shape, axis, dtype):
+    x = _special(shape, dtype, _seed("mvue-special", shape, axis, dtype), 0.15)
+    key = jax.random.key(_seed("mvue-special-key", shape, axis))
+    f = poisoned(lambda k, g: cm.mvue24_cuda(k, g, axis))
+    out = np.asarray(f(key, _gpu(x))).astype(np.float32)
+    og, xg = _groups(out, axis), _groups(x.astype(np.float32), axis)
+    bad = ~np.isfinite(xg).all(-1)
+    assert bad.any() and (~bad).any()
+    # Groups with NaN/inf: NaN exactly where mask24 (reference, CPU) keeps, 0 elsewhere.
+    keep = _groups(np.asarray(_on_cpu(reference.mask24, x, axis)), axis)
+    np.testing.assert_array_equal(np.isnan(og[bad]), keep[bad])
+    assert (og[bad][~keep[bad]] == 0).all()
+    # Other groups: finite, at most two nonzeros, and untouched by the bad groups (same key, bad
+    # groups zeroed -> the same bits in every finite group).
+    assert not np.isnan(og[~bad]).any()
+    assert ((og[~bad] != 0).sum(-1) <= 2).all()
+    clean = np.moveaxis(np.where(bad[..., None], np.float32(0), xg).reshape(np.moveaxis(x, axis, -1).shape), -1, axis)
+    out2 = _groups(np.asarray(f(key, _gpu(jnp.asarray(clean, dtype)))).astype(np.float32), axis)
+    np.testing.assert_array_equal(out2[~bad], og[~bad])
+    # The reference (other random bits) has NaN in the same places.
+    ref = _groups(np.asarray(_on_cpu(lambda x, a: reference.mvue24(jax.random.key(0), x, a), x, axis)), axis)
+    np.testing.assert_array_equal(np.isnan(ref.astype(np.float32)), np.isnan(og))
