@@ -22,8 +22,8 @@ rng = np.random.default_rng(0)
 def masks():
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
         x = jnp.asarray(rng.normal(size=(64, 96)), dtype)
-        jax.block_until_ready([s24.mask24(x), s24.mask24(x, axis=0), s24.transposable_mask24(x),
-                               *s24.soft_threshold24(x)])
+        jax.block_until_ready([s24.mask24(x, axis=-1), s24.mask24(x, axis=0), s24.transposable_mask24(x),
+                               *s24.soft_threshold24(x, axis=-1)])
 
 
 def mvue():

@@ -43,7 +43,7 @@ def test_cutlass_layout_roundtrip_and_linear(dtype, shape):
     a = _x((shape[1], shape[0]), seed + 3, dtype)
     sa = s24.to_sparse(a)
     assert sa.layout == "cutlass"
-    am = np.asarray(jnp.where(s24.mask24(a), a, 0), np.float64)
+    am = np.asarray(jnp.where(s24.mask24(a, axis=-1), a, 0), np.float64)
     assert _rel(s24.matmul(sa, x.T), am @ np.asarray(x, np.float64).T) < 1e-2
 
 

@@ -20,7 +20,7 @@ def test_roundtrip_magnitude(dtype, shape):
     assert s.values.shape == shape[:-1] + (shape[-1] // 2,)
     assert s.meta.dtype == jnp.uint8 and s.meta.shape == shape[:-1] + (-(-shape[-1] // 8),)
     assert s.dtype == dtype and s.shape == shape
-    np.testing.assert_array_equal(np.asarray(s.todense()), np.asarray(jnp.where(s24.mask24(x), x, 0)))
+    np.testing.assert_array_equal(np.asarray(s.todense()), np.asarray(jnp.where(s24.mask24(x, axis=-1), x, 0)))
 
 
 def test_metadata_bits_are_the_documented_layout():
