@@ -42,7 +42,7 @@ def _losses(out: Path) -> dict[int, float]:
 
 
 def _runtime(recipe: str, mesh_shape, extra=(), layers: str = "scan"):
-    args = train_gpt.build_parser().parse_args(["--size", "llama-tiny", "--n-layer", "2", "--batch-size", "8",
+    args = train_gpt.build_parser().parse_args(["--size", "llama-tiny", "--n-layer", "1", "--batch-size", "8",
                                                 "--seq-len", "20", "--recipe", recipe, *extra])
     hp = dict(train_gpt.resolve_flags(args, recipe), data_sha256="-")
     exp = train_gpt.build_experiment(hp)
@@ -57,30 +57,41 @@ def _runtime(recipe: str, mesh_shape, extra=(), layers: str = "scan"):
 
 
 @pytest.mark.parametrize("layers", ["scan", "unroll"])
-def test_fsdp_and_tensor_parallel_step_equals_one_device_and_reshards_no_activation(layers):
-    """One ste train step (2:4 kernels, deterministic) of a llama-tiny layer under FSDP x tensor
-    parallel (fsdp=2, model=2) equals the single-device step; in the compiled program no collective
-    moves an activation (a dimension of 20 tokens per sequence or of the token count) except the
-    row-parallel all-reduces: no all-to-all, no activation all-gather or collective-permute (before
-    the qkv / gate-up columns were grouped per head, and before the GEMMs kept FSDP's token
-    sharding, there were both)."""
-    ref = _runtime("ste", (1, 1, 1), layers=layers)
+def test_fsdp_and_tensor_parallel_specs_of_stacked_and_unrolled_layers(layers):
+    """The params, their Adam moments and the batch under fsdp=2 x model=2: kernels (stacked
+    ``(L, in, out)`` or not) column / row parallel over ``model`` and FSDP over ``fsdp`` on their
+    other axis, the layer axis never sharded; the batch split over data x fsdp."""
     rt = _runtime("ste", (1, 2, 2), layers=layers)
+    specs = {jax.tree_util.keystr(p): tuple(s.spec) for p, s in jax.tree_util.tree_leaves_with_path(rt.state_shardings)}
+    h, lead = ("['h']", (None,)) if layers == "scan" else ("['h_0']", ())
+    assert specs[f"['params']{h}['attn']['qkv']['kernel']"] == lead + ("fsdp", "model")
+    assert specs[f"['params']{h}['mlp']['proj']['kernel']"] == lead + ("model", "fsdp")
+    assert specs[f"['opt_state'][1][0].mu{h}['mlp']['fc']['kernel']"] == lead + ("fsdp", "model")
+    assert specs[f"['params']{h}['ln_1']['scale']"] in (lead + (None,), ())
+    assert specs["['params']['wte']['embedding']"] == ("fsdp", None)
+    assert tuple(rt.data_sharding.spec) == (("data", "fsdp"), None)
+
+
+def test_fsdp_and_tensor_parallel_step_equals_one_device_and_reshards_no_activation():
+    """One ste train step (2:4 kernels, deterministic) of a llama-tiny layer (scanned) under FSDP x
+    tensor parallel (fsdp=2, model=2) equals the single-device step; in the compiled program no
+    collective moves an activation (a dimension of 20 tokens per sequence or of the token count)
+    except the row-parallel all-reduces: no all-to-all, no activation all-gather or
+    collective-permute (before the qkv / gate-up columns were grouped per head, and before the GEMMs
+    kept FSDP's token sharding and the runtime pinned the activations, there were all three)."""
+    ref = _runtime("ste", (1, 1, 1))
+    rt = _runtime("ste", (1, 2, 2))
     tokens = np.random.default_rng(0).integers(0, 256, (8, 21)).astype(np.int32)
     state0 = ref.init()
     st_ref, m_ref = ref.train_step(True)(state0, ref.put(tokens))
     state = jax.device_put(jax.device_get(state0), rt.state_shardings)
-    specs = {jax.tree_util.keystr(p): s.spec for p, s in jax.tree_util.tree_leaves_with_path(rt.state_shardings)}
-    h, lead = ("['h']", (None,)) if layers == "scan" else ("['h_1']", ())
-    assert tuple(specs[f"['params']{h}['attn']['qkv']['kernel']"]) == lead + ("fsdp", "model")
-    assert tuple(specs[f"['params']{h}['mlp']['proj']['kernel']"]) == lead + ("model", "fsdp")
-    assert tuple(specs[f"['opt_state'][1][0].mu{h}['mlp']['fc']['kernel']"]) == lead + ("fsdp", "model")
-    st, m = rt.train_step(True)(state, rt.put(tokens))
+    step = rt.train_step(True).lower(*rt.abstract_args()).compile()
+    st, m = step(state, rt.put(tokens))
     np.testing.assert_allclose(float(m["loss"]), float(m_ref["loss"]), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(jax.device_get(st["params"])), jax.tree.leaves(jax.device_get(st_ref["params"]))):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
 
-    hlo = rt.train_step(True).lower(*rt.abstract_args()).compile().as_text()
+    hlo = step.as_text()
     moved = []
     for shape, op in re.findall(r"= (\S+|\([^)]*\)) (all-gather|all-to-all|collective-permute)(?:-start)?\(", hlo):
         dims = {int(d) for d in re.findall(r"\d+", re.sub(r"\{[^}]*\}", "", shape.split("[", 1)[-1]))}
@@ -99,31 +110,30 @@ def test_mesh_not_dividing_heads_or_groups_is_refused_before_compiling():
 
 
 def test_checkpoint_of_four_devices_resumes_on_two_processes(tmp_path):
-    """Saved on 4 devices (FSDP, one process), resumed by 2 processes of one CPU device each (data
+    """Saved on 4 devices (FSDP x tensor parallel, one process), resumed by 2 processes of one CPU device each (data
     parallel, examples/launch.py, gloo): restored into the new mesh's shardings, fingerprints
     verified, and the losses after the resume are those of the uninterrupted 4-device run."""
-    full, part = tmp_path / "full", tmp_path / "part"
+    part = tmp_path / "run"
     common = TINY + ["--recipe", "ste", "--steps", "4", "--eval-every", "2", "--ckpt-every", "2"]
     code = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'examples')!r})
 import train_gpt
-a = {common!r}
-assert train_gpt.main(a + ["--mesh", "fsdp=4", "--out", {str(full)!r}]) == 0
-sys.exit(train_gpt.main(a + ["--mesh", "fsdp=2,model=2", "--stop-at", "2", "--out", {str(part)!r}]))
+sys.exit(train_gpt.main({common!r} + ["--mesh", "fsdp=2,model=2", "--out", {str(part)!r}]))
 """
     res = subprocess.run([sys.executable, "-c", code], env=_env(4), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
+    a = _losses(part)  # the uninterrupted run; continued below from its checkpoint of step 2
     t = time.monotonic()
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "launch.py"), "--nproc", "2", "--cpu",
                           "--log-dir", str(tmp_path / "logs"), "--", str(ROOT / "examples" / "train_gpt.py"),
-                          *common, "--distributed", "--mesh", "data=2", "--resume", "--out", str(part)],
+                          *common, "--distributed", "--mesh", "data=2", "--resume-from", "2", "--out", str(part)],
                          env=_env(1), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:] + (tmp_path / "logs" / "proc1.log").read_text()[-2000:]
     assert "resumed ste" in res.stderr and "2 cpu device(s)" in res.stderr, res.stderr[-2000:]
     # process 1 logged nothing of its own (quiet, no progress lines) but trained in step
     assert "resumed" not in (tmp_path / "logs" / "proc1.log").read_text()
-    a, b = _losses(full), _losses(part)
+    b = _losses(part)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     np.testing.assert_allclose([b[s] for s in (3, 4)], [a[s] for s in (3, 4)], rtol=1e-4)
     assert time.monotonic() - t < 120
@@ -151,3 +161,23 @@ def test_distributed_flag_without_environment_is_a_clear_error(capsys, monkeypat
         monkeypatch.delenv(k, raising=False)
     assert train_gpt.main(TINY + ["--distributed", "--out", "unused"]) == 2
     assert "JAX_COORDINATOR_ADDRESS" in capsys.readouterr().err
+
+
+def test_fingerprint_never_gathers_and_does_not_depend_on_the_sharding():
+    """Checkpoint fingerprints (gpt_checkpoints._fingerprint): each device hashes its own shards and
+    only scalars are all-reduced (no all-gather, no all-to-all in the program); the hashes equal
+    those of the unsharded arrays, so a checkpoint verifies on any mesh."""
+    import gpt_checkpoints
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = gpt_runtime._make_mesh((2, 1, 2), devices=jax.devices()[:4])
+    x = jax.random.normal(jax.random.key(0), (3, 16, 32)).astype(jnp.bfloat16)
+    tree = {"k": x, "m": x > 0, "s": jnp.arange(5, dtype=jnp.int32)}
+    specs = {"k": P(None, "fsdp", "model"), "m": P(None, "model", "data"), "s": P()}
+    sharded = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in tree.items()}
+    want = [int(v) for v in gpt_checkpoints._fingerprint(jax.device_get(tree))]
+    assert [int(v) for v in gpt_checkpoints._fingerprint(sharded)] == want
+    leaves = jax.tree.leaves(sharded)
+    prog = gpt_checkpoints._fingerprint_program(tuple(a.sharding for a in leaves), NamedSharding(mesh, P()))
+    hlo = prog.lower(leaves).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo and "all-reduce" in hlo

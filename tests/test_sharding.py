@@ -705,3 +705,62 @@ def test_fp8_delayed_scaling_sharded():
                       in_specs=P("data"), out_specs=P("data"), check_vma=False)  # no varying types: the mesh says
     with pytest.raises(ValueError, match="not supported inside shard_map"):
         jax.jit(f)(x)
+
+
+def test_fsdp_param_shardings_largest_axis_whole_groups_and_stacked_layers():
+    """FSDP (issue 37): every >=2-D leaf (params, masks, optimizer moments) sharded over `fsdp` on its
+    largest axis that leaves whole 4-groups (2:4 kernels and masks) and splits evenly, after the
+    tensor-parallel rules; a stacked (L, in, out) kernel keeps its layer axis whole; 1-D leaves and
+    leaves no axis of which fits stay replicated over fsdp."""
+    mesh = shd.make_mesh("fsdp=4,model=2", devices=CPUS[:8])
+    L = 3
+    params = {"mlp": {"fc1": {"kernel": jnp.zeros((L, 64, 256)), "bias": jnp.zeros((L, 256))},
+                      "fc2": {"kernel": jnp.zeros((L, 256, 64))}},
+              "embed": jnp.zeros((100, 64)), "odd": jnp.zeros((6, 10)), "norm": jnp.zeros((64,))}
+    sparsity = {"mlp": {"fc1": {"transposable_mask": jnp.zeros((L, 64, 256), bool)}}}
+    tree = {"params": params, "sparsity": sparsity, "opt": {"mu": params}}
+    sh = shd.param_shardings(tree, mesh, shd.megatron_mlp_rules("mlp/fc1", "mlp/fc2"), fsdp="fsdp",
+                             stacked=r"(^|/)mlp/")
+    get = lambda t, *k: tuple(__import__("functools").reduce(lambda a, b: a[b], k, t).spec)  # noqa: E731
+    assert get(sh, "params", "mlp", "fc1", "kernel") == (None, "fsdp", "model")  # out taken by model
+    assert get(sh, "params", "mlp", "fc1", "bias") == (None, "model")  # 1-D per layer: no fsdp
+    assert get(sh, "params", "mlp", "fc2", "kernel") == (None, "model", "fsdp")
+    assert get(sh, "sparsity", "mlp", "fc1", "transposable_mask") == (None, "fsdp", "model")
+    assert get(sh, "opt", "mu", "mlp", "fc2", "kernel") == (None, "model", "fsdp")
+    assert get(sh, "params", "embed") == ("fsdp", None)  # 100 = 4 x 25 (not a 2:4 leaf)
+    assert get(sh, "params", "odd") == ()  # neither 6 nor 10 splits 4 ways
+    assert get(sh, "params", "norm") == ()
+    # a 2:4 kernel whose only fitting axis would cut 4-groups: in = 8 over 4 leaves 2 per device
+    assert tuple(shd.fsdp_spec((8, 6), P(), mesh, leaf_name="kernel")) == ()
+    assert tuple(shd.fsdp_spec((8, 6), P(), mesh, leaf_name="embedding")) == ("fsdp", None)
+    with pytest.raises(ValueError, match="fsdp axis 'zero' is not in the mesh"):
+        shd.param_shardings(tree, mesh, fsdp="zero")
+
+
+def test_fsdp_linear_gathers_the_weight_not_the_tokens():
+    """A 2:4 linear whose tokens and weight are both split over one axis (FSDP): the GEMMs keep the
+    tokens sharded and gather the weight (Rule.tokens_first); before, the weight-first rule moved
+    the activations to match the weight (an all-to-all) and psummed the output. Same result and
+    gradients as one device."""
+    mesh = shd.make_mesh("fsdp=4", devices=CPUS[:4])
+    k1, k2 = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(k1, (64, 32))
+    w = jax.random.normal(k2, (32, 48))
+    m = s24.mask24(w, axis=0)
+
+    def loss(x, w):
+        return jnp.sum(s24.sparse24_linear(x, w, m) ** 2)
+
+    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w)
+    xs, ws = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, P("fsdp", None))
+    f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), in_shardings=(xs, ws),
+                out_shardings=(NamedSharding(mesh, P()), (xs, ws)))
+    got = f(x, w)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
+    for a, b in zip(got[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+    hlo = f.lower(x, w).compile().as_text()
+    assert "all-to-all" not in hlo
+    gathered = re.findall(r"= (\S+) all-gather(?:-start)?\(", hlo)
+    assert any(s.startswith("f32[32,48]") for s in gathered), gathered  # the weight, gathered whole
+    assert not any(s.startswith("f32[64,") for s in gathered), gathered  # never the tokens
