@@ -31,6 +31,9 @@
 #        GPT_ITERS (10), GPT_WORKERS (concurrent compilations, 8), GPT_TIMEOUT (240 s per spec), GPT_ARGS (more
 #        bench_train_gpt.py flags, e.g. "--park host")
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
+#   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
+#   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
+#         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -326,6 +329,32 @@ if asked quality; then
   rc=$?; note "bench_quality[${QUALITY_RECIPES:-dense,srste}] rc=$rc in $(( $(date +%s) - t0 )) s"
   [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_quality.log"; status=1; }
   tar -C "$(dirname "$runs")" -czf "$OUT/quality_runs.tgz" "$(basename "$runs")" 2>/dev/null
+fi
+
+if asked maskcheck; then
+  # the device-side mask check's cost in a step (benchmarks/bench_mask_check.py)
+  t0=$(date +%s)
+  timeout ${MASKCHECK_TIMEOUT:-240} $PY benchmarks/bench_mask_check.py --out "$OUT" > "$OUT/logs/mask_check.log" 2>&1
+  rc=$?; note "bench_mask_check rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(gpt2|llama)' "$OUT/logs/mask_check.log" | tr '\n' ' ')"
+  [ $rc -eq 0 ] || { tail -20 "$OUT/logs/mask_check.log"; status=1; }
+fi
+
+if asked node; then
+  # Full-depth LLaMA on the visible GPUs (bench_train_gpt.py --mesh, vocabulary 32000, the other
+  # variants' states parked in host memory): NODE_SPECS="size:layers:mesh:global_batch ..."; NODE_RECIPES
+  # (default dense,srste), NODE_ROUNDS x NODE_ITERS, NODE_ARGS (more flags); tags
+  # <gpu>x<ngpu>_<size>_l<layers>_<mesh>
+  ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 0)
+  for spec in ${NODE_SPECS:-llama-1b:16:fsdp=$ngpu:$((4 * ngpu))}; do
+    IFS=: read -r size layers mesh batch <<< "$spec"
+    tag="${GPU_TAG}x${ngpu}_${size}_l${layers}_${mesh//[=,]/}${NODE_TAG_SUFFIX:-}"; t0=$(date +%s)
+    timeout ${NODE_TIMEOUT:-540} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size "$size" \
+      --n-layer "$layers" --mesh "$mesh" --batch-size "$batch" --vocab-size ${NODE_VOCAB:-32000} --quality-steps 0 \
+      --rounds ${NODE_ROUNDS:-3} --iters ${NODE_ITERS:-5} --warmup 2 --compile-workers 1 --park host \
+      --recipes ${NODE_RECIPES:-dense,srste} ${NODE_ARGS:-} > "$OUT/logs/node_$tag.log" 2>&1
+    rc=$?; note "node $spec rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'compiled|tokens/s' "$OUT/logs/node_$tag.log" | tr '\n' ' ' | cut -c1-600)"
+    [ $rc -eq 0 ] || { tail -25 "$OUT/logs/node_$tag.log"; status=1; }
+  done
 fi
 
 if want multigpu; then
