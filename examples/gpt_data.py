@@ -15,6 +15,9 @@ VAL_FRACTION = 0.1
 
 
 def _read(path: Path, flag: str) -> bytes:
+    if path.is_dir():
+        raise CLIError(f"{flag} {path} is a directory: give one text file, whose bytes are the tokens (e.g. "
+                       f"{DEFAULT_DATA}; to train on several files, concatenate them into one)")
     if not path.is_file():
         raise CLIError(f"{flag} {path}: no such file")
     raw = path.read_bytes()

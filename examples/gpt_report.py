@@ -76,6 +76,9 @@ class TrainLog:
             if r.get("flip") is not None:
                 self.last["flip"] = r["flip"]
                 break
+        #: the first history row whose loss or gradient norm is not finite (None: none so far); the
+        #: rows of the steps after it are dropped (they only carry the NaN on)
+        self.bad = None
         self._pending: list[tuple[int, dict]] = []
         self._t_mark = None  # start of the timed interval (None: the next step includes compilation)
         self._tokens = 0
@@ -99,7 +102,8 @@ class TrainLog:
         self.history.append({"step": step, "val_loss": loss})
 
     def flush(self) -> None:
-        """Fetch the pending metrics into the history; ends the timed interval."""
+        """Fetch the pending metrics into the history; ends the timed interval. Every step's loss and
+        gradient norm is checked here: the first non-finite one is :attr:`bad`."""
         if not self._pending:
             return
         got = jax.device_get([m for _, m in self._pending])
@@ -116,7 +120,12 @@ class TrainLog:
                 row["step_z"] = float(m["step_z"])
             if "kd" in m:
                 row["kd"] = float(m["kd"])
+            if self.bad is not None:
+                break
             self.history.append(row)
+            if not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])):
+                self.bad = row
+                break
             self.last["loss"] = row["loss"]
             if row["flip"] is not None:
                 self.last["flip"] = row["flip"]

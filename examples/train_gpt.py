@@ -107,27 +107,36 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
+import os
+import shlex
 import sys
 from pathlib import Path
-
-import numpy as np
 
 _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
+from gpt_errors import INTERRUPT  # noqa: E402
+
+if __name__ == "__main__":
+    INTERRUPT.install()  # before the slow imports: a Ctrl-C during them is reported by main() too
+
+import numpy as np  # noqa: E402
+
 try:
     import jax_sparse24  # noqa: F401
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(_HERE.parent))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 
 import jax_sparse24 as s24  # noqa: E402
 
 from gpt_checkpoints import (  # noqa: E402
     Checkpoints, _precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
 from gpt_data import DEFAULT_DATA, ByteData  # noqa: E402
-from gpt_errors import PROG, CLIError  # noqa: E402
+from gpt_errors import PROG, CLIError, Diverged, Interrupted  # noqa: E402
 from gpt_experiment import (  # noqa: E402
     FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
     sizes_help, step_phase)
@@ -152,10 +161,21 @@ from gpt_runtime import Runtime  # noqa: E402,F401
 # ------------------------------------------------------------------------------------------------
 
 
+#: the end of --help: what stops a run, and what it leaves behind
+EPILOG = (
+    "A non-finite loss or gradient norm (every step's, read at each --log-every step), validation loss or "
+    "train state (checked before each checkpoint) stops the run with exit code 1 and one line naming the step; "
+    "the update is not skipped (as optax.apply_if_finite would), and no checkpoint is written from that step "
+    "on, so the last one in --out/ckpt is the last good state. Ctrl-C stops at the next safe point (after the "
+    "current step, compilation, evaluation or checkpoint write), saves a checkpoint and exits with code 130 and "
+    "one line saying what was saved and how to resume; a second Ctrl-C quits at once without saving."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=PROG, description="Pre-train a GPT on bytes with 2:4 sparse-training recipes (jax_sparse24).",
-        formatter_class=HelpFormatter,
+        formatter_class=HelpFormatter, epilog=EPILOG,
     )
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="srste", help="2:4 training recipe")
     ap.add_argument("--compare", default=None,
@@ -305,35 +325,76 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
     n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
 
-    def evaluate(st, batches=None) -> float:
-        """Mean val loss over ``batches`` (default: the evaluation batches of every ``--eval-every``)."""
+    argv = getattr(args, "argv", None)  # main()'s command line: the resume hint
+    label = f"{recipe}: " if getattr(args, "compare", None) is not None else ""
+    if args.resume and step0 >= steps:
+        done = _finished_summary(out, config, args)
+        if done is not None:  # --resume of a finished run: its summary is kept as it is
+            return dict(done, history=history, already_finished=True)
+    saved = ckpts.steps()
+    last_saved = saved[-1] if saved else None  # the newest checkpoint (written by this run or before)
+
+    def stop_before_training():
+        """Ctrl-C before the first step of this process: nothing new was saved."""
+        if not INTERRUPT.requested:
+            return
+        if last_saved is None:
+            raise Interrupted(f"{label}interrupted during start-up, before step {step0 + 1}: nothing was saved")
+        raise Interrupted(f"{label}interrupted before step {step0 + 1}: nothing new saved; the latest checkpoint "
+                          f"is step {last_saved} in {ckpts.dir}{_resume_hint(argv)}")
+
+    stop_before_training()  # after the state's init / restore (compiled and run)
+
+    def evaluate(st, batches=None, interruptible=False) -> float:
+        """Mean val loss over ``batches`` (default: the evaluation batches of every ``--eval-every``);
+        ``interruptible`` (the final evaluation, which may be long): NaN if Ctrl-C stopped it."""
         eval_step = rt.eval_step(exp.sparse_at(step, phase))
-        losses = [eval_step(st, put(b)) for b in (data.val_batches if batches is None else batches)]
+        losses = []
+        for b in (data.val_batches if batches is None else batches):
+            losses.append(eval_step(st, put(b)))
+            if interruptible and len(losses) % 8 == 0:
+                jax.block_until_ready(losses[-1])
+                if INTERRUPT.requested:
+                    return float("nan")
         return float(np.mean(jax.device_get(losses)))
 
-    def save(st, step, log):
+    def save(st, step, log) -> bool:
+        """Checkpoint of ``step`` and ``metrics.jsonl``; False (nothing written) if the state is not finite."""
+        nonlocal last_saved
+        INTERRUPT.pause("save")  # test hook
+        if last_saved == step:
+            return True
+        if not bool(_all_finite(st)):
+            return False
         meta = {"config": config, "step": step, "train_time": log.train_time, "train_tokens": log.train_tokens,
                 "n_params": n_params, "jax": jax.__version__}
         ckpts.save(step, st, meta)
         _write_jsonl(metrics_path, history)
+        last_saved = step
+        return True
 
     step = step0
     phase = step_phase(state) if exp.needs_phase() else 0  # STEP phase after `step` updates
     if step0 == 0 and not any("val_loss" in r for r in history):
         history.append({"step": 0, "val_loss": evaluate(state)})
+    stop_before_training()
 
     rt.warm_host_programs(state)  # the mask refresh / flip-rate programs: compiled here, not inside timed steps
+    stop_before_training()
     bar = Progress(stop, step0, f"{recipe:>5s}", quiet=args.quiet)
     log = TrainLog(history, elapsed_prev, tokens_prev)  # history, tokens/s, the progress line's numbers
-    interrupted = False
+    diverged = None  # what was not finite, at which step
     try:
         compiled = set()
-        while step < stop:
+        # Ctrl-C only sets INTERRUPT.requested (gpt_errors): read here, after each step (the first of a
+        # phase compiles), its evaluation and its checkpoint
+        while step < stop and not INTERRUPT.requested:
             flag = exp.sparse_at(step, phase)
             new_program = flag not in compiled  # first step of a phase compiles: keep it out of tokens/s
             if new_program:
                 log.untimed()
                 compiled.add(flag)
+                INTERRUPT.pause("compile", wait=False)  # test hook
             tokens = put(data.batch(step))
             state, m = rt.run_step(state, tokens, step, flag)  # + srste's mask refresh when due
             step += 1
@@ -350,6 +411,9 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             do_ckpt = ckpt_every > 0 and (step % ckpt_every == 0 or step == stop)
             if new_program or step % log_every == 0 or do_eval or do_ckpt:
                 log.flush()  # ends the timed interval (after a new program: the untimed compile step)
+                if log.bad is not None:  # a non-finite loss or gradient norm: stop before eval / checkpoint
+                    diverged = _diverged_what(log.bad)
+                    break
                 if new_program:
                     # Move what compiling left alive (jaxprs, lowered modules, ...) out of the
                     # collector's reach: a full collection that scans it stalls the step loop for up
@@ -357,24 +421,30 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
                     gc.collect()
                     gc.freeze()
                 if do_eval:
-                    log.val(step, evaluate(state))
-                if do_ckpt:
-                    save(state, step, log)
+                    INTERRUPT.pause("eval")  # test hook
+                    val = evaluate(state)
+                    log.val(step, val)
+                    if not math.isfinite(val):
+                        diverged = (step, f"validation loss ({val})")
+                        break
+                if do_ckpt and not save(state, step, log):
+                    diverged = (step, "train state (a parameter or optimizer moment)")
+                    break
                 if do_eval or do_ckpt:
                     log.restart_timer()
                 bar.update(step, **log.fields())
-    except KeyboardInterrupt:
-        interrupted = True
-        log.flush()
-        bar.close()
-        if ckpt_every > 0:
-            save(state, step, log)
-            print(f"\n{PROG}: interrupted at step {step}; checkpoint saved in {ckpts.dir}; continue with --resume",
-                  file=sys.stderr)
+    except KeyboardInterrupt:  # no handler installed (train() called from a thread, or by another program)
+        INTERRUPT.requested = True
     finally:
         gc.unfreeze()  # collectable again (callers that train several times); also undoes a caller's own gc.freeze()
-    if not interrupted:
-        bar.close()
+    log.flush()
+    if diverged is None and log.bad is not None:
+        diverged = _diverged_what(log.bad)
+    interrupted = diverged is None and INTERRUPT.requested
+    if interrupted and ckpt_every > 0 and step > step0 and not save(state, step, log):
+        diverged = (step, "train state (a parameter or optimizer moment)")
+        interrupted = False
+    bar.close()
 
     # Phase marker for the plot.
     phase_step, phase_label = None, ""
@@ -384,31 +454,108 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         switched = [r["step"] for r in history if r.get("sparse")]
         if switched:
             phase_step, phase_label = switched[0], "STEP: sparse phase"
+    if interrupted and step == step0:  # stopped by the fallback above before any step: nothing new
+        stop_before_training()
     _write_jsonl(metrics_path, history)
     vals = [r["val_loss"] for r in history if "val_loss" in r]
     full = {}
-    if not interrupted and args.final_eval_tokens > 0:  # outside the training loop: not in tokens/s
+    if not interrupted and diverged is None and args.final_eval_tokens > 0:  # outside the loop: not in tokens/s
         batches = data.final_val_batches(int(args.final_eval_tokens))
-        full = {"final_val_loss_full": evaluate(state, batches),
-                "final_eval_tokens": len(batches) * batches[0].shape[0] * (batches[0].shape[1] - 1)}
+        full_loss = evaluate(state, batches, interruptible=True)
+        if INTERRUPT.requested:
+            interrupted = True
+        else:
+            full = {"final_val_loss_full": full_loss,
+                    "final_eval_tokens": len(batches) * batches[0].shape[0] * (batches[0].shape[1] - 1)}
+    interrupted = interrupted or (diverged is None and INTERRUPT.requested)
+    train_losses = [r["loss"] for r in history if "loss" in r and math.isfinite(r["loss"])]
     summary = {
         "recipe": recipe, "size": hp["size"], "steps_done": step, "steps": steps,
         "final_val_loss": vals[-1] if vals else None,
-        "final_train_loss": log.last["loss"],
+        # from the history, so that a resumed run that trains no step keeps it
+        "final_train_loss": train_losses[-1] if train_losses else None,
         "tokens_per_s": (log.train_tokens / log.train_time) if log.train_time > 0 else None,
         "train_time_s": log.train_time, "n_params": n_params, "n_sparse_params": n_sparse,
         "phase_step": phase_step, "device": str(jax.devices()[0].device_kind),
         "backend": jax.default_backend(), "config": config, "interrupted": interrupted, **full,
     }
+    if diverged is not None:
+        summary["diverged_at_step"] = diverged[0]
     if is_writer():
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     flip_label = (f"mask flip rate (per refresh, every {hp['mask_every']} steps)" if exp.cfg.method == "srste"
                   else "2:4 mask flip rate (per update, on logging steps)")
     plot_run(history, out / "loss.png", f"{recipe} ({hp['size']})", phase_step, phase_label, flip_label)
     summary["history"] = history
-    if interrupted:
-        raise KeyboardInterrupt
+    if diverged is not None:
+        at, what = diverged
+        kept = (f"the last good checkpoint is step {last_saved} in {ckpts.dir} (resuming repeats the same updates: "
+                "start over with other flags, e.g. a lower --lr)" if last_saved is not None else
+                "no checkpoint was written")
+        raise Diverged(f"{label}training diverged at step {at}: non-finite {what}; stopped without checkpointing "
+                       f"it: {kept}")
+    if interrupted or INTERRUPT.requested:
+        if not interrupted:  # Ctrl-C after the run had finished (its summary and plot written)
+            raise Interrupted(f"{label}interrupted after the run finished ({step} steps): everything was saved "
+                              f"in {out}")
+        if ckpt_every == 0:
+            raise Interrupted(f"{label}interrupted at step {step}: no checkpoint saved (--ckpt-every 0), so it "
+                              f"cannot be resumed; metrics.jsonl and summary.json are in {out}")
+        saved_now = "saved" if last_saved == step else "is the latest"
+        raise Interrupted(f"{label}interrupted at step {step}: checkpoint step {last_saved} {saved_now} in "
+                          f"{ckpts.dir}{_resume_hint(argv)}")
     return summary
+
+
+def _diverged_what(row: dict) -> tuple[int, str]:
+    """``(step, what)`` of the first history row with a non-finite loss or gradient norm."""
+    bad = [f"{k.replace('_', ' ')} ({row[k]})" for k in ("loss", "grad_norm") if not math.isfinite(row[k])]
+    return row["step"], "training " + " and ".join(bad)
+
+
+@jax.jit
+def _all_finite(tree):
+    """Whether every float array of ``tree`` (a train state) is finite (one device reduction)."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else jnp.bool_(True)
+
+
+def _finished_summary(out: Path, config: dict, args) -> "dict | None":
+    """The summary of a finished run in ``out`` (all its steps, not interrupted, not diverged, the same
+    config, the final evaluation if one is asked for); None if there is none to keep."""
+    try:
+        s = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(s, dict) or s.get("interrupted") or "diverged_at_step" in s or s.get("config") != config
+            or s.get("steps_done") != s.get("steps") or s.get("final_train_loss") is None
+            or (args.final_eval_tokens > 0 and "final_val_loss_full" not in s)):
+        return None
+    return s
+
+
+def _resume_hint(argv) -> str:
+    """``; resume with: python examples/train_gpt.py ... --resume`` (the command line of ``main``, or
+    ``; continue with --resume`` when train() was not called by it)."""
+    if argv is None:
+        return "; continue with the same flags and --resume"
+    rest, skip = [], False
+    for a in map(str, argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--resume", "--overwrite"):
+            continue
+        if a == "--resume-from":
+            skip = True
+            continue
+        if a.startswith("--resume-from="):
+            continue
+        rest.append(a)
+    script = os.path.relpath(_HERE / "train_gpt.py")
+    if script.startswith(".."):
+        script = str(_HERE / "train_gpt.py")
+    return f"; resume with: python {shlex.join([script, *rest, '--resume'])}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -417,8 +564,16 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 
 
 def main(argv=None) -> int:
+    """The command line: exit code 0, 2 (bad input: one line, nothing written), 1 (training diverged:
+    one line naming the step) or 130 (Ctrl-C: one line saying what was saved and how to resume)."""
+    with INTERRUPT.handling():
+        return _main(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args = ap.parse_args([str(a) for a in argv])
+    args.argv = [str(a) for a in argv]  # the resume hint of an interrupted run
     try:
         if args.distributed:  # before any other JAX call
             init_distributed()
@@ -471,10 +626,20 @@ def main(argv=None) -> int:
         print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}"
               + (f" (val: {data.val_path})" if data.val_path else "")
               + f"; {jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
+        INTERRUPT.pause("startup")
+        if INTERRUPT.requested:
+            raise Interrupted("interrupted during start-up: nothing was saved")
         summaries = []
         for r in recipes:
+            if INTERRUPT.requested:  # --compare: Ctrl-C after a recipe had finished
+                raise Interrupted(f"interrupted after {', '.join(s['recipe'] for s in summaries)} finished: "
+                                  f"{', '.join(recipes[len(summaries):])} not started")
             s = train(args, r, outs[r], data, mesh)
             summaries.append(s)
+            if s.get("already_finished"):
+                print(f"{PROG}: {r}: already finished ({s['steps_done']} steps, final val loss "
+                      f"{_fmt(s['final_val_loss'], '.4f')}); its summary.json is kept -> {outs[r]}", file=sys.stderr)
+                continue
             if s["steps_done"] < s["steps"]:
                 saved = Checkpoints(outs[r] / "ckpt").steps()
                 how = (f"checkpoint of step {saved[-1]} in {outs[r] / 'ckpt'}; continue with the same flags and "
@@ -495,7 +660,15 @@ def main(argv=None) -> int:
     except CLIError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except Diverged as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        INTERRUPT.done()  # no "still stopping" line after this one
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # without the handler (main() called from a thread): anywhere
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     return 0
 

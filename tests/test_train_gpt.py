@@ -197,6 +197,9 @@ def test_bad_corpus(tmp_path, capsys, content, message):
     assert not (tmp_path / "o").exists()
     assert run("--data", tmp_path / "missing.txt", "--out", tmp_path / "o") == 2
     assert "no such file" in capsys.readouterr().err
+    assert run("--data", tmp_path, "--out", tmp_path / "o") == 2  # a directory: named as such
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--data {tmp_path} is a directory: give one text file" in err
 
 
 def test_val_data_is_a_separate_file(tmp_path, capsys):
@@ -225,6 +228,46 @@ def test_val_data_is_a_separate_file(tmp_path, capsys):
     assert "--val-data" in capsys.readouterr().err and not (tmp_path / "o2").exists()
     assert run("--data", train_f, "--val-data", tmp_path / "nope.txt", "--out", tmp_path / "o2") == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_resume_of_a_finished_run_keeps_its_summary(trained, capsys):
+    """--resume of a finished run says so and leaves summary.json as it is (it was rewritten with
+    final_train_loss null); a summary that an older version degraded so is rebuilt from the history."""
+    before = (trained / "summary.json").read_bytes()
+    assert run("--recipe", "srste", *STEPS, "--out", trained, "--resume") == 0
+    err = capsys.readouterr().err
+    assert "srste: already finished (24 steps, final val loss" in err and "summary.json is kept" in err
+    assert (trained / "summary.json").read_bytes() == before
+    degraded = dict(json.loads(before), final_train_loss=None)
+    (trained / "summary.json").write_text(json.dumps(degraded))
+    assert run("--recipe", "srste", *STEPS, "--out", trained, "--resume") == 0
+    s, want = json.loads((trained / "summary.json").read_text()), json.loads(before)
+    assert s["final_train_loss"] == want["final_train_loss"] == history(trained)[-2]["loss"] is not None
+    assert {k: s[k] for k in want if k != "device"} == {k: want[k] for k in want if k != "device"}
+
+
+def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    """A diverging run (--lr 1e30) stops at the first non-finite loss with one line naming the step and
+    the last good checkpoint (exit 1); no checkpoint is written from that step on."""
+    out = tmp_path / "nan"
+    assert run("--recipe", "dense", "--steps", 8, "--eval-every", 4, "--ckpt-every", 2, "--log-every", 2,
+               "--lr", "1e30", "--out", out) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "Traceback" not in err[-1], err  # the data line, the error
+    bad = [r for r in history(out) if "loss" in r and not np.isfinite(r["loss"])]
+    assert len(bad) == 1 and history(out)[-1] == bad[0]  # the history ends at the first bad step
+    k = bad[0]["step"]
+    saved = train_gpt.Checkpoints(out / "ckpt").steps()
+    assert saved and saved[-1] < k, (saved, k)
+    assert err[-1].startswith(f"train_gpt.py: error: training diverged at step {k}: non-finite training loss (nan)")
+    assert f"the last good checkpoint is step {saved[-1]} in {out / 'ckpt'}" in err[-1]
+    assert json.loads((out / "summary.json").read_text())["diverged_at_step"] == k
+    hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
+        [*TINY, "--recipe", "dense", "--steps", "8", "--lr", "1e30"]), "dense")
+    state, _ = train_gpt.Checkpoints(out / "ckpt").restore(
+        saved[-1], jax.eval_shape(lambda: train_gpt.init_state(train_gpt.build_experiment(hp), 0)))
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state) if np.issubdtype(x.dtype, np.inexact))
+    assert "apply_if_finite" in train_gpt.build_parser().format_help()  # --help says what happens
 
 
 def test_mismatched_checkpoint_refused(trained, capsys):
@@ -420,8 +463,8 @@ def test_ast_trains_from_dense_teacher(teacher, tmp_path):
         [*TINY, *map(str, AST_STEPS), "--recipe", "ast", "--teacher", str(teacher)]), "ast")
     exp = train_gpt.build_experiment(hp)
     abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
-    assert set(abstract["params"]["h_0"]["mlp"]["fc"]) == {"kernel", "bias", "lora_b"}
-    assert set(abstract["params"]["h_0"]["attn"]["qkv"]) == {"kernel", "bias"}
+    assert set(abstract["params"]["h"]["mlp"]["fc"]) == {"kernel", "bias", "lora_b"}  # (the scanned stack)
+    assert set(abstract["params"]["h"]["attn"]["qkv"]) == {"kernel", "bias"}
     # resume: 6 steps (stopped) + resume == 12 straight, bit for bit
     b = tmp_path / "resumed"
     assert run("--recipe", "ast", "--teacher", teacher, *AST_STEPS, "--out", b, "--stop-at", 6) == 0
@@ -745,7 +788,7 @@ def test_sparse_lr_scale_flag():
         params = jax.tree.map(jnp.zeros_like, train_gpt.init_state(exp, 0)["params"])
         grads = jax.tree.map(jnp.ones_like, params)
         u, _ = exp.tx.update(grads, exp.tx.init(params), params)
-        ratio = float(jnp.abs(u["h_0"]["mlp"]["fc"]["kernel"]).max() / jnp.abs(u["h_0"]["attn"]["qkv"]["kernel"]).max())
+        ratio = float(jnp.abs(u["h"]["mlp"]["fc"]["kernel"]).max() / jnp.abs(u["h"]["attn"]["qkv"]["kernel"]).max())
         return ratio, hp["sparse_lr_scale"]
 
     for recipe in ("srste", "sste", "ste"):
@@ -864,9 +907,9 @@ def test_llama_size_builds_the_llama_architecture():
     v = exp.model.init(jax.random.key(0), jnp.zeros((2, 16), jnp.int32))
     p = v["params"]
     assert "wpe" not in p and "lm_head" in p
-    assert set(p["h_0"]["ln_1"]) == {"scale"}  # RMSNorm
-    assert set(p["h_0"]["attn"]["qkv"]) == {"kernel"} and p["h_0"]["mlp"]["fc"]["kernel"].shape == (128, 2 * 352)
-    assert set(v["sparsity"]["h_0"]) == {"attn", "mlp"}  # attention projections are 2:4 too
+    assert set(p["h"]["ln_1"]) == {"scale"}  # RMSNorm (the blocks: one scanned stack of 2)
+    assert set(p["h"]["attn"]["qkv"]) == {"kernel"} and p["h"]["mlp"]["fc"]["kernel"].shape == (2, 128, 2 * 352)
+    assert set(v["sparsity"]["h"]) == {"attn", "mlp"}  # attention projections are 2:4 too
     assert not _llama_experiment("--no-sparse-attn").cfg.sparse_attn
     assert _llama_experiment("--ffn", "gelu").cfg.ffn == "gelu"  # a flag given wins over the preset
     gpt = train_gpt.build_experiment(train_gpt.resolve_flags(train_gpt.build_parser().parse_args(TINY), "srste"))
