@@ -422,9 +422,12 @@ def kernel_plan(rt: "Runtime") -> dict:
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
-        kernel = _get(params, path)["kernel"]
-        i, o = _get(shardings, path)["kernel"].shard_shape(kernel.shape)
-        plan.setdefault("x".join(map(str, kernel.shape)), s24.linear_plan(
+        kernel = _get(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
+        # the GEMMs' operand: the stored shard gathered over fsdp (FSDP gathers each layer's weight)
+        sh = _get(shardings, path)["kernel"]
+        spec = P(*(tuple(a for a in shd._axes(e) if a != "fsdp") or None for e in sh.spec))
+        i, o = NamedSharding(sh.mesh, spec).shard_shape(kernel.shape)[-2:]
+        plan.setdefault("x".join(map(str, kernel.shape[-2:])), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",
             mvue=cfg.mvue, reuse=reuse, batched=batched, fp8=cfg.fp8))
     return plan
