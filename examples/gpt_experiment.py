@@ -102,7 +102,7 @@ CONFIG_KEYS = (
     "recipe", "size", "steps", "batch_size", "seq_len", "lr", "warmup", "min_lr_fraction",
     "weight_decay", "b1", "b2", "grad_clip", "decay_alpha", "mask_every", "finetune_fraction",
     "ffn", "sparse_attn", "untied_head", "dtype", "seed", "n_layer", "n_head", "n_embd", "grad_accum", "fp8",
-    "sparse_lr_scale", "finetune_start", "fp8_scaling", "fp8_dense",
+    "sparse_lr_scale", "finetune_start", "fp8_scaling", "fp8_dense", "layers",
 )
 #: extra flags that define an ``ast`` run (only in the config of ast checkpoints).
 AST_CONFIG_KEYS = ("teacher", "kd_alpha", "kd_temperature", "slorb_group")
@@ -150,6 +150,8 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         fp8_dense=(getattr(args, "fp8_dense", "sparse24")
                    if recipe == "dense" or getattr(args, "compare", None) is None else "sparse24"),
         flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
+        layers=getattr(args, "layers", "scan"),  # in CONFIG_KEYS: the checkpoint's tree layout
+        remat=getattr(args, "remat", "none"),  # not in CONFIG_KEYS: same math, recomputed
     )
     for k in ("n_layer", "n_head", "n_embd"):
         v = getattr(args, k)
@@ -318,6 +320,8 @@ def build_experiment(hp: dict) -> Experiment:
         slorb_group=hp.get("slorb_group", 64), backend=hp.get("sparse_backend", "auto"),
         fp8=bool(hp.get("fp8", False)), fp8_scaling=hp.get("fp8_scaling", "current"),
         fp8_dense=hp.get("fp8_dense", "sparse24"),
+        # (a config without "layers" is from before the scanned stack: unrolled blocks)
+        layers=hp.get("layers", "unroll"), remat=hp.get("remat", "none"),
     )
     steps = hp["steps"]
     sched = lr_schedule(hp["lr"], hp["warmup"], steps, hp["min_lr_fraction"])

@@ -17,10 +17,20 @@ Attention is ``jax.nn.dot_product_attention`` with ``GPTConfig.attention``: ``"c
 attention; GPU, bf16/fp16), ``"xla"``, or ``"auto"`` (cuDNN where it applies). On the H100 cuDNN
 cuts the GPT-2 step's kernel time from 63 to 26 ms (benchmarks/results/profile_step_gpt2_h100.md).
 
-Parameter tree (per block ``h_<i>``)::
+Parameter tree (``layers="scan"``, the default: one stack ``h`` of all blocks)::
 
     wte/embedding, wpe/embedding, ln_f/{scale,bias}, [lm_head/kernel]
-    h_<i>/ln_1, h_<i>/attn/{qkv,proj}/{kernel,bias}, h_<i>/ln_2, h_<i>/mlp/{fc,proj}/{kernel,bias}
+    h/ln_1, h/attn/{qkv,proj}/{kernel,bias}, h/ln_2, h/mlp/{fc,proj}/{kernel,bias}
+
+every leaf under ``h`` with a leading layer axis of ``n_layer`` (``h/mlp/fc/kernel``: ``(n_layer, d,
+hidden)``). The blocks run under ``nn.scan``: one block is traced and compiled for all of them (an
+unrolled 32-layer srste model compiles every layer's 2:4 ops on their own), and the 2:4 state — masks,
+prepared weights, fp8 scaling state — is stacked the same way, with a distinct MVUE key per layer.
+``layers="unroll"``: one block ``h_<i>`` per layer (``h_<i>/attn/qkv/kernel`` of shape ``(d, 3d)``), as
+before. :func:`convert_layout` converts params, collections, optimizer and train states between the
+two. ``remat`` rematerialises each block in the backward pass (``jax.checkpoint``): ``"dots"`` keeps
+the GEMM outputs (no batch dimensions) and recomputes the rest, ``"full"`` keeps only the block's
+input.
 
 (``arch="llama"``: no ``wpe``, RMSNorm ``{scale}`` only, no ``bias``, ``lm_head`` always.)
 
@@ -45,9 +55,17 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from jax_sparse24.distill import Sparse24LowRankDense
-from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.nn import FP8_META, PREPARED, SPARSITY, Sparse24Dense
 
-__all__ = ["GPTConfig", "GPT", "SIZES", "attention_implementation", "rotary", "sparse_layer_paths"]
+__all__ = ["GPTConfig", "GPT", "SIZES", "LAYERS", "REMAT", "attention_implementation", "block_names", "convert_layout",
+           "rotary", "sparse_layer_paths", "student_params_from_teacher"]
+
+#: GPTConfig.layers: the blocks as one nn.scan stack ("scan") or one module each ("unroll").
+LAYERS = ("scan", "unroll")
+#: GPTConfig.remat: rematerialisation of each block in the backward pass (jax.checkpoint policy).
+REMAT = ("none", "dots", "full")
+#: Name of the scanned stack of blocks in the parameter tree.
+STACK = "h"
 
 
 #: GPTConfig.fp8_dense: whose fp8 dense layer a dense fp8 model uses.
@@ -95,8 +113,17 @@ class GPTConfig:
     # Attention kernel: "xla" (XLA's fused softmax attention), "cudnn" (cuDNN flash attention:
     # GPU, float16/bfloat16 only) or "auto" (cuDNN where it applies, else XLA).
     attention: str = "xla"
+    # The blocks: "scan" (one nn.scan stack "h", leaves with a leading layer axis; compiles one block)
+    # or "unroll" (modules h_0 ... h_{n-1}). See convert_layout.
+    layers: str = "scan"
+    # Rematerialisation of each block: "none", "dots" (save the GEMM outputs), "full" (save nothing).
+    remat: str = "none"
 
     def __post_init__(self):
+        if self.layers not in LAYERS:
+            raise ValueError(f"GPTConfig.layers must be one of {LAYERS}, got {self.layers!r}")
+        if self.remat not in REMAT:
+            raise ValueError(f"GPTConfig.remat must be one of {REMAT}, got {self.remat!r}")
         if self.fp8_dense not in FP8_DENSE_IMPLS:
             raise ValueError(f"GPTConfig.fp8_dense must be one of {FP8_DENSE_IMPLS}, got {self.fp8_dense!r}")
         if self.fp8_dense == "flax" and not (self.fp8 and self.method == "dense" and self.fp8_scaling == "delayed"):
@@ -131,16 +158,41 @@ SIZES = {
 }
 
 
+def block_names(cfg: GPTConfig) -> list[str]:
+    """The blocks' module names: ``["h"]`` (one stack) with ``layers="scan"``, else ``h_0 ... h_{n-1}``."""
+    return [STACK] if cfg.layers == "scan" else [f"h_{i}" for i in range(cfg.n_layer)]
+
+
 def sparse_layer_paths(cfg: GPTConfig) -> list[tuple[str, ...]]:
-    """Module paths (in ``params``) of the layers that are ``Sparse24Dense`` for this config."""
+    """Module paths (in ``params``) of the layers that are ``Sparse24Dense`` for this config (with
+    ``layers="scan"`` one path per layer of the block, its kernel stacked ``(n_layer, in, out)``)."""
     if cfg.method == "dense":
         return []
     paths = []
-    for i in range(cfg.n_layer):
+    for block in block_names(cfg):
         if cfg.sparse_attn:
-            paths += [(f"h_{i}", "attn", "qkv"), (f"h_{i}", "attn", "proj")]
-        paths += [(f"h_{i}", "mlp", "fc"), (f"h_{i}", "mlp", "proj")]
+            paths += [(block, "attn", "qkv"), (block, "attn", "proj")]
+        paths += [(block, "mlp", "fc"), (block, "mlp", "proj")]
     return paths
+
+
+def convert_layout(tree, n_layer: int, to: str):
+    """``tree`` (params, a variables dict, any collection, an optimizer or train state) converted
+    between the block layouts of :attr:`GPTConfig.layers`: ``to="scan"`` stacks the blocks ``h_0 ...
+    h_{n-1}`` into ``h`` (leading layer axis), ``to="unroll"`` splits ``h`` into them. The math is the
+    same, so the converted tree computes the same function in a model of the other layout.
+
+    Raises:
+      ValueError: ``to`` unknown, or the tree not in the other layout (e.g. already converted).
+    """
+    from jax_sparse24.nn import stack_layers, unstack_layers
+
+    names = [f"h_{i}" for i in range(n_layer)]
+    if to == "scan":
+        return stack_layers(tree, names, STACK)
+    if to == "unroll":
+        return unstack_layers(tree, STACK, names)
+    raise ValueError(f"convert_layout: to must be one of {LAYERS}, got {to!r}")
 
 
 def slorb_rank(cfg: GPTConfig, features_in: int) -> int:
@@ -183,6 +235,19 @@ def _call(layer, x, sparse):
     if isinstance(layer, Sparse24Dense):
         return layer(x, sparse=sparse)
     return layer(x)
+
+
+def student_params_from_teacher(cfg: GPTConfig, student_params, teacher_params):
+    """:func:`jax_sparse24.distill.student_params_from_dense` (the ``ast`` student initialised from a
+    dense teacher of the same layout) for either block layout: the distillation works per ``(in, out)``
+    kernel, so a scanned stack is split into its blocks and stacked again."""
+    from jax_sparse24.distill import student_params_from_dense
+
+    if cfg.layers != "scan":
+        return student_params_from_dense(student_params, teacher_params)
+    unroll = lambda t: convert_layout(t, cfg.n_layer, "unroll")  # noqa: E731
+    return convert_layout(student_params_from_dense(unroll(student_params), unroll(teacher_params)), cfg.n_layer,
+                          "scan")
 
 
 class CausalSelfAttention(nn.Module):
@@ -320,6 +385,40 @@ class Block(nn.Module):
         return x
 
 
+class _ScanBlock(Block):
+    """A block as the body of ``nn.scan``: ``(carry, sparse) -> (carry, None)``."""
+
+    def __call__(self, x, sparse):
+        return super().__call__(x, sparse), None
+
+
+#: The collections a scanned stack keeps per layer (stacked along axis 0): params, the 2:4 state,
+#: prepared weights, the delayed-scaling fp8 state (both Sparse24Dense's and Flax's fp8 layer's).
+_SCANNED_COLLECTIONS = ("params", SPARSITY, PREPARED, FP8_META)
+
+
+def _remat_policy(remat: str):
+    return {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable, "full": None}[remat]
+
+
+def _blocks(cfg: GPTConfig, x, sparse):
+    """All blocks over ``x``: one ``nn.scan`` stack, or one module per layer."""
+    if cfg.layers == "scan":
+        body = _ScanBlock
+        if cfg.remat != "none":
+            body = nn.remat(body, policy=_remat_policy(cfg.remat), prevent_cse=False)
+        stack = nn.scan(body, length=cfg.n_layer, in_axes=(nn.broadcast,),
+                        variable_axes={c: 0 for c in _SCANNED_COLLECTIONS},
+                        split_rngs={"params": True, "mvue": True, "dropout": True})
+        return stack(cfg, name=STACK)(x, sparse)[0]
+    block = Block
+    if cfg.remat != "none":
+        block = nn.remat(Block, policy=_remat_policy(cfg.remat))
+    for name in block_names(cfg):
+        x = block(cfg, name=name)(x, sparse)
+    return x
+
+
 class GPT(nn.Module):
     """Decoder-only transformer over byte tokens; returns float32 logits ``(B, T, vocab)``.
 
@@ -351,8 +450,7 @@ class GPT(nn.Module):
                            dtype=cfg.dtype, name="wpe")
             # Positions 0..t-1 are a slice of the table (its gradient a pad, not a scatter-add).
             x = x + wpe.embedding[:t].astype(cfg.dtype)[None]
-        for i in range(cfg.n_layer):
-            x = Block(cfg, name=f"h_{i}")(x, sparse)
+        x = _blocks(cfg, x, sparse)
         x = _norm(cfg, "ln_f")(x)
         if cfg.tie_head:
             logits = wte.attend(x)

@@ -18,6 +18,7 @@ from jax_sparse24 import sharding as shd
 from jax_sparse24 import distill as s24distill
 
 from gpt_errors import CLIError
+from gpt_model import student_params_from_teacher
 from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, measures_flips,
                             prepares_weights, refreshes_masks, start_finetune)
 
@@ -371,7 +372,7 @@ class Runtime:
         exp = self.exp
 
         def fn(st, teacher):
-            params = s24distill.student_params_from_dense(st["params"], teacher)
+            params = student_params_from_teacher(exp.cfg, st["params"], teacher)  # (either block layout)
             return dict(st, params=params, opt_state=exp.tx.init(params))
 
         return jax.jit(fn, in_shardings=(self.state_shardings, self.teacher_shardings),

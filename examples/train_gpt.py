@@ -248,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slorb-group", type=int, default=64,
                     help="ast: SLoRB group size k (low-rank term of rank in // k; groups of 4 if in %% k)")
     ap.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
+    ap.add_argument("--layers", choices=("scan", "unroll"), default="scan",
+                    help="the blocks as one nn.scan stack (one block compiled for all; params 'h/...' with a leading "
+                         "layer axis) or one module each ('h_0/...'); checkpoints resume in their own layout "
+                         "(gpt_model.convert_layout converts)")
+    ap.add_argument("--remat", choices=("none", "dots", "full"), default="none",
+                    help="rematerialise each block in the backward pass (jax.checkpoint): dots keeps the GEMM "
+                         "outputs, full only the block input; less activation memory, more compute")
     ap.add_argument("--n-head", type=int, default=None, help="override the size's number of heads")
     ap.add_argument("--n-embd", type=int, default=None, help="override the size's width")
     ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None,

@@ -299,3 +299,132 @@ def test_stack_unstack_errors():
         snn.unstack_layers(tree, "h", ["h_0", "h_1"])
     with pytest.raises(ValueError, match="leading axis of 3"):
         snn.unstack_layers({"h": {"k": jnp.ones((2, 2))}}, "h", ["a", "b", "c"])
+
+
+# --------------------------------------------------------------------------------------------------
+# The example's GPT: scanned stack (default) vs unrolled blocks
+# --------------------------------------------------------------------------------------------------
+
+
+def _gpt():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import gpt_model
+
+    return gpt_model
+
+
+@pytest.mark.parametrize("remat", ["none", "dots"])
+def test_gpt_scanned_matches_unrolled(remat):
+    """The scanned GPT (optionally rematerialised) computes the unrolled one's loss and gradients from
+    the converted params and masks; convert_layout round-trips; sparse_layer_paths follow the layout."""
+    import dataclasses
+
+    gm = _gpt()
+    cfg = gm.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, method="srste", sparse_attn=True,
+                       layers="unroll")
+    scfg = dataclasses.replace(cfg, layers="scan", remat=remat)
+    idx = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
+    vu = jax.jit(gm.GPT(cfg).init)(jax.random.key(0), idx)
+    vs = gm.convert_layout(vu, 2, to="scan")
+    assert jax.tree.map(jnp.shape, vs) == jax.tree.map(jnp.shape, jax.eval_shape(gm.GPT(scfg).init, jax.random.key(0), idx))
+    assert vs["params"]["h"]["mlp"]["fc"]["kernel"].shape == (2, 32, 128)
+
+    def grads(model, v):
+        def loss(p):
+            logits = model.apply({**v, "params": p}, idx[:, :-1])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, idx[:, 1:]).mean()
+        return jax.jit(jax.value_and_grad(loss))(v["params"])
+
+    lu, gu = grads(gm.GPT(cfg), vu)
+    ls, gs = grads(gm.GPT(scfg), vs)
+    np.testing.assert_allclose(lu, ls, rtol=1e-5)
+    _close(gm.convert_layout(gu, 2, to="scan"), gs, rtol=2e-4, atol=1e-6)
+    _close(gm.convert_layout(vs, 2, to="unroll"), vu, rtol=0, atol=0)
+    assert gm.sparse_layer_paths(scfg) == [("h", "attn", "qkv"), ("h", "attn", "proj"), ("h", "mlp", "fc"),
+                                           ("h", "mlp", "proj")]
+    assert len(gm.sparse_layer_paths(cfg)) == 8
+    with pytest.raises(ValueError, match="layers must be one of"):
+        gm.GPTConfig(layers="loop")
+    with pytest.raises(ValueError, match="already in the scanned layout"):
+        gm.convert_layout(vs, 2, to="scan")
+
+
+def test_gpt_checkpoint_layout_mismatch_is_a_clear_error(tmp_path):
+    """A checkpoint of the other block layout (or of before the scanned stack: no 'layers' in its config)
+    is refused by name, both layouts in the message."""
+    _gpt()
+    import gpt_checkpoints
+    from gpt_errors import CLIError
+
+    with pytest.raises(CLIError, match="layers='unroll' in the checkpoint but 'scan' now"):
+        gpt_checkpoints.check_config({"recipe": "srste"}, {"recipe": "srste", "layers": "scan"}, tmp_path)
+    gpt_checkpoints.check_config({"recipe": "srste"}, {"recipe": "srste", "layers": "unroll"}, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# NNX: layers stacked with nnx.vmap, run with nnx.scan
+# --------------------------------------------------------------------------------------------------
+
+
+def test_nnx_scanned_layers():
+    """Sparse24Linear stacked by nnx.vmap (split rngs) and run by nnx.scan: per-layer masks, the
+    outputs and gradients of the layers run one by one, refresh per layer, a distinct MVUE stream per
+    layer."""
+    from flax import nnx
+
+    from jax_sparse24.nnx import Sparse24Linear, Sparse24Mask, refresh_masks
+
+    class Blk(nnx.Module):
+        def __init__(self, rngs):
+            self.fc = Sparse24Linear(D, D, backend="dense", mask_every=2, rngs=rngs)
+
+        def __call__(self, x):
+            return x + jnp.tanh(self.fc(x))
+
+    @nnx.split_rngs(splits=L)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make(rngs):
+        return Blk(rngs)
+
+    blocks = make(nnx.Rngs(0, mvue=1))
+    k, m = blocks.fc.kernel[...], blocks.fc.mask[...]
+    assert k.shape == m.shape == (L, D, D)
+    for i in range(L):
+        np.testing.assert_array_equal(m[i], s24.transposable_mask24(k[i]))
+
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    def fwd(x, blk):
+        return blk(x)
+
+    x = _x()
+    exact = lambda blks: jnp.sum(fwd(x, blks) ** 2)  # noqa: E731
+
+    def by_hand(params):  # the layers one by one, exact gradient
+        h = x
+        for i in range(L):
+            w = params[0][i] + jax.lax.stop_gradient(jnp.where(m[i], params[0][i], 0) - params[0][i])  # STE
+            h = h + jnp.tanh(h @ w + params[1][i])
+        return jnp.sum(h ** 2)
+
+    # exact gradient: the MVUE streams off (the layers' own streams are used when present)
+    plain = make(nnx.Rngs(0))
+    g = nnx.jit(nnx.grad(exact))(plain)
+    gk = jax.jit(jax.grad(by_hand))((plain.fc.kernel[...], plain.fc.bias[...]))
+    np.testing.assert_allclose(g.fc.kernel[...], gk[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g.fc.bias[...], gk[1], rtol=1e-4, atol=1e-6)
+    # MVUE: one key per layer
+    keys = jax.random.key_data(blocks.fc.mvue_rngs.key[...])
+    assert len({tuple(np.ravel(keys[i])) for i in range(L)}) == L
+    # refresh of the stacked masks: per layer (compared with each slice's own mask)
+    new_k = k + jax.random.normal(jax.random.key(5), k.shape)
+    blocks.fc.kernel[...] = new_k
+    old = nnx.to_pure_dict(nnx.state(blocks, Sparse24Mask))
+    rate = refresh_masks(blocks, step=2)
+    for i in range(L):
+        np.testing.assert_array_equal(blocks.fc.mask[...][i], s24.transposable_mask24(new_k[i]))
+    per = snn.layer_flip_rates(old, nnx.to_pure_dict(nnx.state(blocks, Sparse24Mask)))
+    assert per["fc"].shape == (L,)
+    np.testing.assert_allclose(float(rate), float(np.mean(per["fc"])), rtol=1e-6)
