@@ -155,7 +155,7 @@ def _f32(a):
     return np.asarray(a).astype(np.float32)
 
 
-PROPS = settings(max_examples=25, deadline=None)
+PROPS = settings(max_examples=20, deadline=None)
 
 
 # --------------------------------------------------------------------------------------------
