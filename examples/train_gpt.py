@@ -51,9 +51,17 @@ rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--l
 the STEP phase, step, config). ``--resume`` continues bit-exactly from the latest checkpoint;
 the batch of step ``t`` and the MVUE key of step ``t`` are pure functions of ``(--seed, t)``,
 so the data position is the step. A corrupt checkpoint is refused with one line naming the newest
-intact one; ``--resume-from STEP`` continues from it (deleting the checkpoints after it). A previous
+intact one; ``--resume-from STEP`` continues from it (deleting the checkpoints after it); ``--resume`` of
+a finished run says so and keeps its ``summary.json``. A previous
 run's files in ``--out`` (checkpoints, metrics, summary, plot) are never written over without
-``--overwrite``. ``--compare dense,srste,...`` trains several recipes into
+``--overwrite``. Ctrl-C stops at the next safe point (after the current step, compilation, evaluation
+or checkpoint write: the handler only sets a flag, ``gpt_errors.INTERRUPT``), saves a checkpoint and exits
+with code 130 and one line saying what was saved and how to resume (or that nothing was, before step 1);
+a second Ctrl-C quits at once. A non-finite training loss or gradient norm (every step's, read when the
+loop logs), validation loss or train state (checked before each checkpoint) stops the run with exit code 1
+and one line naming the step: the update is not skipped (as ``optax.apply_if_finite`` would), and no
+checkpoint is written from that step on, so the newest one is the last good state.
+``--compare dense,srste,...`` trains several recipes into
 ``--out/<recipe>`` and writes ``compare.png``, ``compare.md`` and ``compare.json``.
 
 ``--mesh data=2,model=1`` shards the batch over the ``data`` axis of a device mesh and the
@@ -343,7 +351,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 
     def stop_before_training():
         """Ctrl-C before the first step of this process: nothing new was saved."""
-        if not INTERRUPT.requested:
+        if not stop_agreed():
             return
         if last_saved is None:
             raise Interrupted(f"{label}interrupted during start-up, before step {step0 + 1}: nothing was saved")
@@ -361,7 +369,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             losses.append(eval_step(st, put(b)))
             if interruptible and len(losses) % 8 == 0:
                 jax.block_until_ready(losses[-1])
-                if INTERRUPT.requested:
+                if stop_agreed():
                     return float("nan")
         return float(np.mean(jax.device_get(losses)))
 
@@ -394,8 +402,10 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     try:
         compiled = set()
         # Ctrl-C only sets INTERRUPT.requested (gpt_errors): read here, after each step (the first of a
-        # phase compiles), its evaluation and its checkpoint
-        while step < stop and not INTERRUPT.requested:
+        # phase compiles), its evaluation and its checkpoint; with several processes, on the steps that
+        # log, where they agree (stop_agreed)
+        multi = jax.process_count() > 1
+        while step < stop and not (INTERRUPT.requested and not multi):
             flag = exp.sparse_at(step, phase)
             new_program = flag not in compiled  # first step of a phase compiles: keep it out of tokens/s
             if new_program:
@@ -440,6 +450,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
                 if do_eval or do_ckpt:
                     log.restart_timer()
                 bar.update(step, **log.fields())
+                if multi and stop_agreed():
+                    break
     except KeyboardInterrupt:  # no handler installed (train() called from a thread, or by another program)
         INTERRUPT.requested = True
     finally:
@@ -447,7 +459,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     log.flush()
     if diverged is None and log.bad is not None:
         diverged = _diverged_what(log.bad)
-    interrupted = diverged is None and INTERRUPT.requested
+    interrupted = diverged is None and stop_agreed()
     if interrupted and ckpt_every > 0 and step > step0 and not save(state, step, log):
         diverged = (step, "train state (a parameter or optimizer moment)")
         interrupted = False
@@ -469,12 +481,12 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     if not interrupted and diverged is None and args.final_eval_tokens > 0:  # outside the loop: not in tokens/s
         batches = data.final_val_batches(int(args.final_eval_tokens))
         full_loss = evaluate(state, batches, interruptible=True)
-        if INTERRUPT.requested:
+        if stop_agreed():
             interrupted = True
         else:
             full = {"final_val_loss_full": full_loss,
                     "final_eval_tokens": len(batches) * batches[0].shape[0] * (batches[0].shape[1] - 1)}
-    interrupted = interrupted or (diverged is None and INTERRUPT.requested)
+    interrupted = interrupted or (diverged is None and stop_agreed())
     train_losses = [r["loss"] for r in history if "loss" in r and math.isfinite(r["loss"])]
     summary = {
         "recipe": recipe, "size": hp["size"], "steps_done": step, "steps": steps,
@@ -512,6 +524,19 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         raise Interrupted(f"{label}interrupted at step {step}: checkpoint step {last_saved} {saved_now} in "
                           f"{ckpts.dir}{_resume_hint(argv)}")
     return summary
+
+
+def stop_agreed() -> bool:
+    """Whether to stop for Ctrl-C here (:data:`gpt_errors.INTERRUPT`). With several processes
+    (``--distributed``) every process calls it at the same points and they stop together if any of them
+    was interrupted (a collective: one process saving while another trains on would hang both)."""
+    if jax.process_count() == 1:
+        return INTERRUPT.requested
+    from jax.experimental import multihost_utils
+
+    if np.max(multihost_utils.process_allgather(np.int32(INTERRUPT.requested))):
+        INTERRUPT.requested = True
+    return INTERRUPT.requested
 
 
 def _diverged_what(row: dict) -> tuple[int, str]:
@@ -562,6 +587,8 @@ def _resume_hint(argv) -> str:
     script = os.path.relpath(_HERE / "train_gpt.py")
     if script.startswith(".."):
         script = str(_HERE / "train_gpt.py")
+    if jax.process_count() > 1:  # --distributed: every process again, e.g. through examples/launch.py
+        return f"; resume with the same launcher and: {shlex.join([script, *rest, '--resume'])}"
     return f"; resume with: python {shlex.join([script, *rest, '--resume'])}"
 
 
@@ -634,11 +661,11 @@ def _main(argv: list) -> int:
               + (f" (val: {data.val_path})" if data.val_path else "")
               + f"; {jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
         INTERRUPT.pause("startup")
-        if INTERRUPT.requested:
+        if stop_agreed():
             raise Interrupted("interrupted during start-up: nothing was saved")
         summaries = []
         for r in recipes:
-            if INTERRUPT.requested:  # --compare: Ctrl-C after a recipe had finished
+            if stop_agreed():  # --compare: Ctrl-C after a recipe had finished
                 raise Interrupted(f"interrupted after {', '.join(s['recipe'] for s in summaries)} finished: "
                                   f"{', '.join(recipes[len(summaries):])} not started")
             s = train(args, r, outs[r], data, mesh)
