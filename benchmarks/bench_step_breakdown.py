@@ -287,7 +287,7 @@ def gemm_flops(params, sparse_paths, tokens: int, tie_head: bool) -> dict:
     """GEMM FLOPs per step of the model's linear layers, 2·tokens·in·out per GEMM.
 
     ``params``: the parameter tree (arrays or ``ShapeDtypeStruct``); every 2-D ``kernel`` is a
-    linear layer with 3 GEMMs (forward, input gradient, weight gradient), 2:4 when its module path
+    linear layer (a ``kernel`` of more dimensions a stack of them, ``nn.scan``'s ``(L, in, out)``) with 3 GEMMs (forward, input gradient, weight gradient), 2:4 when its module path
     is in ``sparse_paths``. The byte embedding ``wte`` is a one-hot GEMM up to
     ``ONE_HOT_MAX_VOCAB`` rows (forward and weight gradient) and, with ``tie_head``, the head (3).
     Returns ``{"tokens", "sparse", "dense", "total", "fraction_sparse", "layers"}``: FLOPs of the 2:4
@@ -298,8 +298,8 @@ def gemm_flops(params, sparse_paths, tokens: int, tie_head: bool) -> dict:
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         keys = tuple(_key(k) for k in path)
         shape = tuple(getattr(leaf, "shape", ()))
-        if keys[-1] == "kernel" and len(shape) == 2:
-            groups[(keys[-2], shape, keys[:-1] in sparse, 3)] += 1
+        if keys[-1] == "kernel" and len(shape) >= 2:  # (a scanned stack (L, in, out): L layers)
+            groups[(keys[-2], shape[-2:], keys[:-1] in sparse, 3)] += functools.reduce(lambda a, b: a * b, shape[:-2], 1)
         elif keys == ("wte", "embedding") and len(shape) == 2:
             vocab, d = shape
             if vocab <= ONE_HOT_MAX_VOCAB:
