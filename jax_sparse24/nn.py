@@ -243,6 +243,15 @@ class Sparse24Dense(nn.Module):
                 else:
                     prepared = _prepared_weight.prepare_many([plan])[0]
                     self.put_variable(PREPARED, "weight", prepared)
+            elif _PREPARE_CONTEXT.get().get("active"):
+                # a prepare pass whose collection this layer cannot write: a lifted transform
+                # (nn.scan, nn.vmap, ...) without PREPARED among its variable collections would drop
+                # the preparation silently (and the micro-batch passes could not read it either)
+                raise ValueError(
+                    f"Sparse24Dense {self.name or ''}: prepare() cannot write the '{PREPARED}' collection here: "
+                    f"the layer runs inside a lifted transform that does not carry it; add '{PREPARED}' to the "
+                    f"transform's variable collections, e.g. nn.scan(..., variable_axes={{'params': 0, "
+                    f"'{SPARSITY}': 0, '{PREPARED}': 0}})")
             elif self.has_variable(PREPARED, "weight"):
                 prepared = self.get_variable(PREPARED, "weight")
 
@@ -402,7 +411,7 @@ class _PrepareBatch:
 
 @contextlib.contextmanager
 def _prepare_context(tokens, reuse, batch=None):
-    token = _PREPARE_CONTEXT.set({"tokens": tokens, "reuse": reuse, "batch": batch})
+    token = _PREPARE_CONTEXT.set({"tokens": tokens, "reuse": reuse, "batch": batch, "active": True})
     try:
         yield
     finally:

@@ -428,3 +428,19 @@ def test_nnx_scanned_layers():
     per = snn.layer_flip_rates(old, nnx.to_pure_dict(nnx.state(blocks, Sparse24Mask)))
     assert per["fc"].shape == (L,)
     np.testing.assert_allclose(float(rate), float(np.mean(per["fc"])), rtol=1e-6)
+
+
+def test_prepare_needs_the_collection_scanned():
+    """A scan without PREPARED among its variable_axes would drop the preparation silently: an error
+    naming the collection instead."""
+
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            f = nn.scan(Block, length=L, variable_axes={"params": 0, snn.SPARSITY: 0}, split_rngs={"params": True})
+            return f(name="h")(x, None)[0]
+
+    m, x = M(), _x()
+    v = jax.eval_shape(m.init, jax.random.key(0), x)
+    with pytest.raises(ValueError, match="add 'sparse24_prepared' to the transform's variable collections"):
+        jax.eval_shape(lambda v: snn.prepare(m, v, x), v)
