@@ -527,9 +527,14 @@ def test_transposable_mask24_special_values(dtype):
         _check_transposable_structure(got)
         nf = (~np.isfinite(_blocks(x.astype(np.float32)))).astype(np.float64)
         np.testing.assert_array_equal((nf * _blocks(got)).sum(-1), (nf @ _all_patterns().T).max(-1))
+        # ...and among those, the finite kept Σ|x| is the reference's (optimal) one: patterns may differ
+        # where two score the same up to float32 summation order (near-ties), never by more.
         want = np.asarray(_on_cpu(reference.transposable_mask24, x))
-        agree = (_blocks(got) == _blocks(want)).all(-1).mean()
-        assert agree >= 0.99, f"only {agree:.4f} of blocks agree with the reference"
+        a = np.abs(_blocks(x.astype(np.float32)).astype(np.float64))
+        a = np.where(np.isfinite(a) & (a >= 2.0 ** -122), a, 0.0)
+        kept_got, kept_want = (a * _blocks(got)).sum(-1), (a * _blocks(want)).sum(-1)
+        np.testing.assert_allclose(kept_got, kept_want, rtol=1e-5, atol=0,
+                                   err_msg=f"{shape} p={p}: a block's finite kept sum is not the optimal one")
     # One NaN in a 4x4 block is kept, and the other 15 are still chosen optimally (issue 41's case).
     rng = np.random.default_rng(41)
     x = rng.standard_normal((4, 4)).astype(np.float32)
@@ -543,6 +548,7 @@ def test_transposable_mask24_special_values(dtype):
 @pytest.mark.parametrize("shape,axis", SPECIAL_CASES, ids=lambda c: str(c))
 def test_mvue24_special_values(shape, axis, dtype):
     x = _special(shape, dtype, _seed("mvue-special", shape, axis, dtype), 0.15)
+    x.flat[0] = np.nan  # at least one group with a non-finite element, whatever the draw
     key = jax.random.key(_seed("mvue-special-key", shape, axis))
     f = poisoned(lambda k, g: cm.mvue24_cuda(k, g, axis))
     out = np.asarray(f(key, _gpu(x))).astype(np.float32)
