@@ -303,7 +303,7 @@ def test_check_mask_false_skips_only_the_traced_check():
     assert y.shape == (12, 16)  # on a CPU the dense reference: x·(w⊙m); on the sparse kernels undefined
     with pytest.raises(s24.MaskCheckError):  # a concrete mask is always checked
         s24.sparse24_linear(x, w, ones, b, check_mask=False)
-    with pytest.raises(ValueError, match="check_mask must be a Python bool"):
+    with pytest.raises(ValueError, match="check_mask must be True, False or 'nan'"):
         s24.sparse24_linear(x, w, _setup(i=32, o=16)[3], b, check_mask="yes")
 
 
@@ -326,3 +326,15 @@ def test_layers_trust_their_own_masks_without_a_device_check():
     text = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m)).lower(
         x, v["params"]["kernel"], v["sparsity"]["transposable_mask"]).as_text()
     assert "callback" in text  # ...while a mask passed in by the user is checked
+
+
+@pytest.mark.parametrize("transposable", [False, True])
+def test_check_mask_nan_poisons_the_output_of_a_bad_traced_mask(transposable):
+    x, w, b, good = _setup(i=32, o=16)
+    bad = s24.mask24(w, axis=0) if transposable else jnp.ones_like(w, bool)
+    f = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m, b, transposable=transposable, check_mask="nan"))
+    assert np.isnan(np.asarray(f(x, w, bad))).all()
+    np.testing.assert_allclose(np.asarray(f(x, w, good)), np.asarray(x @ (w * good) + b), rtol=1e-5, atol=1e-5)
+    assert "callback" not in jax.jit(f).lower(x, w, good).as_text()  # no host round trip
+    with pytest.raises(s24.MaskCheckError):  # a concrete mask still raises at trace time
+        s24.sparse24_linear(x, w, bad, b, transposable=transposable, check_mask="nan")

@@ -135,7 +135,7 @@ _linear.defvjp(_linear_fwd, _linear_bwd)
 
 def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", precision=None,
                     transposable: bool | None = None, prepared: dict | None = None, fp8: bool = False,
-                    fp8_meta: dict | None = None, check_mask: bool = True):
+                    fp8_meta: dict | None = None, check_mask: bool | str = True):
     """2:4 sparse linear layer ``y = x·(w ⊙ mask) + bias`` with the sparse-training backward.
 
     Gradients (a ``jax.custom_vjp``): ``∇x = ∇y·(w⊙mask)ᵀ``; ``∇w = xᵀ·MVUE(∇y)`` with MVUE
@@ -189,8 +189,11 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         (``jax.errors.JaxRuntimeError``) — no result is returned from a wrong mask. Masks the
         library makes inside a model (``Sparse24Dense``, ``Sparse24Linear``: their ``sparsity``
         collection, refreshed by :func:`jax_sparse24.nn.refresh_masks`) are trusted and not
-        rechecked. ``False`` skips the traced check (it costs a host round trip per call on a GPU);
-        a mask that is not 2:4 then gives an undefined result on the sparse kernels.
+        rechecked. The callback costs a host round trip per call on a GPU
+        (``benchmarks/results/mask_check_h100.md``); ``"nan"`` checks a traced mask on the device
+        without it: the output is all NaN when the mask is not 2:4 (a loss that turns NaN, no
+        message), else unchanged. ``False`` skips the traced check: a mask that is not 2:4 then
+        gives an undefined result on the sparse kernels.
 
     Returns:
       ``(..., out)`` array.
@@ -222,11 +225,12 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         if backend == "cusparselt":
             raise ValueError(f"{op}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', "
                              "'cutlass', 'dense' or 'reference'")
-    if not isinstance(check_mask, (bool, np.bool_)):
-        raise ValueError(f"{op}: check_mask must be a Python bool, got {check_mask!r}")
+    if not (isinstance(check_mask, (bool, np.bool_)) or (isinstance(check_mask, str) and check_mask == "nan")):
+        raise ValueError(f"{op}: check_mask must be True, False or 'nan', got {check_mask!r}")
     if transposable is None:
         transposable = _is_transposable(mask, np.shape(w))
-    check_mask24(mask, op, transposable=bool(transposable), on_device=bool(check_mask))
+    bad = check_mask24(mask, op, transposable=bool(transposable),
+                       on_device=check_mask if isinstance(check_mask, str) else bool(check_mask))
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
         mask = mask != 0
@@ -240,24 +244,29 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
-    return _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
+    y = _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
+    return y if bad is None else jnp.where(bad, jnp.asarray(jnp.nan, y.dtype), y)
 
 
 _MASK_HINT = (" Make masks with s24.mask24(w, axis=0) (2:4 along in) or s24.transposable_mask24(w) (along in "
               "and out); check_mask=False skips this check.")
 
 
-def check_mask24(mask, op: str, *, transposable: bool, on_device: bool = True, name: str = "mask") -> None:
+def check_mask24(mask, op: str, *, transposable: bool, on_device: bool | str = True, name: str = "mask"):
     """The weight mask of a sparse linear op is 2:4 along ``in`` (axis 0) and, when ``transposable``,
     along ``out`` (axis 1): now if concrete, on the device if traced and ``on_device``
-    (:func:`jax_sparse24._src.validation.check_nm_mask`)."""
-    v.check_nm_mask(mask, 2, 4, 0, op, name, on_device=on_device, axis_name="in", hint=_MASK_HINT)
+    (:func:`jax_sparse24._src.validation.check_nm_mask`). With ``on_device="nan"`` and a traced mask:
+    returns the traced scalar that is True when the mask breaks the pattern; else None."""
+    bad = v.check_nm_mask(mask, 2, 4, 0, op, name, on_device=on_device, axis_name="in", hint=_MASK_HINT)
     if transposable:
         if np.shape(mask)[1] % 4:
             raise ValueError(f"{op}: transposable=True needs `{name}`'s out axis divisible by 4 (2:4 along out), "
                              f"got shape {np.shape(mask)}")
-        v.check_nm_mask(mask, 2, 4, 1, op, name, on_device=on_device, axis_name="out, needed by transposable=True",
-                        hint=_MASK_HINT)
+        bad_out = v.check_nm_mask(mask, 2, 4, 1, op, name, on_device=on_device,
+                                  axis_name="out, needed by transposable=True", hint=_MASK_HINT)
+        if bad_out is not None:
+            bad = bad_out if bad is None else bad | bad_out
+    return bad
 
 
 def _check_meta_outside_shard_map(op: str) -> None:

@@ -99,15 +99,18 @@ class MaskCheckError(ValueError):
     mask is concrete; when it is traced, the device check fails the computation with this message)."""
 
 
-def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", *, on_device: bool = True,
-                  axis_name: str | None = None, hint: str = "") -> None:
+def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", *, on_device: bool | str = True,
+                  axis_name: str | None = None, hint: str = ""):
     """``mask`` keeps at most ``n`` of every ``m`` along ``axis`` — whether concrete or traced.
 
     A concrete mask is checked now (``MaskCheckError``, a ``ValueError``). A traced mask (inside
     ``jit``/``grad``/``vmap``) is checked on the device when ``on_device`` is true: one fused
     reduction over the mask and a host callback that fails the computation with the same message
     (``jax.errors.JaxRuntimeError`` naming the argument and the axis) when any group breaks the
-    pattern, so a wrong mask never yields a result. ``on_device=False`` skips the traced check.
+    pattern, so a wrong mask never yields a result. ``on_device=False`` skips the traced check;
+    ``on_device="nan"`` only returns the traced scalar ``bad`` (True where some group breaks the
+    pattern) for the caller to poison its result with (no host round trip). Returns ``None``
+    otherwise.
     """
     shape = _shape(mask)
     axis = axis % len(shape)
@@ -119,8 +122,10 @@ def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", 
             raise MaskCheckError(_mask_message(op, name, n, m, axis, shape, int(bad), total, axis_name, hint))
         return
     if not on_device:
-        return
+        return None
     bad, total = _violations(mask, n, m, axis)
+    if on_device == "nan":
+        return bad > 0
 
     def fail_if_bad(bad_groups):
         if int(bad_groups):
@@ -128,6 +133,7 @@ def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", 
                                                hint))
 
     jax.debug.callback(fail_if_bad, bad)
+    return None
 
 
 def check_same_shape(a, b, op: str, names: tuple[str, str]) -> None:
