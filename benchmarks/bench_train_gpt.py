@@ -498,6 +498,8 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"override every size's {flag} (width sweeps)")
     ap.add_argument("--mesh", default=None, help="the example's --mesh over every visible device (e.g. "
                     "'fsdp=4', 'data=2,model=2'); --batch-size is then the global batch")
+    ap.add_argument("--remat", choices=("none", "dots", "full"), default=None, help="the example's --remat (default its own)")
+    ap.add_argument("--layers", choices=("scan", "unroll"), default=None, help="the example's --layers (default its own)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="the model's vocabulary (default the byte data's 256; e.g. 32000 for LLaMA's embedding and head)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -524,6 +526,8 @@ def main(argv=None) -> int:
     if a.sparse_attn is not None:
         extra.append("--sparse-attn" if a.sparse_attn else "--no-sparse-attn")
     extra += ["--grad-accum", str(a.grad_accum)]
+    extra += ["--remat", a.remat] if a.remat else []
+    extra += ["--layers", a.layers] if a.layers else []
     for flag in ("n_layer", "n_head", "n_embd"):
         if getattr(a, flag) is not None:
             extra += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
