@@ -341,17 +341,17 @@ fi
 
 if asked node; then
   # Full-depth LLaMA on the visible GPUs (bench_train_gpt.py --mesh, vocabulary 32000, the other
-  # variants' states parked in host memory): NODE_SPECS="size:layers:mesh:global_batch ..."; NODE_RECIPES
+  # variants' states parked in host memory): NODE_SPECS="size:layers:mesh:global_batch[:remat] ..."; NODE_RECIPES
   # (default dense,srste), NODE_ROUNDS x NODE_ITERS, NODE_ARGS (more flags); tags
   # <gpu>x<ngpu>_<size>_l<layers>_<mesh>
   ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 0)
   for spec in ${NODE_SPECS:-llama-1b:16:fsdp=$ngpu:$((4 * ngpu))}; do
-    IFS=: read -r size layers mesh batch <<< "$spec"
+    IFS=: read -r size layers mesh batch remat <<< "$spec"
     tag="${GPU_TAG}x${ngpu}_${size}_l${layers}_${mesh//[=,]/}${NODE_TAG_SUFFIX:-}"; t0=$(date +%s)
     timeout ${NODE_TIMEOUT:-540} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size "$size" \
       --n-layer "$layers" --mesh "$mesh" --batch-size "$batch" --vocab-size ${NODE_VOCAB:-32000} --quality-steps 0 \
       --rounds ${NODE_ROUNDS:-3} --iters ${NODE_ITERS:-5} --warmup 2 --compile-workers 1 --park host \
-      --recipes ${NODE_RECIPES:-dense,srste} ${NODE_ARGS:-} > "$OUT/logs/node_$tag.log" 2>&1
+      --recipes ${NODE_RECIPES:-dense,srste} ${remat:+--remat $remat} ${NODE_ARGS:-} > "$OUT/logs/node_$tag.log" 2>&1
     rc=$?; note "node $spec rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'compiled|tokens/s' "$OUT/logs/node_$tag.log" | tr '\n' ' ' | cut -c1-600)"
     [ $rc -eq 0 ] || { tail -25 "$OUT/logs/node_$tag.log"; status=1; }
   done
