@@ -15,7 +15,6 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
-from jax_sparse24 import distill as s24distill
 
 from gpt_errors import CLIError
 from gpt_model import student_params_from_teacher
