@@ -19,9 +19,11 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository's jax_sparse24 without an install
 
 #: name -> (layers, d_model, d_ffn, tokens)
 SHAPES = {"gpt2": (12, 768, 3072, 8192), "llama-1b": (8, 2048, 5632, 8192), "tiny": (2, 64, 128, 64)}

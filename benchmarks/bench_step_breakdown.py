@@ -65,6 +65,7 @@ MVUE = "MVUE of ∇y + compress"
 MASKS = "masks"
 ATTENTION = "attention"
 OPTIMIZER = "optimizer"
+COLLECTIVE = "collectives"
 OTHER = "other"
 
 #: category -> what it holds (the report's legend), in table order.
@@ -79,6 +80,7 @@ CATEGORIES = {
     ATTENTION: "cuDNN's attention kernels, and XLA's under the model's `attention` scope",
     OPTIMIZER: "XLA's kernels under the train step's `optimizer` scope (clipping, decay, AdamW, "
                "mask refresh)",
+    COLLECTIVE: "NCCL's kernels (all-gather, reduce-scatter, all-reduce of a sharded step; they may overlap compute)",
     OTHER: "the rest of XLA's kernels (norms, activations, loss, casts, copies), memsets",
 }
 
@@ -96,6 +98,7 @@ def _scope(name: str) -> re.Pattern:
 RULES = (
     # memsets and copies are the runtime's, whatever HLO instruction they run for
     (OTHER, "kernel", re.compile(r"^(memset|memcpy)", re.I)),
+    (COLLECTIVE, "kernel", re.compile(r"nccl|all_?gather|reduce_?scatter|all_?reduce|collective_?permute", re.I)),
     # compress_kernels.cu: Op 2 = kMvue (0 prune, 1 mask, 3 soft threshold are weights);
     # mask_kernels.cu: GroupOp 2 = kMvue24
     (MVUE, "kernel", re.compile(r"CompressTileKernel<[^,]*, \([^,]*?::Op\)2,|CompressTileKernelI\w*?OpE2E"
@@ -248,6 +251,8 @@ def kernel_times(trace_dir: str, op_names: dict | None = None) -> KernelTimes:
     meta = [e for e in events if e.get("ph") == "M"]
     pids = {e["pid"]: e.get("args", {}).get("name", "") for e in meta if e.get("name") == "process_name"}
     device = {p for p, n in pids.items() if re.search(r"/device:GPU|GPU:\d|stream", n, re.I)}
+    first = [p for p in device if re.search(r"GPU:0\b", pids[p])]
+    device = set(first) or device  # a sharded step: the first GPU's kernels (the others run the same)
     threads = {(e["pid"], e.get("tid")): e.get("args", {}).get("name", "") for e in meta
                if e.get("name") == "thread_name" and e["pid"] in device}
     streams = {k for k, n in threads.items() if re.search(r"stream", n, re.I)}
@@ -630,6 +635,10 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=20, help="rows of the per-kernel tables")
     ap.add_argument("--compile-workers", type=int, default=4, help="concurrent XLA compilations")
     ap.add_argument("--trace-dir", default=None, help="keep each recipe's trace and compiled HLO text here")
+    ap.add_argument("--mesh", default=None, help="the example's --mesh over every visible device (--batch-size global); "
+                    "the kernel times are the first GPU's")
+    ap.add_argument("--vocab-size", type=int, default=None, help="the model's vocabulary (default the byte data's 256)")
+    ap.add_argument("--remat", choices=("none", "dots", "full"), default=None, help="the example's --remat")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: step_breakdown_<tag>.json/.md "
                                                 "(default: the backend and the size)")
@@ -651,7 +660,7 @@ def main(argv=None) -> int:
 
     d = train_gpt.SIZE_DEFAULTS[a.size]
     batch, seq = a.batch_size or d["batch_size"], a.seq_len or d["seq_len"]
-    extra = []
+    extra = (["--remat", a.remat] if a.remat else [])
     for flag in ("n_layer", "n_head", "n_embd"):
         if getattr(a, flag) is not None:
             extra += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
@@ -668,7 +677,8 @@ def main(argv=None) -> int:
     rts = {}
     for lb, (rl, attention) in parsed.items():
         ex = extra + ["--attention", attention or a.attention]
-        rts[lb] = train_gpt.make_runtime(btg._experiment(a.size, rl, batch, seq, 10**6, ex))
+        mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
+        rts[lb] = train_gpt.make_runtime(btg._experiment(a.size, rl, batch, seq, 10**6, ex, a.vocab_size), mesh)
     cfg = next(iter(rts.values())).exp.cfg
     kinds = sorted({train_gpt.attention_implementation(rt.exp.cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
                     for rt in rts.values()})
