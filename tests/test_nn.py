@@ -411,3 +411,9 @@ def test_kernel_flip_rate_stacked_kernels_and_errors():
         kernel_flip_rate(old, old, paths="up")
     with pytest.raises(ValueError, match="divisible"):  # in = 6 is not a whole number of 2:4 groups
         kernel_flip_rate({"h": {"kernel": jnp.ones((6, 4))}}, {"h": {"kernel": jnp.ones((6, 4))}})
+
+
+@pytest.mark.parametrize("features", [0, -4, 2.5, True])
+def test_bad_features_name_the_field(features):
+    with pytest.raises(ValueError, match=r"Sparse24Dense: features must be a positive integer"):
+        Sparse24Dense(features).init(jax.random.key(0), jnp.ones((2, 8)))
