@@ -183,7 +183,6 @@ class Sparse24Dense(nn.Module):
         _layer.check_config("Sparse24Dense", self.method, self.backend, self.fp8, self.fp8_scaling,
                             self.amax_history_length)
         check_positive_int(self.features, "features", f"Sparse24Dense {self.name or ''}".rstrip())
-        check_positive_int(self.mask_every, "mask_every", f"Sparse24Dense {self.name or ''}".rstrip())
         in_features = jnp.shape(inputs)[-1]
         if self.method != "dense" and in_features % 4:
             raise ValueError(

@@ -38,6 +38,7 @@ from flax import struct
 from jax_sparse24 import nn as _nn
 from jax_sparse24._src import fp8 as _fp8
 from jax_sparse24 import optim as _optim
+from jax_sparse24._src import validation as v
 from jax_sparse24._src.validation import check_positive_int
 
 __all__ = ["SparseTrainState"]
@@ -71,6 +72,13 @@ def _check_sparsity(params, sparsity) -> None:
                 f"SparseTrainState: the mask of '{_path_str(path)}' has shape {np.shape(layer[name])} but its "
                 f"kernel {np.shape(kernel)}: pass the 'params' and 'sparsity' collections of the same model.init(...)"
             )
+        # The layers trust their collection's masks (no device check in the step): a concrete mask
+        # handed in here (e.g. edited or loaded by the user) is checked once, 2:4 along in (axis -2)
+        # and, for a transposable mask, along out (axis -1), per layer of a stack.
+        where = f"SparseTrainState: sparsity '{_path_str(path + (name,))}'"
+        v.check_concrete_mask_on_device(layer[name], 2, 4, -2, where, name, axis_name="in")
+        if name == _nn._TMASK:
+            v.check_concrete_mask_on_device(layer[name], 2, 4, -1, where, name, axis_name="out, transposable")
         try:  # (a stack of layers, nn.scan's, has one period per layer)
             every = None if _nn._EVERY not in layer else int(np.min(np.asarray(layer[_nn._EVERY])))
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, TypeError, ValueError):

@@ -534,3 +534,26 @@ def test_prune_to_masks_of_layers_without_stored_masks(method):
     if method == "soft":
         with pytest.raises(ValueError, match="no S-STE beta for up"):
             s24.nn.sparse_weights(state.params, {}, method="soft", paths=["up"])
+
+
+def test_create_checks_the_masks_it_is_given():
+    """The layers trust their sparsity collection: a mask edited by hand is refused at create."""
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return s24.nn.Sparse24Dense(8)(x)
+
+    x = jnp.ones((2, 16))
+    v = M().init(jax.random.key(0), x)
+    bad = jax.tree_util.tree_map(lambda a: jnp.ones_like(a) if a.dtype == jnp.bool_ else a, v["sparsity"])
+    with pytest.raises(s24.MaskCheckError, match=r"transposable_mask'.*not 2:4 along axis 0 \(in\)"):
+        s24.training.SparseTrainState.create(apply_fn=M().apply, params=v["params"], tx=optax.sgd(0.1),
+                                             sparsity=bad)
+    in_only = jax.tree_util.tree_map(
+        lambda a: s24.mask24(v["params"]["Sparse24Dense_0"]["kernel"], axis=0) if a.dtype == jnp.bool_ else a,
+        v["sparsity"])
+    with pytest.raises(s24.MaskCheckError, match=r"along axis 1 \(out, transposable\)"):
+        s24.training.SparseTrainState.create(apply_fn=M().apply, params=v["params"], tx=optax.sgd(0.1),
+                                             sparsity=in_only)
+    s24.training.SparseTrainState.create(apply_fn=M().apply, params=v["params"], tx=optax.sgd(0.1),
+                                         sparsity=v["sparsity"])  # the library's own masks pass

@@ -136,6 +136,27 @@ def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", 
     return None
 
 
+def check_concrete_mask_on_device(mask, n: int, m: int, axis: int, op: str, name: str = "mask", *,
+                                  axis_name: str | None = None, hint: str = "") -> None:
+    """:func:`check_nm_mask` of a concrete mask where it lives: a ``jax.Array``'s count runs on its
+    devices (only a scalar comes back, no transfer of a large or sharded mask), a NumPy array's on the
+    host. Skipped for a traced mask, a mask not fully addressable by this process (several
+    processes), and inside an enclosing trace (where the count would be traced)."""
+    if not is_concrete(mask) or (isinstance(mask, jax.Array) and not mask.is_fully_addressable):
+        return
+    shape = _shape(mask)
+    axis = axis % len(shape)
+    if shape[axis] % m:
+        raise MaskCheckError(f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {shape}")
+    try:
+        bad, total = _violations(mask, n, m, axis, jnp if isinstance(mask, jax.Array) else np)
+        bad = int(bad)
+    except jax.errors.ConcretizationTypeError:
+        return
+    if bad:
+        raise MaskCheckError(_mask_message(op, name, n, m, axis, shape, bad, total, axis_name, hint))
+
+
 def check_same_shape(a, b, op: str, names: tuple[str, str]) -> None:
     if _shape(a) != _shape(b):
         raise ValueError(
