@@ -1,8 +1,17 @@
-"""Data of ``train_gpt.py``: byte-level tokens of a text corpus (:class:`ByteData`)."""
+"""Data of ``train_gpt.py``: byte-level tokens of a text corpus (:class:`ByteData`), or the token
+shards of a ``prepare_data.py`` directory (``gpt_tokens.TokenData``); :func:`load_data` picks one.
+
+The default corpus is real public-domain English prose bundled in ``examples/data/``
+(``realtext_small_train.txt.xz``, 10.5 MB: 14 novels and 69 State of the Union addresses;
+``realtext_small_val.txt.xz``, 1.2 MB: 3 other novels and 13 other addresses; whole documents,
+split by document; sources and licences in ``examples/data/SOURCES.md``).
+"""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import lzma
 from pathlib import Path
 from typing import Optional
 
@@ -10,37 +19,77 @@ import numpy as np
 
 from gpt_errors import CLIError
 
-DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "corpus.txt"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_DATA = DATA_DIR / "realtext_small_train.txt.xz"
+#: the validation text of :data:`DEFAULT_DATA` (used when ``--data`` is the default and ``--val-data`` is not given)
+DEFAULT_VAL_DATA = DATA_DIR / "realtext_small_val.txt.xz"
 VAL_FRACTION = 0.1
 
 
 def _read(path: Path, flag: str) -> bytes:
+    """The bytes of the text file ``path`` (``.xz`` / ``.gz``: decompressed, in memory)."""
     if path.is_dir():
-        raise CLIError(f"{flag} {path} is a directory: give one text file, whose bytes are the tokens (e.g. "
-                       f"{DEFAULT_DATA}; to train on several files, concatenate them into one)")
+        from gpt_tokens import INDEX
+
+        raise CLIError(f"{flag} {path} is a directory without {INDEX}: make a token data directory with "
+                       f"`python examples/prepare_data.py --data FILE ... --out {path}`, or give one text file "
+                       f"(its bytes are the tokens)")
     if not path.is_file():
         raise CLIError(f"{flag} {path}: no such file")
-    raw = path.read_bytes()
+    try:
+        if path.suffix == ".xz":
+            raw = lzma.decompress(path.read_bytes())
+        elif path.suffix == ".gz":
+            raw = gzip.decompress(path.read_bytes())
+        else:
+            raw = path.read_bytes()
+    except (lzma.LZMAError, OSError, EOFError) as e:
+        raise CLIError(f"{flag} {path}: cannot be decompressed ({e})") from None
     if not raw:
         raise CLIError(f"{flag} {path}: the corpus is empty")
     return raw
 
 
+def load_data(path: Path, seq_len: int, batch_size: int, seed: int, eval_batches: int,
+              val_path: Optional[Path] = None):
+    """``--data``: a ``prepare_data.py`` directory (it holds ``index.json``) -> ``gpt_tokens.TokenData``
+    (its tokenizer's vocabulary); a text file -> :class:`ByteData` (vocabulary 256)."""
+    path = Path(path)
+    if path.is_dir():
+        from gpt_tokens import TokenData, is_token_dir, read_index
+
+        if not is_token_dir(path):
+            read_index(path)  # the error: a directory without index.json
+        if val_path is not None:
+            raise CLIError(f"--val-data: --data {path} is a token directory with its own validation split "
+                           "(prepare_data.py --val)")
+        return TokenData(path, seq_len, batch_size, seed, eval_batches)
+    return ByteData(path, seq_len, batch_size, seed, eval_batches, val_path=val_path)
+
+
 class ByteData:
-    """Byte-level tokens of a text file, split 90/10 into train/val — or, with ``val_path``, all of
-    ``path`` for training and all of ``val_path`` for validation (``--val-data``).
+    """Byte-level tokens of a text file (``.xz`` / ``.gz`` decompressed into memory), split 90/10 into
+    train/val — or, with ``val_path``, all of ``path`` for training and all of ``val_path`` for
+    validation (``--val-data``). :data:`DEFAULT_DATA` without ``val_path`` validates on
+    :data:`DEFAULT_VAL_DATA` (its documents are not in the training text).
 
     The training batch of step ``t`` is a pure function of ``(seed, t)``: random windows drawn
     with ``numpy.random.default_rng([seed, t])``, so resuming at step ``t`` resumes the data
     stream exactly. Validation uses fixed, evenly spaced windows.
 
-    ``sha256`` fingerprints the data of a run (checked on ``--resume``): the file's hash without
-    ``val_path`` (as before), else the hash of both files' hashes.
+    ``sha256`` fingerprints the data of a run (checked on ``--resume``): the (decompressed) text's
+    hash without ``val_path`` (as before), else the hash of both texts' hashes.
     """
+
+    unit = "bytes"
+    vocab_size = None  # the model's default: 256
+    tokenizer_sha256 = None
 
     def __init__(self, path: Path, seq_len: int, batch_size: int, seed: int, eval_batches: int,
                  val_path: Optional[Path] = None):
         path = Path(path)
+        if val_path is None and path.resolve() == DEFAULT_DATA:
+            val_path = DEFAULT_VAL_DATA
         raw = _read(path, "--data")
         need = 10 * (seq_len + 1)
         tokens = np.frombuffer(raw, dtype=np.uint8)

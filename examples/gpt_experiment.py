@@ -153,6 +153,9 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         layers=getattr(args, "layers", "scan"),  # in CONFIG_KEYS: the checkpoint's tree layout
         remat=getattr(args, "remat", "none"),  # not in CONFIG_KEYS: same math, recomputed
     )
+    for k in ("vocab_size", "tokenizer_sha256"):  # --data DIR (train_gpt.main sets them from the data)
+        if getattr(args, k, None) is not None:
+            hp[k] = getattr(args, k)
     for k in ("n_layer", "n_head", "n_embd"):
         v = getattr(args, k)
         hp[k] = SIZES[args.size][k] if v is None else v
@@ -211,6 +214,9 @@ def run_config(hp: dict, data_sha256: str) -> dict:
     keys = CONFIG_KEYS + (AST_CONFIG_KEYS if RECIPES[hp["recipe"]].get("ast") else ())
     config = {k: hp[k] for k in keys}
     config["data_sha256"] = data_sha256
+    if hp.get("tokenizer_sha256") is not None:  # --data DIR: its tokenizer (a byte corpus's config is unchanged)
+        config["tokenizer_sha256"] = hp["tokenizer_sha256"]
+        config["vocab_size"] = hp.get("vocab_size", 256)
     return config
 
 

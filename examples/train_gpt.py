@@ -103,7 +103,9 @@ build the experiment, start or resume, the step loop and its logging, the summar
 * ``gpt_experiment.py`` — recipes, per-size defaults, flag resolution, the optimizer chain and the
   train/eval steps (``RECIPES``, ``resolve_flags``, ``build_experiment``, ``make_train_step``);
 * ``gpt_runtime.py`` — ``--mesh``, shardings, the jitted ``Runtime``, the per-layer kernel plan;
-* ``gpt_data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``);
+* ``gpt_data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``) and
+  ``load_data``; ``gpt_tokens.py`` — ``TokenData``, the token shards of ``--data DIR`` written by
+  ``prepare_data.py`` (subword tokenizer; memmap windows, each process its rows, prefetched);
 * ``gpt_checkpoints.py`` — orbax checkpoints with fingerprints, config checks, the ``--out`` /
   ``--resume`` / ``--resume-from`` rules, the ``ast`` teacher;
 * ``gpt_report.py`` — progress line, ``metrics.jsonl``, the ``--compare`` table;
@@ -143,7 +145,8 @@ import jax_sparse24 as s24  # noqa: E402
 
 from gpt_checkpoints import (  # noqa: E402
     Checkpoints, _precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
-from gpt_data import DEFAULT_DATA, ByteData  # noqa: E402
+from gpt_data import DEFAULT_DATA, ByteData, load_data  # noqa: E402
+from gpt_tokens import check_tokenizer  # noqa: E402
 from gpt_errors import PROG, CLIError, Diverged, Interrupted  # noqa: E402
 from gpt_experiment import (  # noqa: E402
     FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
@@ -192,7 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: per size)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                    help="text corpus (bytes are the tokens); without --val-data its last 10%% is the validation split")
+                    help="a text file (bytes are the tokens; .xz/.gz decompressed; without --val-data its last 10%% "
+                         "validates; the default, real public-domain prose, has its own validation file) or a "
+                         "directory written by examples/prepare_data.py (subword tokens; the model's vocabulary is "
+                         "its tokenizer's)")
     ap.add_argument("--val-data", type=Path, default=None,
                     help="validation text: all of --data then trains and this file validates")
     ap.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
@@ -321,6 +327,8 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
 
     rt = make_runtime(exp, mesh, teacher_params)
     put = rt.put
+    if hasattr(data, "use_sharding"):  # TokenData: read only the rows this process's devices hold
+        data.use_sharding(rt.data_sharding)
     plan = {} if args.quiet else kernel_plan(rt)
     if plan:
         where = "GPU kernels" if s24.cuda_kernels_available() else "no GPU kernels: dense reference"
@@ -648,7 +656,8 @@ def _main(argv: list) -> int:
         mesh = parse_mesh(args.mesh)
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
-        data = ByteData(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"), val_path=args.val_data)
+        data = load_data(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"), val_path=args.val_data)
+        args.vocab_size, args.tokenizer_sha256 = data.vocab_size, data.tokenizer_sha256  # resolve_flags: hp
         if args.compare is not None:
             precheck_compare_out(args.out, args.resume, args.overwrite)
         for r in recipes:
@@ -656,9 +665,17 @@ def _main(argv: list) -> int:
         if args.resume:  # refuse mismatched / corrupt checkpoints before training anything
             for r in recipes:
                 hp = resolve_flags(args, r)
+                ck = Checkpoints(outs[r] / "ckpt")
+                try:
+                    saved_config = ck.read_meta(ck.steps()[-1] if args.resume_from is None else args.resume_from)["config"]
+                except Exception:  # noqa: BLE001 (a corrupt checkpoint: check_resume says so)
+                    saved_config = None
+                if saved_config is not None:
+                    check_tokenizer(saved_config, data, ck.dir)
                 check_resume(Checkpoints(outs[r] / "ckpt"), hp, run_config(hp, data.sha256), args.resume_from)
-        print(f"{PROG}: {len(data.train)} train / {len(data.val)} val bytes from {data.path}"
+        print(f"{PROG}: {len(data.train)} train / {len(data.val)} val {data.unit} from {data.path}"
               + (f" (val: {data.val_path})" if data.val_path else "")
+              + (f" (vocabulary {data.vocab_size})" if data.vocab_size else "")
               + f"; {jax.device_count()} {jax.default_backend()} device(s)", file=sys.stderr)
         INTERRUPT.pause("startup")
         if stop_agreed():
