@@ -31,9 +31,9 @@ def _read(path: Path, flag: str) -> bytes:
     if path.is_dir():
         from gpt_tokens import INDEX
 
-        raise CLIError(f"{flag} {path} is a directory without {INDEX}: make a token data directory with "
-                       f"`python examples/prepare_data.py --data FILE ... --out {path}`, or give one text file "
-                       f"(its bytes are the tokens)")
+        raise CLIError(f"{flag} {path} is a directory: give one text file (its bytes are the tokens)" +
+                       ("" if flag != "--data" else f", or a data directory with {INDEX} made by "
+                        f"`python examples/prepare_data.py --data FILE ... --out DIR`"))
     if not path.is_file():
         raise CLIError(f"{flag} {path}: no such file")
     try:
