@@ -208,6 +208,8 @@ def split_pieces(paths: list[Path], chunk_bytes: int, val_from: Optional[int], w
                 pos += len(piece.encode("utf-8"))
             if keep:
                 yield keep
+            if in_val and want == "train":  # the rest is validation text
+                return
         if val_from is None or want == "all" or in_val == (want == "val"):
             yield [EOT]
 

@@ -44,6 +44,18 @@ LLaMA sizes: on GPT-2 124M (100M tokens of real text) the factor 2 cost them 2-3
 for srste with a long dense tail there (``--finetune-fraction`` above 1/4: half dense ended +1.73%
 with 2, +0.39% with 1; ``quality_gpt2_h200_realtext_100m_srste_lr1.md``).
 
+Data (``--data``): a text file whose bytes are the tokens (vocabulary 256; default: the bundled real,
+public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``, 10.5 MB / 1.2 MB, sources
+in ``examples/data/SOURCES.md``), or a directory written by ``examples/prepare_data.py`` (a byte-level
+BPE tokenizer, e.g. ``--vocab-size 32000``, and its token shards): the model's vocabulary is then the
+tokenizer's, training reads windows of the memmapped shards (each process its rows of the global batch,
+prefetched in a thread; ``gpt_tokens.py``), and the tokenizer's sha256 is part of the checkpointed config
+(a ``--resume`` with other data or another tokenizer is refused)::
+
+    python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
+        --val examples/data/realtext_small_val.txt.xz --out data/realtext_small_bpe32k --vocab-size 32000
+    python examples/train_gpt.py --data data/realtext_small_bpe32k --size gpt2 --compare dense,srste
+
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
 ``summary.json``, ``loss.png`` (train/val loss and flip rate), and orbax checkpoints in

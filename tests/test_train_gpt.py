@@ -197,9 +197,10 @@ def test_bad_corpus(tmp_path, capsys, content, message):
     assert not (tmp_path / "o").exists()
     assert run("--data", tmp_path / "missing.txt", "--out", tmp_path / "o") == 2
     assert "no such file" in capsys.readouterr().err
-    assert run("--data", tmp_path, "--out", tmp_path / "o") == 2  # a directory: named as such
+    assert run("--data", tmp_path, "--out", tmp_path / "o") == 2  # a directory without index.json: named as such
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--data {tmp_path} is a directory: give one text file" in err
+    assert err.count("\n") == 1 and f"--data {tmp_path} is a directory without index.json" in err
+    assert "prepare_data.py" in err and not (tmp_path / "o").exists()
 
 
 def test_val_data_is_a_separate_file(tmp_path, capsys):
