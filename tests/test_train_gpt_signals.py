@@ -102,7 +102,8 @@ def test_ctrl_c_anywhere_exits_130_with_one_line_and_resumes(tmp_path):
         "startup": (Run(tmp_path / "startup", pause="startup"), r"test pause at startup"),
         # while the first train step compiles (issue 41: SIGSEGV, the compilation went on as Python exited)
         "compile": (Run(tmp_path / "compile", pause="compile"), r"test pause at compile"),
-        "train": (Run(tmp_path / "train", cache=cache), r"\] 3/6 "),
+        # the progress line at step 3: "...] 3/6 " plain, "...| 3/6 [" with tqdm (installed with tokenizers)
+        "train": (Run(tmp_path / "train", cache=cache), r"[\]|] 3/6 "),
     }
     for name in ("startup", "compile", "train"):
         runs[name][0].interrupt_at(runs[name][1], deadline)
