@@ -5,7 +5,7 @@ Compiles tests/cpp/compress_emulation.cu (and fp8_compress_emulation.cu) with nv
 and runs it: the kernels' real per-thread code is emulated with 256 host threads per CTA and compared
 byte for byte with an independent implementation of CUTLASS's compressor (see the .cu files), the
 many-tensor kernel (one launch over a table of (x, mask) pairs) included. Skipped without nvcc or the
-XLA FFI headers. About 15 s each to compile on 2 cores.
+XLA FFI headers. Both programs compile at once (about 15 s on 2 cores), cached by a hash of their inputs.
 """
 
 from __future__ import annotations
@@ -28,30 +28,84 @@ def _jaxlib_include():
     return inc if os.path.exists(os.path.join(inc, "xla", "ffi", "api", "ffi.h")) else None
 
 
-def _run_host_emulation(tmp_path, source: str):
-    """Compile tests/cpp/``source`` with nvcc (host code only runs) and run it; assert it printed "all cases ok"."""
+_SOURCES = ("compress_emulation.cu", "fp8_compress_emulation.cu")
+
+
+def _build_key(nvcc: str, inc: str, cmd_tail: list) -> str:
+    """Hash of everything a build reads: the emulation sources, the kernels (xla_ffi/), the FFI headers' jaxlib,
+    nvcc's version and the flags."""
+    import hashlib
+
+    import jaxlib
+
+    h = hashlib.sha256()
+    for d in (os.path.join(ROOT, "tests", "cpp"), os.path.join(ROOT, "xla_ffi")):
+        for dirpath, dirnames, files in os.walk(d):
+            dirnames.sort()
+            for f in sorted(files):
+                path = os.path.join(dirpath, f)
+                h.update(os.path.relpath(path, ROOT).encode())
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    h.update("\0".join([version, inc, getattr(jaxlib, "__version__", ""), *cmd_tail]).encode())
+    return h.hexdigest()[:24]
+
+
+@pytest.fixture(scope="module")
+def emulation_executables(tmp_path_factory):
+    """Both emulation programs, built at once (two nvcc processes in parallel) and cached under the temp dir
+    by a hash of every input (see _build_key), so a rerun with nothing changed skips nvcc. Returns
+    {source: executable path or the nvcc error}. The device half of nvcc's work (cicc, ptxas) is built
+    with -O0: only host code runs here."""
+    import tempfile
+
     nvcc = shutil.which("nvcc") or shutil.which("/usr/local/cuda/bin/nvcc")
     inc = _jaxlib_include()
     if nvcc is None or inc is None:
         pytest.skip("needs nvcc and the XLA FFI headers (jaxlib/include)")
-    exe = tmp_path / os.path.splitext(source)[0]
-    cmd = [nvcc, "-std=c++20", "-O1", "--expt-relaxed-constexpr", "-I", os.path.join(ROOT, "xla_ffi"), "-I", inc,
-           os.path.join(ROOT, "tests", "cpp", source), "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert build.returncode == 0, f"nvcc failed:\n{build.stderr[-4000:]}"
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=900)
+    flags = ["-std=c++20", "-O1", "--expt-relaxed-constexpr", "-Xcicc", "-O0", "-Xptxas", "-O0",
+             "-I", os.path.join(ROOT, "xla_ffi"), "-I", inc]
+    cache = os.path.join(tempfile.gettempdir(), "jax_sparse24_emulation", _build_key(nvcc, inc, flags))
+    os.makedirs(cache, exist_ok=True)
+    work = tmp_path_factory.mktemp("emulation")
+    result, builds = {}, {}
+    for source in _SOURCES:
+        exe = os.path.join(cache, os.path.splitext(source)[0])
+        if os.path.exists(exe):
+            result[source] = exe
+            continue
+        out = str(work / os.path.splitext(source)[0])
+        cmd = [nvcc, *flags, os.path.join(ROOT, "tests", "cpp", source), "-o", out]
+        builds[source] = (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out, exe)
+    for source, (proc, out, exe) in builds.items():
+        _, err = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            result[source] = f"nvcc failed:\n{err[-4000:]}"
+            continue
+        shutil.copy2(out, exe + f".{os.getpid()}.tmp")
+        os.replace(exe + f".{os.getpid()}.tmp", exe)  # atomic: a concurrent run sees a whole file or none
+        result[source] = exe
+    return result
+
+
+def _run_host_emulation(executables, source: str):
+    """Run the built tests/cpp/``source`` (host code only runs); assert it printed "all cases ok"."""
+    exe = executables[source]
+    assert os.path.exists(exe), exe  # otherwise the nvcc error
+    run = subprocess.run([exe], capture_output=True, text=True, timeout=900)
     failures = [line for line in run.stdout.splitlines() if "FAIL" in line or line.startswith("  ")]
     assert run.returncode == 0, "emulation mismatches:\n" + "\n".join(failures[:40])
     assert "all cases ok" in run.stdout
 
 
 @pytest.mark.slow
-def test_compress_kernels_host_emulation(tmp_path):
-    _run_host_emulation(tmp_path, "compress_emulation.cu")
+def test_compress_kernels_host_emulation(emulation_executables):
+    _run_host_emulation(emulation_executables, "compress_emulation.cu")
 
 
 @pytest.mark.slow
-def test_fp8_compress_kernels_host_emulation(tmp_path):
+def test_fp8_compress_kernels_host_emulation(emulation_executables):
     """The fp8 operand kernels' bodies on host threads (tests/cpp/fp8_compress_emulation.cu), every byte
     against an independent implementation: the MVUE one (Fp8MvueTile: tiles, shared-memory staging and
     swizzles, the nibble taken from the draw, padding) against the element-wise MVUE draw + e4m3
@@ -59,7 +113,7 @@ def test_fp8_compress_kernels_host_emulation(tmp_path):
     quantize-where-masked + the same rule; the quantize-transpose one (Fp8QuantizeTransposeTile) against
     e4m3 of the transpose. bfloat16 / float16 / float32 inputs, shapes on and off the tile grid, scales that
     saturate or flush kept values to +-0."""
-    _run_host_emulation(tmp_path, "fp8_compress_emulation.cu")
+    _run_host_emulation(emulation_executables, "fp8_compress_emulation.cu")
 
 
 def _layout_positions(tmp_path, call: str, rows: int, cols: int):

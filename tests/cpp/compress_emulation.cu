@@ -1,6 +1,6 @@
 // Host emulation of the fused compressors (xla_ffi/compress_kernels.cu), run by
 // tests/test_compress_emulation.py on machines without a GPU: the real TileLoop of every kernel
-// instantiation runs with 256 std::threads per CTA (a std::barrier as __syncthreads, several grid
+// instantiation runs with 256 host threads per CTA (a futex barrier as __syncthreads, several grid
 // sizes so the grid-stride loop is exercised) and every output byte -- values and metadata, padding
 // included -- is compared with an independent host implementation of CUTLASS's compressor
 // (transform/kernel/sm90_sparse_gemm_compressor.hpp + the all-zero fix-up) applied to the dense op

@@ -3,20 +3,108 @@
 // compressor rule for a group and a matrix, and the stub of CUTLASS's shape query.
 #pragma once
 
-#include <barrier>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
 
 // One CTA: body(t, sync) on `threads` host threads, sync() a barrier of all of them (__syncthreads).
+// The threads are a pool started once per thread count and reused by every CTA (starting 256
+// std::threads per CTA cost most of the run time); each CTA still gets its own fresh barrier, and
+// RunCta returns only after every thread has finished the body, as a join would.
+class CtaPool {
+ public:
+  explicit CtaPool(int n) : n_(n) {
+    for (int t = 0; t < n; ++t) th_.emplace_back([this, t]() { Worker(t); });
+  }
+  ~CtaPool() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++gen_;
+    }
+    cv_.notify_all();
+    for (auto& x : th_) x.join();
+  }
+  void Run(const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> lk(mu_);
+    job_ = &job;
+    done_ = 0;
+    ++gen_;
+    cv_.notify_all();
+    done_cv_.wait(lk, [this]() { return done_ == n_; });
+    job_ = nullptr;
+  }
+
+ private:
+  void Worker(int t) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&]() { return gen_ != seen; });
+      seen = gen_;
+      if (stop_) return;
+      const std::function<void(int)>* job = job_;
+      lk.unlock();
+      (*job)(t);
+      lk.lock();
+      if (++done_ == n_) done_cv_.notify_one();
+    }
+  }
+  int n_;
+  std::vector<std::thread> th_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t gen_ = 0;
+  int done_ = 0;
+  bool stop_ = false;
+};
+
+// __syncthreads for the host threads of one CTA: a generation counter that the last thread to arrive
+// bumps; the others sleep on it in the kernel (futex) right away. (std::barrier spins and yields first,
+// which with 256 threads on a few cores cost more than the emulated kernels themselves.)
+class CtaBarrier {
+ public:
+  explicit CtaBarrier(int n) : n_(n) {}
+  void ArriveAndWait() {
+    const int gen = gen_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_acq_rel);
+      syscall(SYS_futex, reinterpret_cast<int*>(&gen_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    } else {
+      while (gen_.load(std::memory_order_acquire) == gen)
+        syscall(SYS_futex, reinterpret_cast<int*>(&gen_), FUTEX_WAIT_PRIVATE, gen, nullptr, nullptr, 0);
+    }
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0};
+  std::atomic<int> gen_{0};
+};
+
 template <class Body>
 void RunCta(int threads, Body&& body) {
-  std::barrier bar(threads);
-  auto sync = [&bar]() { bar.arrive_and_wait(); };
-  std::vector<std::thread> th;
-  for (int t = 0; t < threads; ++t) th.emplace_back([&body, &sync, t]() { body(t, sync); });
-  for (auto& x : th) x.join();
+  static std::map<int, std::unique_ptr<CtaPool>> pools;  // the emulations call RunCta from one thread
+  auto& pool = pools[threads];
+  if (!pool) pool = std::make_unique<CtaPool>(threads);
+  CtaBarrier bar(threads);
+  auto sync = [&bar]() { bar.ArriveAndWait(); };
+  const std::function<void(int)> job = [&body, &sync](int t) { body(t, sync); };
+  pool->Run(job);
 }
 
 // CUTLASS's compressor (transform/kernel/sm90_sparse_gemm_compressor.hpp + the all-zero fix-up) on one

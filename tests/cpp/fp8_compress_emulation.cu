@@ -1,7 +1,7 @@
 // Host emulation of the fp8 operand kernels (xla_ffi/fp8_compress_kernels.cu: Fp8MvueTile, Fp8MaskTile
 // and Fp8QuantizeTransposeTile, the bodies of Fp8Mvue24CompressKernel, Fp8MaskCompressKernel and
 // Fp8QuantizeTransposeKernel), run by tests/test_compress_emulation.py on machines without a GPU: every
-// CTA of a kernel's grid runs with 256 std::threads (a std::barrier as __syncthreads), outputs poisoned
+// CTA of a kernel's grid runs with 256 host threads (a futex barrier as __syncthreads), outputs poisoned
 // first, and every output byte -- values and metadata, padding included -- is compared with an
 // independent host implementation of the op. The quantize-transpose kernel: e4m3(x / scale) transposed.
 // The masked compressor (both directions: A = q(x * mask) or its transpose): e4m3(x / scale) where the
