@@ -21,3 +21,30 @@ try:
     _hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "jax_sparse24"))
 except ImportError:  # hypothesis is in the `test` extra; test_properties.py skips without it
     pass
+
+
+# JAX's persistent compilation cache for the whole session, in a fresh temp directory: tests that build the same
+# tiny models compile identical XLA programs through different jitted functions; the cache (keyed on the program,
+# the compile options and the jax/jaxlib versions) compiles each once. Modules that set their own cache directory
+# (test_train_gpt.py, test_data.py) restore this one afterwards.
+try:
+    import pytest as _pytest
+
+    @_pytest.fixture(scope="session", autouse=True)
+    def _session_compilation_cache(tmp_path_factory):
+        import jax
+        from jax._src import compilation_cache as cc
+
+        keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                "jax_persistent_cache_min_entry_size_bytes")
+        old = {k: getattr(jax.config, k) for k in keys}
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_session_cache")))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        cc.reset_cache()
+        yield
+        for k, v in old.items():
+            jax.config.update(k, v)
+        cc.reset_cache()
+except ImportError:
+    pass
