@@ -26,7 +26,7 @@ except ImportError:  # hypothesis is in the `test` extra; test_properties.py ski
 # JAX's persistent compilation cache for the whole session, in a fresh temp directory: tests that build the same
 # tiny models compile identical XLA programs through different jitted functions; the cache (keyed on the program,
 # the compile options and the jax/jaxlib versions) compiles each once. Modules that set their own cache directory
-# (test_train_gpt.py, test_data.py) restore this one afterwards.
+# (test_train_gpt.py) restore this one afterwards.
 try:
     import pytest as _pytest
 

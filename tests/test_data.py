@@ -20,28 +20,9 @@ import prepare_data  # noqa: E402
 
 pytest.importorskip("tokenizers")
 
-# A model small enough to compile and train in a few seconds on two CPU cores.
-TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
-        "--batch-size", "8", "--eval-batches", "1", "--quiet", "--lr", "3e-3", "--warmup", "3"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compilation_cache(tmp_path_factory):
-    """The training runs below compile identical programs: share them through JAX's cache."""
-    import jax
-    from jax._src import compilation_cache as cc
-
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-            "jax_persistent_cache_min_entry_size_bytes")
-    old = {k: getattr(jax.config, k) for k in keys}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    cc.reset_cache()
-    yield
-    for k, v in old.items():
-        jax.config.update(k, v)
-    cc.reset_cache()
+# the example tests' model, small enough to compile and train in a few seconds on two CPU cores (the
+# compiled programs are shared through the session's compilation cache, tests/conftest.py)
+from test_train_gpt import TINY  # noqa: E402
 
 
 def _text(n_docs: int = 60, seed: int = 0) -> str:
