@@ -303,7 +303,7 @@ def main(argv=None) -> int:
             args = train_gpt.build_parser().parse_args(argv_r)
             try:
                 s = train_gpt.train(args, recipe, runs_dir / _dir_name(label), data, None)
-            except train_gpt.CLIError as e:
+            except (train_gpt.CLIError, train_gpt.Diverged) as e:  # a diverged recipe: its step, not a traceback
                 return fail(f"{label}: {e}")
             sp, at = spike(s["history"])
             res["runs"][label] = {
