@@ -103,12 +103,8 @@ def main(argv=None) -> int:
         print(f"{PROG}: {a.nproc} processes, coordinator {coordinator}; logs of processes 1..{a.nproc - 1} in "
               f"{log_dir}", file=sys.stderr)
 
-    interrupts = 0
-
-    def on_sigint(signum, frame):
-        nonlocal interrupts
-        interrupts += 1
-        sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
+    def signal_running(sig) -> None:
+        """``sig`` to the process group of every process still running."""
         for p in procs:
             if p.poll() is None:
                 try:
@@ -116,26 +112,24 @@ def main(argv=None) -> int:
                 except ProcessLookupError:
                     pass
 
+    interrupts = 0
+
+    def on_sigint(signum, frame):
+        nonlocal interrupts
+        interrupts += 1
+        signal_running(signal.SIGINT if interrupts == 1 else signal.SIGKILL)
+
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
 
     def stop_others(grace: float) -> None:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        signal_running(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
             time.sleep(0.1)
+        signal_running(signal.SIGKILL)
         for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+            p.wait()
 
     failed = None
     while True:

@@ -30,21 +30,11 @@ except ImportError:  # hypothesis is in the `test` extra; test_properties.py ski
 try:
     import pytest as _pytest
 
+    from jax_cache import compilation_cache as _compilation_cache
+
     @_pytest.fixture(scope="session", autouse=True)
     def _session_compilation_cache(tmp_path_factory):
-        import jax
-        from jax._src import compilation_cache as cc
-
-        keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-                "jax_persistent_cache_min_entry_size_bytes")
-        old = {k: getattr(jax.config, k) for k in keys}
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_session_cache")))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        cc.reset_cache()
-        yield
-        for k, v in old.items():
-            jax.config.update(k, v)
-        cc.reset_cache()
+        with _compilation_cache(tmp_path_factory.mktemp("jax_session_cache")):
+            yield
 except ImportError:
     pass

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import train_gpt  # noqa: E402
+from jax_cache import compilation_cache  # noqa: E402
 
 # A model small enough to compile and train in a few seconds on two CPU cores.
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
@@ -28,19 +29,8 @@ TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "
 @pytest.fixture(scope="module", autouse=True)
 def _compilation_cache(tmp_path_factory):
     """Runs of one configuration compile identical programs: share them through JAX's cache."""
-    from jax._src import compilation_cache as cc
-
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-            "jax_persistent_cache_min_entry_size_bytes")
-    old = {k: getattr(jax.config, k) for k in keys}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    cc.reset_cache()
-    yield
-    for k, v in old.items():
-        jax.config.update(k, v)
-    cc.reset_cache()
+    with compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
 
 
 def run(*argv) -> int:
