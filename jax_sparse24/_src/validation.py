@@ -1,8 +1,8 @@
 """Argument checks shared by every op: one place that words each constraint.
 
 All checks run at trace time on static shape/dtype information and raise ``ValueError`` naming
-the constraint and the offending shape. :func:`check_nm_mask_concrete` additionally inspects
-concrete masks, and :func:`check_nm_mask` checks traced masks on the device too.
+the constraint and the offending shape. :func:`check_nm_mask` additionally inspects concrete masks,
+and checks traced masks on the device too.
 """
 
 from __future__ import annotations
@@ -74,11 +74,6 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def check_nm_mask_concrete(mask, n: int, m: int, axis: int, op: str, name: str = "mask") -> None:
-    """If ``mask`` is concrete, check it keeps at most ``n`` of every ``m`` along ``axis``."""
-    check_nm_mask(mask, n, m, axis, op, name, on_device=False)
-
-
 def _violations(mask, n: int, m: int, axis: int, xp=jnp):
     """``(groups keeping more than n of m along axis, all groups)`` of a mask (``xp``: numpy for a
     concrete mask — jnp would trace it inside an enclosing jit — or jnp for a traced one)."""
@@ -99,6 +94,15 @@ class MaskCheckError(ValueError):
     mask is concrete; when it is traced, the device check fails the computation with this message)."""
 
 
+def _grouping_axis(mask, m: int, axis: int, op: str, name: str) -> tuple[tuple[int, ...], int]:
+    """``(mask's shape, axis made non-negative)``; MaskCheckError unless the axis splits into groups of m."""
+    shape = _shape(mask)
+    axis = axis % len(shape)
+    if shape[axis] % m:
+        raise MaskCheckError(f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {shape}")
+    return shape, axis
+
+
 def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", *, on_device: bool | str = True,
                   axis_name: str | None = None, hint: str = ""):
     """``mask`` keeps at most ``n`` of every ``m`` along ``axis`` — whether concrete or traced.
@@ -112,15 +116,12 @@ def check_nm_mask(mask, n: int, m: int, axis: int, op: str, name: str = "mask", 
     pattern) for the caller to poison its result with (no host round trip). Returns ``None``
     otherwise.
     """
-    shape = _shape(mask)
-    axis = axis % len(shape)
-    if shape[axis] % m:
-        raise MaskCheckError(f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {shape}")
+    shape, axis = _grouping_axis(mask, m, axis, op, name)
     if is_concrete(mask):
         bad, total = _violations(np.asarray(mask), n, m, axis, np)
         if int(bad):
             raise MaskCheckError(_mask_message(op, name, n, m, axis, shape, int(bad), total, axis_name, hint))
-        return
+        return None
     if not on_device:
         return None
     bad, total = _violations(mask, n, m, axis)
@@ -144,10 +145,7 @@ def check_concrete_mask_on_device(mask, n: int, m: int, axis: int, op: str, name
     processes), and inside an enclosing trace (where the count would be traced)."""
     if not is_concrete(mask) or (isinstance(mask, jax.Array) and not mask.is_fully_addressable):
         return
-    shape = _shape(mask)
-    axis = axis % len(shape)
-    if shape[axis] % m:
-        raise MaskCheckError(f"{op}: `{name}` axis {axis} must be divisible by {m}, got shape {shape}")
+    shape, axis = _grouping_axis(mask, m, axis, op, name)
     try:
         bad, total = _violations(mask, n, m, axis, jnp if isinstance(mask, jax.Array) else np)
         bad = int(bad)
