@@ -33,8 +33,7 @@
 // MVUE (transposed only): its own kernel (Fp8Mvue24CompressKernel) on 128 x 128 tiles of g, as the
 // 16-bit MVUE compressor: each thread draws and compresses its 16 groups in registers and stages only
 // the compressed bytes; a group's nibble comes from the draw unless a kept value quantizes to +-0.
-// 2.7 TB/s at 16384 x 22016 on the H200 (it staged the dense quantized tile before: 1.5 TB/s;
-// benchmarks/results/ab_fp8_mvue_compress_h200.txt).
+// 2.7 TB/s at 16384 x 22016 on the H200 (it staged the dense quantized tile before: 1.5 TB/s).
 // Command-buffer compatible: no allocation, no synchronisation; the scale and key are read on the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

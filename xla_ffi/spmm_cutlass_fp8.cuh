@@ -29,7 +29,7 @@
 // for fp8 training GEMMs). The promoting cooperative 256x128 schedule ran 3x slower on the H100
 // (0.68-0.75x bf16 dense against 1.7-2.3x, scripts/probe_fp8.py, 2026-11-24) and is not built. Tile K 256
 // (cooperative 256x128 / 128x256, pingpong 128x128) compiled, passed the GPU tests and was not faster on the
-// LLaMA-7B step's GEMMs (benchmarks/results/probe_fp8_step_llama-7b.md): not built either.
+// LLaMA-7B step's GEMMs (scripts/probe_fp8.py --step llama-7b): not built either.
 #define SP24_FP8_CONFIGS(X)                      \
   X(cooperative_fastaccum, 256, 128, 128, 2, 1)  \
   X(cooperative_fastaccum, 128, 256, 128, 1, 2)  \
