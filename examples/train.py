@@ -1,0 +1,257 @@
+#!/usr/bin/env python
+"""Train a GPT with 2:4 sparse linear layers: the jax_sparse24 training script to copy.
+
+    python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
+    python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
+
+On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer::
+
+    python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
+        --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
+    python examples/train.py --data data/realtext --size llama-300m --steps 300 \\
+        --compare dense,srste --out runs/llama-300m
+
+It reads top to bottom: flags, data, model, optimizer and train state, the jitted steps, the loop,
+the summary. Recipes (``--recipe``; the FFN linears are 2:4, at the LLaMA sizes the attention
+projections too):
+
+* ``dense``: plain ``nn.Dense`` layers and AdamW, the baseline;
+* ``srste``: SR-STE with transposable masks refreshed every 40 steps, the MVUE weight gradient,
+  masked decay of the pruned weights and a dense fine-tune over the last sixth of the steps;
+* ``sste``: S-STE, soft-thresholded weights; ``ste``: the 2:4 magnitude mask of the weights, every step.
+
+The 2:4 kernels train at twice the learning rate while the model runs sparse (``sparse_lr_scale``;
+srste always, sste and ste on the tiny sizes). ``--out`` gets ``loss.png`` and ``summary.json``.
+Checkpoints, ``--resume``, device meshes, fp8, STEP and AST are in the full harness,
+``examples/train_gpt.py``; the model is ``examples/gpt_model.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpt_model, gpt_data beside this file
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jax_sparse24 as s24
+from jax_sparse24.training import SparseTrainState
+
+from gpt_data import DEFAULT_DATA, load_data
+from gpt_errors import CLIError
+from gpt_experiment import SIZE_DEFAULTS
+from gpt_model import GPT, SIZES, GPTConfig, sparse_layer_paths
+
+PROG = "train.py"
+#: recipe -> the method of the 2:4 layers (Sparse24Dense) and what the optimizer adds
+RECIPES = {
+    "dense": dict(method="dense"),
+    "srste": dict(method="srste", mvue=True, masked_decay=2e-4, dense_tail=1 / 6, lr_scale=2.0),
+    "sste": dict(method="soft", mvue=True),
+    "ste": dict(method="ste"),
+}
+TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger sizes (measured)
+
+
+# ----------------------------------------------------------------------------------------------
+# Flags
+# ----------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
+    ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line
+    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (gpt_model.SIZES)")
+    ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe")
+    ap.add_argument("--compare", metavar="R1,R2,...",
+                    help="train these recipes one after another on the same data and print a table")
+    ap.add_argument("--steps", type=int, help="optimizer steps (default: per size)")
+    ap.add_argument("--batch-size", type=int, help="sequences per step (default: per size)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (default: per size)")
+    ap.add_argument("--eval-every", type=int, help="steps between evaluations (default: a tenth of the steps)")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                    help="a text file (its bytes are the tokens) or a directory made by examples/prepare_data.py "
+                         "(default: the bundled public-domain text)")
+    ap.add_argument("--out", type=Path, help="output directory (default: runs/SIZE)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    args.recipes = [r.strip() for r in (args.compare or args.recipe).split(",") if r.strip()]
+    bad = [r for r in args.recipes if r not in RECIPES] or len(set(args.recipes)) != len(args.recipes)
+    if not args.recipes or bad:
+        ap.error(f"--compare {args.compare!r}: give distinct recipes from {', '.join(RECIPES)}")
+    d = SIZE_DEFAULTS[args.size]
+    args.steps = args.steps or d["steps"]
+    args.batch_size, args.lr = args.batch_size or d["batch_size"], args.lr or d["lr"]
+    args.eval_every = args.eval_every or max(1, args.steps // 10)
+    for flag in ("steps", "batch_size", "lr", "eval_every"):
+        if not getattr(args, flag) > 0:
+            ap.error(f"--{flag.replace('_', '-')} must be > 0")
+    args.out = args.out or Path("runs") / args.size
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out} is a file")
+    previous = [f for f in ("summary.json", "loss.png") if (args.out / f).exists()]
+    if previous and not args.overwrite:
+        ap.error(f"--out {args.out} holds a previous run ({', '.join(previous)}); pass --overwrite or another --out")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# One run of one recipe
+# ----------------------------------------------------------------------------------------------
+
+def train(args, recipe: str, data) -> dict:
+    r = RECIPES[recipe]
+    steps, B, T = args.steps, args.batch_size, data.seq_len
+    gpu = jax.default_backend() == "gpu"
+
+    # The model: Sparse24Dense layers where the recipe's method is not "dense".
+    cfg = GPTConfig(**dict(SIZES[args.size], block_size=T), vocab_size=data.vocab_size or 256,
+                    method=r["method"], mvue=r.get("mvue", False),
+                    sparse_attn=SIZE_DEFAULTS[args.size].get("sparse_attn", False),
+                    dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto")
+    model = GPT(cfg)
+    variables = model.init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
+
+    # The optimizer: AdamW with warm-up and cosine decay, plus the recipe's 2:4 transforms.
+    dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # dense fine-tune
+    sparse_kernels = {"/".join(p) + "/kernel" for p in sparse_layer_paths(cfg)}
+    is_sparse_kernel = lambda path, leaf: path in sparse_kernels  # noqa: E731
+    decayed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731 - weights, not biases or norms
+        lambda path, x: path[-1].key in ("kernel", "embedding"), params)
+    lr = optax.warmup_cosine_decay_schedule(0.0, args.lr, min(SIZE_DEFAULTS[args.size]["warmup"], steps // 5),
+                                            steps, args.lr / 10)
+    chain = [optax.clip_by_global_norm(1.0)]
+    if "masked_decay" in r:  # SR-STE: decay the pruned weights (the masks come from the train state)
+        chain.append(s24.optim.masked_decay(r["masked_decay"], active_until=dense_after))
+    chain.append(optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=0.1, mask=decayed))
+    lr_scale = r.get("lr_scale", 2.0 if args.size in TINY else 1.0)
+    if sparse_kernels and lr_scale != 1:  # a 2:4 layer's output moves half as far per Adam step
+        chain.append(s24.optim.sparse_lr_scale(lr_scale, where=is_sparse_kernel, active_until=dense_after))
+
+    # The train state: params, masks ("sparsity"), optimizer state and the key of the MVUE gradient.
+    state = SparseTrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.chain(*chain),
+                                    sparsity=variables.get("sparsity", {}),
+                                    rng=jax.random.key(args.seed + 1) if cfg.mvue else None)
+
+    # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
+    def loss_fn(params, state, tokens, sparse):
+        logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+    @functools.partial(jax.jit, static_argnames="sparse")
+    def train_step(state, tokens, sparse):
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
+        # masked decay, the AdamW update, step + 1 (the masks are refreshed below, in their own program)
+        return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
+
+    eval_step = jax.jit(lambda state, tokens, sparse: loss_fn(state.params, state, tokens, sparse),
+                        static_argnames="sparse")
+    refresh = jax.jit(lambda state: state.refresh_masks())  # srste: new 2:4 masks from the weights
+    periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
+
+    def evaluate(state, sparse, batches) -> float:
+        return float(np.mean([eval_step(state, jnp.asarray(b), sparse) for b in batches]))
+
+    # Compile every program (and on a GPU pick its kernels) before the clock starts.
+    t = time.perf_counter()
+    phases = [True] if dense_after is None else [True, False]
+    for sparse in phases:
+        jax.block_until_ready(train_step(state, jnp.asarray(data.batch(0)), sparse))
+    if periods:
+        jax.block_until_ready(refresh(state))
+    print(f"{PROG}: {recipe}: {sum(x.size for x in jax.tree.leaves(state.params)) / 1e6:.1f}M params, "
+          f"{len(sparse_kernels)} 2:4 kernels, compiled in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+
+    # The loop. Tokens/s counts the training steps only (not the evaluations).
+    history, train_time, losses = [], 0.0, []
+    clock = time.perf_counter()
+    for step in range(steps):
+        sparse = dense_after is None or step < dense_after
+        state, loss = train_step(state, jnp.asarray(data.batch(step)), sparse)
+        if sparse and s24.nn.refresh_due(periods, step + 1):
+            state = refresh(state)
+        losses.append(loss)
+        if (step + 1) % args.eval_every == 0 or step + 1 == steps:
+            loss = float(np.mean(jax.device_get(losses)))  # waits for the device
+            train_time += time.perf_counter() - clock
+            val = evaluate(state, sparse, data.val_batches)
+            history.append({"step": step + 1, "loss": loss, "val_loss": val})
+            print(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  "
+                  f"{(step + 1) * B * T / train_time:9,.0f} tokens/s  {train_time:6.1f} s", flush=True)
+            losses, clock = [], time.perf_counter()
+
+    final = evaluate(state, sparse, data.final_val_batches(16 * B * T))  # more windows than the curve's
+    return {"recipe": recipe, "final_val_loss": final, "tokens_per_s": steps * B * T / train_time,
+            "train_time_s": train_time, "dense_after": dense_after, "sparse_lr_scale": lr_scale,
+            "history": history}
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs: the table, loss.png, summary.json
+# ----------------------------------------------------------------------------------------------
+
+def table(runs: list[dict]) -> str:
+    base = next((s for s in runs if s["recipe"] == "dense"), None)
+    lines = ["| recipe | tokens/s | vs dense | final val loss | vs dense |", "|---|---|---|---|---|"]
+    for s in runs:
+        speed = f"{s['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
+        loss = f"{100 * (s['final_val_loss'] / base['final_val_loss'] - 1):+.2f}%" if base else "-"
+        lines.append(f"| {s['recipe']} | {s['tokens_per_s']:,.0f} | {speed} | {s['final_val_loss']:.4f} | {loss} |")
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, s in enumerate(runs):
+        x = [h["step"] for h in s["history"]]
+        ax.plot(x, [h["loss"] for h in s["history"]], color=f"C{i}", alpha=0.4, label=f"{s['recipe']} train")
+        ax.plot(x, [h["val_loss"] for h in s["history"]], "o-", color=f"C{i}", ms=3, label=f"{s['recipe']} val")
+    ax.set(xlabel="step", ylabel="cross-entropy", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else [str(a) for a in argv])
+    try:
+        # The data: bytes of a text file, or the token shards of prepare_data.py. The batch of step t
+        # is a function of (seed, t), so every recipe sees the same batches.
+        d = SIZE_DEFAULTS[args.size]
+        data = load_data(args.data, d["seq_len"], args.batch_size, args.seed, d["eval_batches"])
+    except CLIError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    print(f"{PROG}: {len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
+          f"{args.size}, {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {jax.devices()[0].device_kind}",
+          file=sys.stderr)
+    runs = [train(args, recipe, data) for recipe in args.recipes]
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
+    summary = {"size": args.size, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
+               "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": jax.devices()[0].device_kind,
+               "runs": runs}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(table(runs))
+    print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
