@@ -1,0 +1,240 @@
+"""The tables of the README and docs/, made from the result JSONs in benchmarks/results/.
+
+A table sits in a markdown file between two marker comments; this script rewrites what is between them:
+
+    <!-- table:NAME -->
+    ...generated...
+    <!-- /table -->
+
+    python benchmarks/make_docs_tables.py           # rewrite every table in README.md and docs/*.md
+    python benchmarks/make_docs_tables.py --check   # exit 1 (and name them) if a table differs from its JSON
+
+Each table names the result files it reads; a number in a table comes from nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+
+# Flags of a recorded command that do not change what is measured (where it was written, its name, how
+# many programs compiled at once).
+_DROP = {"--out": 1, "--tag": 1, "--compile-workers": 1, "--runs": 1}
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def command(name: str) -> str:
+    """The recorded command of a result file, without the flags that only say where it was written."""
+    words = shlex.split(load(name)["command"])
+    out, skip = [], 0
+    for w in words:
+        if skip:
+            skip -= 1
+        elif w.split("=")[0] in _DROP:
+            skip = 0 if "=" in w else _DROP[w]
+        else:
+            out.append(w)
+    return shlex.join(out)
+
+
+def _x(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{v:.{digits}f}×"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _throughput(name: str) -> dict:
+    (t,) = load(name)["throughput"]
+    return t
+
+
+def _ratios(name: str) -> dict[str, float]:
+    return {r["variant"]: r["vs_dense"] for r in _throughput(name)["rows"]}
+
+
+def _model(t: dict) -> str:
+    shape = {"gpt2": "GPT-2 124M", "gpt2-medium": "GPT-2 350M", "llama-300m": "LLaMA-300M",
+             "llama-1b": "LLaMA-1B", "llama-7b": "LLaMA-7B"}[t["size"]]
+    default_d = {"gpt2": 768, "gpt2-medium": 1024, "llama-300m": 1024, "llama-1b": 2048, "llama-7b": 4096}
+    if t["n_embd"] != default_d[t["size"]]:
+        shape = "GPT" if t["size"].startswith("gpt") else "LLaMA"
+    return f"{shape}-shaped, d {t['n_embd']}, {t['n_layer']} layers"
+
+
+# --- README -------------------------------------------------------------------------------------------
+
+HEADLINE = [  # (what, file, variant)
+    ("LLaMA-7B-shaped layers (d 4096, 4 layers), one H100", "train_gpt_h100_llama-7b_l4_prepared.json", "srste"),
+    ("same, 2:4 GEMMs in fp8", "train_gpt_h100_llama-7b_l4_fp8flax.json", "srste+fp8-delayed"),
+    ("LLaMA-1B-shaped layers (d 2048, 4 layers), one H100", "train_gpt_h100_llama-1b_l4_prepared.json", "srste"),
+    ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
+    ("GPT-2 124M-shaped (d 768, 12 layers), one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
+    ("LLaMA-1B, full depth (16 layers), FSDP on 2 H200", "train_gpt_h200x2_llama-1b_l16_fsdp2.json", "srste"),
+]
+
+
+def table_headline() -> str:
+    rows = [[what, f"**{_x(_ratios(f)[variant])}**", f"`{command(f)}`", f"[`{f[:-5]}.md`](benchmarks/results/{f[:-5]}.md)"]
+            for what, f, variant in HEADLINE]
+    return _table(["model", "tokens/s vs dense", "reproduce", "result"], rows)
+
+
+# --- docs/performance.md --------------------------------------------------------------------------------
+
+TRAIN_STEP = ["train_gpt_h100_gpt2_l12_prepared.json", "train_gpt_h100_gpt2-medium.json",
+              "train_gpt_h100_width2048.json", "train_gpt_h100_width4096.json",
+              "train_gpt_h100_llama-300m_l24_prepared.json", "train_gpt_h100_llama-1b_l4_prepared.json",
+              "train_gpt_h100_llama-7b_l4_prepared.json"]
+
+
+def table_train_step() -> str:
+    rows = []
+    for f in TRAIN_STEP:
+        t, r = _throughput(f), _ratios(f)
+        rows.append([_model(t), f"{t['tokens_per_step']:,}", *(_x(r.get(v), 3) for v in
+                     ("srste", "srste/prepared", "sste", "ste", "step", "dense (control)")), f"`{f[:-5]}.md`"])
+    return _table(["model", "tokens / step", "srste", "srste, weights prepared", "sste", "ste", "step",
+                   "dense control", "file"], rows)
+
+
+FP8_STEP = ["train_gpt_h100_llama-7b_l4_fp8dense.json", "train_gpt_h100_llama-7b_l4_fp8flax.json"]
+_FP8_LABELS = {"dense+fp8": "dense, our fp8 layer (`--recipe dense --fp8`)",
+               "dense+fp8-delayed": "dense, our fp8 layer, delayed scaling (`--fp8 --fp8-scaling delayed`)",
+               "dense+fp8-flax": "dense, Flax's fp8 layer (`--fp8 --fp8-scaling delayed --fp8-dense flax`)",
+               "srste+fp8": "srste, fp8 2:4 GEMMs (`--recipe srste --fp8`)",
+               "srste+fp8-delayed": "srste, fp8 2:4 GEMMs, delayed scaling (`--fp8 --fp8-scaling delayed`)"}
+
+
+def table_fp8_step() -> str:
+    """Each file is one interleaved run against its own bf16 dense (and dense control)."""
+    rows = []
+    for f in FP8_STEP:
+        for r in _throughput(f)["rows"]:
+            if r["variant"] == "dense":
+                continue
+            rows.append([_FP8_LABELS.get(r["variant"], r["variant"]), f"{r['median_step_s'] * 1e3:.1f}",
+                         _x(r["vs_dense"], 3), f"`{f[:-5]}.md`"])
+    return _table(["variant (LLaMA-7B-shaped, 4 layers, 16,384 tokens)", "step (ms)", "vs bf16 dense", "file"],
+                  rows)
+
+
+FP8_QUALITY = "quality_gpt2_h100_realtext_100m_fp8.json"
+
+
+def table_fp8_quality() -> str:
+    runs = load(FP8_QUALITY)["runs"]
+    base = runs["dense"]["final_val_loss"]
+    rows = [[k, f"{v['final_val_loss']:.4f}",
+             "–" if k == "dense" else f"{round((v['final_val_loss'] / base - 1) * 100, 2) + 0.0:+.2f}%",
+             f"{v['tokens_per_s'] / 1e3:.0f}k"] for k, v in runs.items()]
+    return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
+
+
+NODE = "train_gpt_h200x2_llama-1b_l16_fsdp2.json"
+
+
+def table_node() -> str:
+    t = _throughput(NODE)
+    rows = [[r["variant"], f"{r['tokens_per_s']:,.0f}", _x(r["vs_dense"], 3), f"{r['model_tflops_per_gpu']:.0f}",
+             f"{r['compile_s']:.0f}"] for r in t["rows"]]
+    return (f"LLaMA-1B ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}), mesh `{t['mesh']}` over "
+            f"{t['n_devices']} GPUs, {t['tokens_per_step']:,} tokens per step, peak "
+            f"{t['peak_gib_per_device']:.1f} GiB per GPU:\n\n"
+            + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "compile (s)"], rows))
+
+
+def table_spmm() -> str:
+    rows = [[f"{r['T']}, {r['I']}, {r['O']}", f"{r['baseline_tflops']:.0f}", _x(r["best_speedup"]),
+             _x(r.get("cusparselt_speedup")), _x(r.get("cusparselt_speedup_with_compress"))]
+            for r in load("spmm.json")["records"]]
+    return _table(["T, I, O", "dense TFLOP/s", "CUTLASS", "cuSPARSELt", "cuSPARSELt + compression per call"], rows)
+
+
+def table_fp8_gemm() -> str:
+    cols = ["fp8 dense e4m3 dot", "fp8 2:4 gemm", "fp8 2:4 + compress", "bf16 2:4 gemm"]
+    rows = [[f"{r['T']}, {r['I']}, {r['O']}", *(_x(r["gemm"][c]["vs_bf16_dense"]) for c in cols)]
+            for r in load("fp8_gemm.json")["records"]]
+    return _table(["T, I, O", "XLA fp8 dense", "fp8 2:4", "fp8 2:4 + compression", "bf16 2:4"], rows)
+
+
+BREAKDOWN = "step_breakdown_h100_llama-7b_l4.json"
+
+
+def table_breakdown() -> str:
+    d = load(BREAKDOWN)
+    recipes = list(d["recipes"])
+    cats = list(d["categories"])
+    rows = [[c, *(f"{d['recipes'][r]['categories_ms'][c]:.1f}" for r in recipes)] for c in cats]
+    rows.append(["**kernel time**", *(f"**{d['recipes'][r]['kernel_ms']:.1f}**" for r in recipes)])
+    rows.append(["wall time per step", *(f"{d['recipes'][r]['wall_ms']:.1f}" for r in recipes)])
+    return _table(["ms per step", *recipes], rows)
+
+
+QUALITY = ["quality_gpt2_h100_realtext_100m.json", "quality_gpt2_h100_realtext_100m_lr1.json"]
+_QUALITY_LABELS = {"dense-tail": "srste, dense second half", "dense-tail-masked": "srste, dense second half from W ⊙ M",
+                   "srste-sparse-attn": "srste, attention projections 2:4 too", "sste-lr1": "sste", "ste-lr1": "ste"}
+
+
+def table_quality() -> str:
+    """Every run of the quality files against the dense run of the first (same seed, same batches)."""
+    base = load(QUALITY[0])["runs"]["dense"]["final_val_loss"]
+    rows = []
+    for f in QUALITY:
+        for k, v in load(f)["runs"].items():
+            rows.append([_QUALITY_LABELS.get(k, k), f"{v['config']['sparse_lr_scale']:g}",
+                         f"{v['final_val_loss']:.4f}",
+                         "–" if k == "dense" else f"{round((v['final_val_loss'] / base - 1) * 100, 2) + 0.0:+.2f}%",
+                         f"{v['tokens_per_s'] / 1e3:.0f}k", f"{v['spike']:.2f}×", f"`{f[:-5]}.md`"])
+    return _table(["recipe", "2:4 LR scale", "final val loss", "vs dense", "tokens/s", "largest loss spike", "file"],
+                  rows)
+
+
+TABLES = {"headline": table_headline, "train-step": table_train_step, "fp8-step": table_fp8_step,
+          "fp8-quality": table_fp8_quality, "node": table_node, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
+          "quality": table_quality}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked table regenerated (an unknown table name is an error)."""
+    def sub(m: re.Match) -> str:
+        if m.group(2) not in TABLES:
+            raise KeyError(f"unknown table {m.group(2)!r}; known: {', '.join(TABLES)}")
+        return m.group(1) + TABLES[m.group(2)]() + m.group(4)
+    return MARKER.sub(sub, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
+    a = p.parse_args(argv)
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text()
+        new = render(text)
+        if new != text:
+            stale.append(doc.relative_to(ROOT).as_posix())
+            if not a.check:
+                doc.write_text(new)
+    if stale:
+        print(("out of date: " if a.check else "rewrote: ") + ", ".join(stale))
+    return 1 if (a.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
