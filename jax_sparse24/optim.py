@@ -7,8 +7,9 @@
   spikes.
 * :func:`adamw_step` — STEP (Lu et al. 2023): AdamW whose second moment of the sparse weights is
   frozen once it has converged (AutoSwitch), after which the model trains sparse (the other
-  parameters stay plain AdamW); :func:`is_sparse_phase` reads the
-  phase out of any (chained / injected / wrapped) optimizer state.
+  parameters stay plain AdamW): ``optax.adamw`` with :func:`scale_by_step_adam` (the Adam scaling
+  with STEP's precondition phase and switch) in place of ``optax.scale_by_adam``;
+  :func:`is_sparse_phase` reads the phase out of any (chained / injected / wrapped) optimizer state.
 * :func:`sparsity_schedule` / :func:`dense_finetune_schedule` — "sparse, then dense fine-tune"
   step schedules for the model's ``sparse=`` flag.
 
@@ -22,6 +23,7 @@ wrapping with ``optax.inject_hyperparams`` (it treats every callable as a schedu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -45,6 +47,7 @@ __all__ = [
     "magnitude_masks",
     "masked_decay",
     "sparse_lr_scale",
+    "scale_by_step_adam",
     "sparsity_schedule",
     "step_phase",
     "step_state",
@@ -439,6 +442,186 @@ def _z_window(b2, z_window) -> int:
     return max(1, int(math.floor(round(1.0 / (1.0 - b2f), 6))))
 
 
+def scale_by_step_adam(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    *,
+    clipping: tuple[int, int],
+    option: int = 1,
+    switch_eps: float = 1e-9,
+    where: Optional[WhereFn] = None,
+    z_window: Optional[int] = None,
+    freeze: str = "sparse",
+) -> optax.GradientTransformation:
+    r"""STEP's Adam scaling: ``optax.scale_by_adam`` with a precondition phase and an automatic switch.
+
+    Lu et al. 2023, "STEP: Learning N:M Structured Sparsity Masks from Scratch with Precondition".
+    :func:`adamw_step` chains it with optax's weight decay and learning rate.
+
+    *Phase 0 (precondition, model dense)*: Adam's ``m̂ / (√v̂ + eps)``, bit for bit
+    ``optax.scale_by_adam``'s under ``jit``. After every update ``t`` (1-based ``count``) the
+    variance change ``Δv = v_t − v_{t−1}`` over the sparse weights (the leaves selected by
+    ``where``) is summarised as
+
+    * ``option=1``: ``Z_t = mean |Δv|``,
+    * ``option=2``: ``Z_t = exp(mean log |Δv|)`` (geometric mean; ``|Δv|`` floored at the
+      smallest normal float32 so exact zeros do not give ``log 0``),
+
+    and averaged over the last ``window = ⌊1/(1−b2)⌋`` values (fewer at the start). The update
+    ``t`` switches to phase 1 when ``t > t_max``, or when that average ``< switch_eps`` and
+    ``t > t_min``.
+
+    *Phase 1 (mask learning, model sparse)*: the sparse weights' ``v`` is frozen at its value after
+    the switching update and bias-corrected with the switch's count, ``v̂* = v_switch / (1 −
+    b2^switch_step)``; ``m`` keeps its EMA and bias correction. Every other leaf (embeddings,
+    norms, biases, layers that stay dense) goes on with plain Adam (``freeze="sparse"``).
+
+    Why not freeze every ``v``: the precondition exists because the straight-through gradient of a
+    *masked* weight corrupts its variance estimate; a weight that is never masked has no such
+    noise, and a frozen ``v`` removes Adam's normalisation for it exactly when its gradient scale
+    changes (on GPT-2 the attention and LayerNorm gradients grow by orders of magnitude over their
+    frozen ``v`` once the model starts to use context, and the run diverges). ``freeze="all"``
+    keeps the frozen-everything variant for comparison.
+
+    The transform only *exposes* the phase (:class:`AdamWStepState`): the train step reads
+    :func:`is_sparse_phase` and runs the model sparse from the next step on.
+
+    Args:
+      b1: decay of the first-moment EMA.
+      b2: decay of the second-moment EMA; also sets the statistic window ``⌊1/(1−b2)⌋``.
+      eps: added to ``√v̂`` in the denominator.
+      clipping: ``(t_min, t_max)`` integer step counts: never switch at ``t ≤ t_min``, always by
+        ``t = t_max + 1``. The paper recommends 10% and 50% of the total steps.
+      option: 1 (arithmetic mean of ``|Δv|``) or 2 (geometric mean).
+      switch_eps: threshold on the windowed average of ``Z``. ``Z`` has the units of ``v``
+        (squared gradients): in a stationary regime ``Δv = (1−b2)(g² − v)``, so ``Z`` settles
+        near ``(1−b2)·mean|g² − v|`` — about ``(1−b2)·v`` for noise-dominated gradients. The
+        default ``1e-9`` is that level for ``b2 = 0.999`` and a per-element gradient RMS of
+        ``1e-3``. There is no scale-free default: log ``state.z_avg`` (:func:`step_state`) for a
+        few hundred steps and set ``switch_eps`` a little above its plateau, or rely on ``clipping``.
+      where: ``where(path, leaf) -> bool`` selecting the sparse weights whose variance is
+        tracked and (``freeze="sparse"``) frozen; default :func:`default_where`. If it selects
+        nothing, all leaves are.
+      z_window: override the statistic window (default ``⌊1/(1−b2)⌋``).
+      freeze: ``"sparse"`` (default): in phase 1 freeze ``v`` of the leaves selected by ``where``
+        only; ``"all"``: every leaf's.
+
+    Returns:
+      An ``optax.GradientTransformation`` with state :class:`AdamWStepState`. Its updates have the
+      moments' dtype (as ``optax.scale_by_adam``'s).
+    """
+    t_min, t_max = _check_step_args(clipping, option, freeze)
+    static_option = _is_python_number(option)
+
+    def frozen_leaves(tree) -> list:
+        """Per flat leaf of ``tree``: whether its ``v`` is frozen in phase 1."""
+        selected = _select(tree, where)
+        if freeze == "all" or not any(selected):
+            return [True] * len(selected)
+        return selected
+
+    def init_fn(params):
+        window = _z_window(b2, z_window)
+        return AdamWStepState(
+            count=jnp.zeros([], jnp.int32),
+            mu=jax.tree.map(jnp.zeros_like, params),
+            nu=jax.tree.map(jnp.zeros_like, params),
+            phase=jnp.zeros([], jnp.int32),
+            switch_step=jnp.zeros([], jnp.int32),
+            z_buffer=jnp.zeros([window], jnp.float32),
+            z_count=jnp.zeros([], jnp.int32),
+            z_avg=jnp.zeros([], jnp.float32),
+        )
+
+    def statistic(nu_old, nu_new):
+        selected = _select(nu_new, where)
+        new_leaves = jax.tree_util.tree_leaves(nu_new)
+        if not any(selected):
+            selected = [True] * len(new_leaves)
+        pairs = [(o, n) for o, n, s in zip(jax.tree_util.tree_leaves(nu_old), new_leaves, selected) if s and np.size(n)]
+        size = sum(int(np.size(n)) for _, n in pairs)
+        if size == 0:
+            return jnp.zeros([], jnp.float32)
+        diffs = [jnp.abs(n.astype(jnp.float32) - o.astype(jnp.float32)) for o, n in pairs]
+        tiny = jnp.finfo(jnp.float32).tiny
+
+        def z1():
+            return sum(jnp.sum(d) for d in diffs) / size
+
+        def z2():
+            return jnp.exp(sum(jnp.sum(jnp.log(jnp.maximum(d, tiny))) for d in diffs) / size)
+
+        if static_option:
+            return z1() if option == 1 else z2()
+        return jnp.where(jnp.asarray(option) == 2, z2(), z1())
+
+    def update_fn(updates, state, params=None):
+        del params
+        window = state.z_buffer.shape[0]
+        count_inc = _safe_increment(state.count)
+        mu = jax.tree.map(lambda g, m: (1 - b1) * (g**1) + b1 * m, updates, state.mu)
+        # Adam's second moment: the v of phase 0 and (freeze="sparse") of the unfrozen leaves in phase 1
+        nu_ema = jax.tree.map(lambda g, v: ((1 - b2) * (g**2) + b2 * v).astype(v.dtype), updates, state.nu)
+
+        # Phase 0 measures the variance change and may switch; phase 1 keeps the record. Selected
+        # with where, not lax.cond: a conditional's predicate is read on the host, a round trip per
+        # step on a GPU. The price: the statistic is computed in phase 1 too (and its sum may round
+        # in the last bit differently from a lax.cond form's).
+        z = statistic(state.nu, nu_ema).astype(jnp.float32)
+        buf = state.z_buffer.at[state.z_count % window].set(z)
+        z_count_next = _safe_increment(state.z_count)
+        avg = jnp.sum(buf) / jnp.minimum(z_count_next, window).astype(jnp.float32)  # unfilled entries are 0
+        switch = (count_inc > t_max) | ((avg < switch_eps) & (count_inc > t_min))
+        measuring = state.phase == 0
+        sparse = jnp.where(measuring, switch, True)
+        freeze_mask = jax.tree.unflatten(jax.tree.structure(state.nu), frozen_leaves(state.nu))
+        # the frozen leaves keep v_switch from the update after the switch on; the others go on as Adam
+        nu = jax.tree.map(lambda new, old, f: jnp.where(measuring, new, old) if f else new,
+                          nu_ema, state.nu, freeze_mask)
+        phase = sparse.astype(jnp.int32)
+        switch_step = jnp.where(measuring & sparse, count_inc, state.switch_step).astype(jnp.int32)
+        frozen_count = jnp.where(phase == 1, switch_step, count_inc)
+
+        bc1 = 1 - b1**count_inc
+        bc2_frozen = 1 - b2**frozen_count
+        # live leaves: v / (1 - b2**count_inc), written as v / bc2_frozen times a factor that is
+        # exactly 1 in phase 0, so that phase 0 stays bit-exact with optax.scale_by_adam under jit
+        live = jnp.where(phase == 1, bc2_frozen / (1 - b2**count_inc), 1.0)
+        mu_hat = jax.tree.map(lambda m: m / bc1.astype(m.dtype), mu)
+        nu_hat = jax.tree.map(
+            lambda v, f: v / bc2_frozen.astype(v.dtype) if f else (v / bc2_frozen.astype(v.dtype)) * live.astype(v.dtype),
+            nu, freeze_mask)
+        new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
+        return new_updates, AdamWStepState(
+            count=count_inc, mu=mu, nu=nu, phase=phase, switch_step=switch_step,
+            z_buffer=jnp.where(measuring, buf, state.z_buffer),
+            z_count=jnp.where(measuring, z_count_next, state.z_count),
+            z_avg=jnp.where(measuring, avg, state.z_avg).astype(jnp.float32),
+        )
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _check_step_args(clipping, option, freeze) -> tuple:
+    if not (isinstance(clipping, (tuple, list)) and len(clipping) == 2):
+        raise ValueError(f"adamw_step: clipping must be a (t_min, t_max) pair, got {clipping!r}")
+    t_min, t_max = clipping
+    for name, t in (("t_min", t_min), ("t_max", t_max)):
+        if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 0:
+            raise ValueError(
+                f"adamw_step: clipping {name} must be a non-negative int step count (e.g. 10% and "
+                f"50% of the total steps), got {t!r}"
+            )
+    if t_min > t_max:
+        raise ValueError(f"adamw_step: clipping needs t_min <= t_max, got {clipping!r}")
+    if _is_python_number(option) and option not in (1, 2):
+        raise ValueError(f"adamw_step: option must be 1 (mean) or 2 (geometric mean), got {option!r}")
+    if freeze not in ("sparse", "all"):
+        raise ValueError(f"adamw_step: freeze must be 'sparse' or 'all', got {freeze!r}")
+    return t_min, t_max
+
+
 def adamw_step(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
@@ -456,79 +639,31 @@ def adamw_step(
 ) -> optax.GradientTransformationExtraArgs:
     r"""STEP: AdamW with a precondition phase and an automatically chosen switch to sparse training.
 
-    Lu et al. 2023, "STEP: Learning N:M Structured Sparsity Masks from Scratch with Precondition".
+    ``optax.adamw`` with :func:`scale_by_step_adam` in place of ``optax.scale_by_adam``::
 
-    *Phase 0 (precondition, model dense)*: plain AdamW — the updates are exactly those of
-    ``optax.adamw(learning_rate, b1, b2, eps, weight_decay=weight_decay)``. After every update
-    ``t`` (1-based ``count``) the variance change ``Δv = v_t − v_{t−1}`` over the sparse weights
-    (the leaves selected by ``where``) is summarised as
+        optax.chain(scale_by_step_adam(b1, b2, eps, clipping=..., ...),
+                    optax.add_decayed_weights(weight_decay, mask),
+                    optax.scale_by_learning_rate(learning_rate))
 
-    * ``option=1``: ``Z_t = mean |Δv|``,
-    * ``option=2``: ``Z_t = exp(mean log |Δv|)`` (geometric mean; ``|Δv|`` floored at the
-      smallest normal float32 so exact zeros do not give ``log 0``),
-
-    and averaged over the last ``window = ⌊1/(1−b2)⌋`` values (fewer at the start). The update
-    ``t`` switches to phase 1 when ``t > t_max``, or when that average ``< switch_eps`` and
-    ``t > t_min``.
-
-    *Phase 1 (mask learning, model sparse)*: the sparse weights' ``v`` (the leaves selected by
-    ``where``) is frozen at its value after the switching update and
-    ``w ← w − lr·(m̂_t / (√v̂* + eps) + weight_decay·w)`` with
-    ``v̂* = v_switch / (1 − b2^switch_step)``; ``m`` keeps its EMA and bias correction. Every
-    other leaf (embeddings, norms, biases, layers that stay dense) goes on with plain AdamW,
-    its ``v`` still tracking its gradients (``freeze="sparse"``, the default).
-
-    Why not freeze every ``v``: the precondition exists because the straight-through gradient of a
-    *masked* weight corrupts its variance estimate (the paper's motivation); a weight that is never
-    masked has no such noise, and a frozen ``v`` removes Adam's normalisation for it exactly when
-    its gradient scale changes. On a GPT-2 124M byte-level run (H100, real text, lr 6e-4,
-    b2 = 0.95) STEP switched at step 246, on the loss plateau where the attention gradients are
-    still small; when the model then started to use context the attention ``qkv`` and LayerNorm
-    gradients grew by orders of magnitude over their frozen ``v`` and the run diverged 33 steps
-    after the switch (loss 2.37 → 12.9, never recovered: final val loss 2.57 vs 1.13 dense). On
-    CPU (tiny, same plateau) the frozen-all variant lets the dense attention's squared gradient
-    reach ~5000× its frozen ``v`` and its per-element step ``|m̂|/√v̂`` reach 20-25 (Adam keeps it
-    ≤ ~1), while the 2:4 kernels' stays ≤ ~3. ``freeze="all"`` keeps the frozen-everything
-    variant for comparison.
-
-    The optimizer only *exposes* the phase: the train step reads :func:`is_sparse_phase` and runs
-    the model sparse (hard 2:4 straight-through of the weights, done by the layers) from the next
-    step on.
+    with the updates cast to the gradients' dtype. In the precondition phase (model dense) the
+    updates are exactly ``optax.adamw(learning_rate, b1, b2, eps, weight_decay=weight_decay,
+    mask=mask)``'s; after the switch the sparse weights' ``v`` is frozen
+    (:func:`scale_by_step_adam`) and the model trains sparse (:func:`is_sparse_phase`).
 
     Args:
       learning_rate: a float or an optax schedule of the step count.
-      b1: decay of the first-moment EMA.
-      b2: decay of the second-moment EMA; also sets the statistic window ``⌊1/(1−b2)⌋``.
-      eps: added to ``√v̂`` in the denominator.
+      b1, b2, eps, clipping, option, switch_eps, where, z_window, freeze: see
+        :func:`scale_by_step_adam`. ``clipping=(t_min, t_max)``: e.g.
+        ``(total_steps // 10, total_steps // 2)``.
       weight_decay: decoupled weight decay (AdamW), multiplied by the learning rate.
-      clipping: ``(t_min, t_max)`` integer step counts: never switch at ``t ≤ t_min``, always by
-        ``t = t_max + 1``. The paper recommends 10% and 50% of the total steps, e.g.
-        ``clipping=(total_steps // 10, total_steps // 2)``.
-      option: 1 (arithmetic mean of ``|Δv|``) or 2 (geometric mean).
-      switch_eps: threshold on the windowed average of ``Z``. ``Z`` has the units of ``v``
-        (squared gradients): in a stationary regime ``Δv = (1−b2)(g² − v)``, so ``Z`` settles
-        near ``(1−b2)·mean|g² − v|`` — about ``(1−b2)·v`` for noise-dominated gradients. The
-        default ``1e-9`` is that level for ``b2 = 0.999`` and a per-element gradient RMS of
-        ``1e-3`` (``v ≈ 1e-6``), typical of small transformers (ViT / GPT-2 small with global
-        norm clipping at 1): models with smaller gradients switch early (near ``t_min``),
-        models with larger ones late (near ``t_max``). Because the statistic scales with the
-        squared gradient there is no scale-free default: log ``state.z_avg`` for a few hundred
-        steps and set ``switch_eps`` a little above its plateau, or rely on ``clipping``.
-      where: ``where(path, leaf) -> bool`` selecting the sparse weights whose variance is
-        tracked; default :func:`default_where`. If it selects nothing, all leaves are tracked.
-      z_window: override the statistic window (default ``⌊1/(1−b2)⌋``).
-      freeze: ``"sparse"`` (default): in phase 1 freeze ``v`` only for the leaves selected by
-        ``where`` (all leaves if it selects none, as for the statistic); the others keep AdamW's
-        live ``v`` and bias correction. ``"all"``: freeze every leaf's ``v`` (diverged on GPT-2,
-        see above).
       mask: which leaves get the weight decay, as ``optax.adamw``'s ``mask``: a pytree of bools
-        with the structure of the params, or a callable ``mask(params)`` returning one (e.g.
-        ``lambda p: jax.tree.map(lambda x: x.ndim >= 2, p)`` to leave biases and norms undecayed).
+        with the structure of the params, or a callable ``mask(params)`` returning one.
         ``None`` (default): every leaf.
 
     Returns:
-      An ``optax.GradientTransformationExtraArgs`` with state :class:`AdamWStepState`.
-      ``update`` needs ``params`` when ``weight_decay`` is non-zero.
+      An ``optax.GradientTransformationExtraArgs`` whose state is the chain's (a tuple whose
+      first entry is the :class:`AdamWStepState`; :func:`step_state` finds it). ``update`` needs
+      ``params`` when ``weight_decay`` is non-zero.
 
     Note:
       ``optax.inject_hyperparams(adamw_step)(learning_rate=..., clipping=(...))`` works (pass
@@ -548,163 +683,35 @@ def adamw_step(
       >>> bool(is_sparse_phase(state))   # switched at update t_max + 1 = 6
       True
     """
-    if not (isinstance(clipping, (tuple, list)) and len(clipping) == 2):
-        raise ValueError(f"adamw_step: clipping must be a (t_min, t_max) pair, got {clipping!r}")
-    t_min, t_max = clipping
-    for name, t in (("t_min", t_min), ("t_max", t_max)):
-        if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t < 0:
-            raise ValueError(
-                f"adamw_step: clipping {name} must be a non-negative int step count (e.g. 10% and "
-                f"50% of the total steps), got {t!r}"
-            )
-    if t_min > t_max:
-        raise ValueError(f"adamw_step: clipping needs t_min <= t_max, got {clipping!r}")
-    static_option = _is_python_number(option)
-    if static_option and option not in (1, 2):
-        raise ValueError(f"adamw_step: option must be 1 (mean) or 2 (geometric mean), got {option!r}")
+    _check_step_args(clipping, option, freeze)
     wd_is_zero = _is_python_number(weight_decay) and weight_decay == 0
-    if freeze not in ("sparse", "all"):
-        raise ValueError(f"adamw_step: freeze must be 'sparse' or 'all', got {freeze!r}")
-
-    def _decay_mask(mask, params):
-        """Per leaf of ``params``: whether it is decayed (a Python bool tree)."""
-        if mask is None:
-            return jax.tree.map(lambda _: True, params)
-        m = mask(params) if callable(mask) else mask
-        try:
-            return jax.tree.map(lambda _, d: bool(d), params, m)
-        except (ValueError, TypeError) as e:
-            raise ValueError(
-                "adamw_step: mask must be a pytree of Python bools with the structure of the params "
-                f"(or a callable returning one): {e}") from None
-
-    def frozen_leaves(tree) -> list:
-        """Per flat leaf of ``tree``: whether its ``v`` is frozen in phase 1."""
-        selected = _select(tree, where)
-        if freeze == "all" or not any(selected):
-            return [True] * len(selected)
-        return selected
-
-    def init_fn(params):
-        window = _z_window(b2, z_window)
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return AdamWStepState(
-            count=jnp.zeros([], jnp.int32),
-            mu=zeros,
-            nu=jax.tree.map(jnp.zeros_like, params),
-            phase=jnp.zeros([], jnp.int32),
-            switch_step=jnp.zeros([], jnp.int32),
-            z_buffer=jnp.zeros([window], jnp.float32),
-            z_count=jnp.zeros([], jnp.int32),
-            z_avg=jnp.zeros([], jnp.float32),
-        )
-
-    def statistic(nu_old, nu_new):
-        selected = _select(nu_new, where)
-        old_leaves = jax.tree_util.tree_leaves(nu_old)
-        new_leaves = jax.tree_util.tree_leaves(nu_new)
-        if not any(selected):
-            selected = [True] * len(new_leaves)
-        pairs = [(o, n) for o, n, s in zip(old_leaves, new_leaves, selected) if s and np.size(n)]
-        size = sum(int(np.size(n)) for _, n in pairs)
-        if size == 0:
-            return jnp.zeros([], jnp.float32)
-        diffs = [jnp.abs(n.astype(jnp.float32) - o.astype(jnp.float32)) for o, n in pairs]
-        tiny = jnp.finfo(jnp.float32).tiny
-
-        def z1():
-            return sum(jnp.sum(d) for d in diffs) / size
-
-        def z2():
-            return jnp.exp(sum(jnp.sum(jnp.log(jnp.maximum(d, tiny))) for d in diffs) / size)
-
-        if static_option:
-            return z1() if option == 1 else z2()
-        return jnp.where(jnp.asarray(option) == 2, z2(), z1())
+    decay_mask = None if mask is None else functools.partial(_decay_mask, mask)
+    tx = optax.chain(
+        scale_by_step_adam(b1, b2, eps, clipping=clipping, option=option, switch_eps=switch_eps, where=where,
+                           z_window=z_window, freeze=freeze),
+        optax.identity() if wd_is_zero else optax.add_decayed_weights(weight_decay, decay_mask),
+        optax.scale_by_learning_rate(learning_rate),
+    )
 
     def update_fn(updates, state, params=None, **extra_args):
         del extra_args
         if params is None and not wd_is_zero:
-            raise ValueError(
-                "adamw_step: `params` is required for weight decay; call "
-                "`tx.update(grads, opt_state, params)` (or set weight_decay=0)."
-            )
-        window = state.z_buffer.shape[0]
-        count_inc = _safe_increment(state.count)
-        mu = jax.tree.map(lambda g, m: (1 - b1) * (g**1) + b1 * m, updates, state.mu)
+            raise ValueError("adamw_step: `params` is required for weight decay; call "
+                             "`tx.update(grads, opt_state, params)` (or set weight_decay=0).")
+        new_updates, state = tx.update(updates, state, params)
+        return jax.tree.map(lambda u, g: u.astype(jnp.result_type(g)), new_updates, updates), state
 
-        # AdamW's second moment, the v of phase 0 and (freeze="sparse") of the unfrozen leaves in phase 1
-        nu_ema = jax.tree.map(
-            lambda g, v: ((1 - b2) * (g**2) + b2 * v).astype(v.dtype), updates, state.nu
-        )
+    return optax.GradientTransformationExtraArgs(tx.init, update_fn)
 
-        # Phase 0 measures the variance change and may switch; phase 1 keeps the record. Selected
-        # with where, not lax.cond: a conditional's predicate is read on the host, a round trip per
-        # step on a GPU. The price: the statistic (one reduction over the selected leaves' v) is
-        # computed in phase 1 too, and compiled outside a branch its sum can round differently in
-        # the last bit from the lax.cond form's (z and z_avg; only a z_avg within that rounding of
-        # switch_eps could switch one step apart).
-        z = statistic(state.nu, nu_ema).astype(jnp.float32)
-        buf = state.z_buffer.at[state.z_count % window].set(z)
-        z_count_next = _safe_increment(state.z_count)
-        n = jnp.minimum(z_count_next, window).astype(jnp.float32)
-        avg = jnp.sum(buf) / n  # unfilled entries are 0
-        switch = (count_inc > t_max) | ((avg < switch_eps) & (count_inc > t_min))
-        measuring = state.phase == 0
-        z_buffer = jnp.where(measuring, buf, state.z_buffer)
-        z_count = jnp.where(measuring, z_count_next, state.z_count)
-        z_avg = jnp.where(measuring, avg, state.z_avg)
-        sparse = jnp.where(measuring, switch, True)
-        freeze_mask = jax.tree.unflatten(jax.tree.structure(state.nu), frozen_leaves(state.nu))
-        # the frozen leaves keep v_switch from the update after the switch on; the others go on as AdamW
-        nu = jax.tree.map(
-            lambda new, old, f: jnp.where(state.phase == 0, new, old) if f else new,
-            nu_ema, state.nu, freeze_mask,
-        )
-        phase = sparse.astype(jnp.int32)
-        switch_step = jnp.where(
-            (state.phase == 0) & sparse, count_inc, state.switch_step
-        ).astype(jnp.int32)
-        frozen_count = jnp.where(phase == 1, switch_step, count_inc)
 
-        bc1 = 1 - b1**count_inc
-        bc2_frozen = 1 - b2**frozen_count
-        # live leaves: v / (1 - b2**count_inc), written as v / bc2_frozen times a factor that is
-        # exactly 1 in phase 0, so that phase 0 stays bit-exact with optax.adamw under jit
-        live = jnp.where(phase == 1, bc2_frozen / (1 - b2**count_inc), 1.0)
-        mu_hat = jax.tree.map(lambda m: m / bc1.astype(m.dtype), mu)
-        nu_hat = jax.tree.map(
-            lambda v, f: v / bc2_frozen.astype(v.dtype) if f
-            else (v / bc2_frozen.astype(v.dtype)) * live.astype(v.dtype),
-            nu, freeze_mask,
-        )
-        new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
-        if not wd_is_zero:
-            decayed = _decay_mask(mask, params)
-            new_updates = jax.tree.map(lambda u, p, d: u + weight_decay * p if d else u,
-                                       new_updates, params, decayed)
-        if callable(learning_rate):
-            lr = learning_rate(state.count)
-            new_updates = jax.tree.map(
-                lambda u: jnp.array(-lr, dtype=u.dtype) * u, new_updates
-            )
-        else:
-            new_updates = jax.tree.map(lambda u: -learning_rate * u, new_updates)
-        new_updates = jax.tree.map(
-            lambda u, g: u.astype(jnp.result_type(g)), new_updates, updates
-        )
-        return new_updates, AdamWStepState(
-            count=count_inc,
-            mu=mu,
-            nu=nu,
-            phase=phase,
-            switch_step=switch_step,
-            z_buffer=z_buffer,
-            z_count=z_count,
-            z_avg=z_avg.astype(jnp.float32),
-        )
-
-    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+def _decay_mask(mask, params):
+    """``optax.adamw``'s ``mask`` (a tree of bools or a callable) as a tree of Python bools, checked."""
+    m = mask(params) if callable(mask) else mask
+    try:
+        return jax.tree.map(lambda _, d: bool(d), params, m)
+    except (ValueError, TypeError) as e:
+        raise ValueError("adamw_step: mask must be a pytree of Python bools with the structure of the params "
+                         f"(or a callable returning one): {e}") from None
 
 
 def _find_step_state(opt_state) -> AdamWStepState:

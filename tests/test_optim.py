@@ -21,6 +21,7 @@ from jax_sparse24.optim import (
     sparse_lr_scale,
     sparsity_schedule,
     step_phase,
+    step_state,
 )
 
 
@@ -254,7 +255,7 @@ def test_adamw_step_phase0_equals_optax_adamw(schedule, weight_decay, mask):
         for a, b in zip(jax.tree.leaves(u_ref), jax.tree.leaves(u_tx)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # bit-exact under jit
         p_ref, p_tx = optax.apply_updates(p_ref, u_ref), optax.apply_updates(p_tx, u_tx)
-    assert int(s_tx.phase) == 0 and int(s_tx.count) == 12
+    assert int(step_state(s_tx).phase) == 0 and int(step_state(s_tx).count) == 12
     # eager (op-by-op) agrees to rounding
     u_eager, _ = tx.update(grads, s_tx, p_tx)
     u_ref, _ = ref.update(grads, s_ref, p_ref)
@@ -273,9 +274,9 @@ def test_adamw_step_switches_at_t_max_when_statistic_never_falls(t_max):
     for _ in range(t_max + 3):
         grads = jax.tree.map(lambda x: _rand(rng, x.shape), params)
         _, state = update(grads, state, params)
-        phases.append(int(state.phase))
+        phases.append(int(step_state(state).phase))
     assert phases == [0] * t_max + [1] * 3
-    assert int(state.switch_step) == t_max + 1
+    assert int(step_state(state).switch_step) == t_max + 1
     assert int(step_phase(state)) == 1
 
 
@@ -298,7 +299,7 @@ def test_adamw_step_switch_between_t_min_and_t_max_constant_gradient(option, t_m
     grads = {"kernel": jnp.ones((8, 4))}
     tx = adamw_step(1e-2, b2=b2, clipping=(t_min, t_max), switch_eps=eps_switch, option=option)
     state = tx.init(params)
-    assert state.z_buffer.shape == (10,)  # ⌊1/(1 − 0.9)⌋
+    assert step_state(state).z_buffer.shape == (10,)  # ⌊1/(1 − 0.9)⌋
     expected = _constant_grad_switch_step(b2, 10, eps_switch, t_min, t_max)
     assert t_min < expected < t_max
     if t_min == 0:
@@ -309,17 +310,17 @@ def test_adamw_step_switch_between_t_min_and_t_max_constant_gradient(option, t_m
     def body(carry, _):
         state, params = carry
         updates, state = tx.update(grads, state, params)
-        return (state, optax.apply_updates(params, updates)), state.phase
+        return (state, optax.apply_updates(params, updates)), step_state(state).phase
 
     n = 80
     (state, _), phases = jax.jit(lambda s, p: jax.lax.scan(body, (s, p), None, length=n))(
         state, params
     )
     phases = np.asarray(phases)
-    assert int(state.switch_step) == expected
+    assert int(step_state(state).switch_step) == expected
     np.testing.assert_array_equal(phases, (np.arange(1, n + 1) >= expected).astype(np.int32))
     # Z_t is recorded exactly (all |Δv| equal, so both options agree); float32 vs the closed form
-    zs = np.asarray(state.z_buffer)
+    zs = np.asarray(step_state(state).z_buffer)
     ts = np.arange(expected - 10 + 1, expected + 1)
     np.testing.assert_allclose(
         np.sort(zs)[::-1], (1 - b2) * b2 ** (ts - 1.0), rtol=2e-4
@@ -375,8 +376,8 @@ def test_adamw_step_toy_quadratic_switch_is_deterministic(option):
     (state, params), _ = jax.jit(lambda s, p: jax.lax.scan(body, (s, p), None, length=steps))(
         tx.init(params), params
     )
-    assert abs(int(state.switch_step) - sw_np) <= 1  # float32 vs float64 threshold crossing
-    assert int(state.phase) == 1
+    assert abs(int(step_state(state).switch_step) - sw_np) <= 1  # float32 vs float64 threshold crossing
+    assert int(step_state(state).phase) == 1
 
 
 def test_adamw_step_nu_frozen_after_switch_and_update_formula():
@@ -389,13 +390,13 @@ def test_adamw_step_nu_frozen_after_switch_and_update_formula():
     state = tx.init(params)
     for _ in range(4):  # switches at update 4 (t > t_max = 3)
         _, state = update(jax.tree.map(lambda x: _rand(rng, x.shape), params), state, params)
-    assert int(state.phase) == 1 and int(state.switch_step) == 4
-    nu_frozen = jax.tree.map(np.asarray, state.nu)
-    mu = jax.tree.map(lambda x: np.asarray(x, np.float64), state.mu)
+    assert int(step_state(state).phase) == 1 and int(step_state(state).switch_step) == 4
+    nu_frozen = jax.tree.map(np.asarray, step_state(state).nu)
+    mu = jax.tree.map(lambda x: np.asarray(x, np.float64), step_state(state).mu)
     for t in range(5, 9):
         grads = jax.tree.map(lambda x: _rand(rng, x.shape), params)
         updates, state = update(grads, state, params)
-        for a, b in zip(jax.tree.leaves(nu_frozen), jax.tree.leaves(state.nu)):
+        for a, b in zip(jax.tree.leaves(nu_frozen), jax.tree.leaves(step_state(state).nu)):
             np.testing.assert_array_equal(a, np.asarray(b))  # frozen
         mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * np.asarray(g, np.float64), mu, grads)
         expected = jax.tree.map(
@@ -405,7 +406,7 @@ def test_adamw_step_nu_frozen_after_switch_and_update_formula():
         for e, u in zip(jax.tree.leaves(expected), jax.tree.leaves(updates)):
             np.testing.assert_allclose(np.asarray(u), e, rtol=2e-5, atol=1e-9)
         params = optax.apply_updates(params, updates)
-    assert int(state.count) == 8 and int(state.switch_step) == 4
+    assert int(step_state(state).count) == 8 and int(step_state(state).switch_step) == 4
 
 
 def test_adamw_step_freezes_only_sparse_leaves_by_default():
@@ -423,17 +424,17 @@ def test_adamw_step_freezes_only_sparse_leaves_by_default():
     state = tx.init(params)
     for _ in range(4):  # switches at update 4
         _, state = update(jax.tree.map(lambda x: _rand(rng, x.shape), params), state, params)
-    assert int(state.phase) == 1 and int(state.switch_step) == 4
-    k_frozen = np.asarray(state.nu["dense"]["kernel"])
-    mu = jax.tree.map(lambda x: np.asarray(x, np.float64), state.mu)
-    v_bias = np.asarray(state.nu["dense"]["bias"], np.float64)
+    assert int(step_state(state).phase) == 1 and int(step_state(state).switch_step) == 4
+    k_frozen = np.asarray(step_state(state).nu["dense"]["kernel"])
+    mu = jax.tree.map(lambda x: np.asarray(x, np.float64), step_state(state).mu)
+    v_bias = np.asarray(step_state(state).nu["dense"]["bias"], np.float64)
     for t in range(5, 25):
         grads = {"dense": {"kernel": _rand(rng, (8, 4)), "bias": 100.0 * _rand(rng, (4,))}}
         updates, state = update(grads, state, params)
-        np.testing.assert_array_equal(np.asarray(state.nu["dense"]["kernel"]), k_frozen)
+        np.testing.assert_array_equal(np.asarray(step_state(state).nu["dense"]["kernel"]), k_frozen)
         mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * np.asarray(g, np.float64), mu, grads)
         v_bias = b2 * v_bias + (1 - b2) * np.asarray(grads["dense"]["bias"], np.float64) ** 2
-        np.testing.assert_allclose(np.asarray(state.nu["dense"]["bias"]), v_bias, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(step_state(state).nu["dense"]["bias"]), v_bias, rtol=1e-5)
         m_hat = jax.tree.map(lambda m: m / (1 - b1**t), mu)
         p = jax.tree.map(np.asarray, params)
         expected_k = -lr * (m_hat["dense"]["kernel"] / (np.sqrt(k_frozen / (1 - b2**4)) + eps)
@@ -462,14 +463,14 @@ def test_adamw_step_option2_value_and_zero_guard():
     for option, expected in ((1, 0.1 * np.mean(g**2)), (2, 0.1 * np.exp(np.mean(np.log(g**2))))):
         tx = adamw_step(1e-3, b2=0.9, clipping=(10, 20), option=option)
         _, state = tx.update({"kernel": jnp.asarray(g)}, tx.init(params), params)
-        np.testing.assert_allclose(float(state.z_buffer[0]), expected, rtol=1e-5)
-        np.testing.assert_allclose(float(state.z_avg), expected, rtol=1e-5)
+        np.testing.assert_allclose(float(step_state(state).z_buffer[0]), expected, rtol=1e-5)
+        np.testing.assert_allclose(float(step_state(state).z_avg), expected, rtol=1e-5)
     # a zero Δv (zero gradient entry at t = 1) must not give -inf / nan
     tx = adamw_step(1e-3, b2=0.9, clipping=(10, 20), option=2)
     g0 = g.copy()
     g0[0, 0] = 0.0
     _, state = tx.update({"kernel": jnp.asarray(g0)}, tx.init(params), params)
-    z = float(state.z_buffer[0])
+    z = float(step_state(state).z_buffer[0])
     assert np.isfinite(z) and 0.0 < z < 0.1 * np.exp(np.mean(np.log(g**2)))
 
 
@@ -478,11 +479,11 @@ def test_adamw_step_statistic_tracks_only_selected_leaves():
     grads = {"kernel": jnp.full((4, 2), 2.0), "bias": jnp.full((2,), 100.0)}
     tx = adamw_step(1e-3, b2=0.9, clipping=(10, 20))
     _, state = tx.update(grads, tx.init(params), params)
-    np.testing.assert_allclose(float(state.z_buffer[0]), 0.1 * 4.0, rtol=1e-6)  # bias ignored
+    np.testing.assert_allclose(float(step_state(state).z_buffer[0]), 0.1 * 4.0, rtol=1e-6)  # bias ignored
     # where selecting nothing: all leaves tracked
     tx = adamw_step(1e-3, b2=0.9, clipping=(10, 20), where=lambda path, x: False)
     _, state = tx.update(grads, tx.init(params), params)
-    np.testing.assert_allclose(float(state.z_buffer[0]), 0.1 * (8 * 4.0 + 2 * 1e4) / 10, rtol=1e-6)
+    np.testing.assert_allclose(float(step_state(state).z_buffer[0]), 0.1 * (8 * 4.0 + 2 * 1e4) / 10, rtol=1e-6)
 
 
 def test_is_sparse_phase_in_chain_inject_and_multisteps():
@@ -533,7 +534,7 @@ def test_step_state_for_logging():
     st = jax.jit(step_state)(state)
     assert isinstance(st, AdamWStepState) and st.z_avg.dtype == jnp.float32
     assert int(st.phase) == int(step_phase(state)) == 1 and int(st.switch_step) == 3
-    np.testing.assert_array_equal(np.asarray(st.z_avg), np.asarray(state[1].z_avg))
+    np.testing.assert_array_equal(np.asarray(st.z_avg), np.asarray(step_state(state).z_avg))
     with pytest.raises(ValueError, match="no AdamWStepState"):
         step_state(optax.adam(1e-3).init(params))
 
@@ -543,7 +544,7 @@ def test_adamw_step_inject_hyperparams_lr_change_takes_effect():
     grads = {"kernel": jnp.ones((8, 4))}
     tx = optax.inject_hyperparams(adamw_step)(learning_rate=0.1, weight_decay=0.0, clipping=(5, 9))
     state = tx.init(params)
-    assert isinstance(state.inner_state, AdamWStepState)
+    assert isinstance(step_state(state.inner_state), AdamWStepState)
     u1, state = tx.update(grads, state, params)
     state.hyperparams["learning_rate"] = jnp.asarray(0.2)
     u2, state = tx.update(grads, state, params)
@@ -583,7 +584,7 @@ def test_adamw_step_decay_mask_leaves_unmasked_leaves_undecayed():
         u, state = jax.jit(tx.update)(grads, state, params)
         np.testing.assert_array_equal(np.asarray(u["bias"]), 0.0)
         np.testing.assert_allclose(np.asarray(u["kernel"]), -0.1 * 0.5 * 2.0, rtol=1e-6)
-    assert int(state.phase) == 1
+    assert int(step_state(state).phase) == 1
 
 
 def test_adamw_step_bfloat16_and_inject_init_under_jit():
@@ -595,8 +596,8 @@ def test_adamw_step_bfloat16_and_inject_init_under_jit():
     for _ in range(5):
         updates, state = update(grads, state, params)
     assert all(u.dtype == jnp.bfloat16 for u in jax.tree.leaves(updates))
-    assert state[1].nu["kernel"].dtype == jnp.bfloat16
-    assert bool(is_sparse_phase(state)) and int(state[1].switch_step) == 4
+    assert step_state(state).nu["kernel"].dtype == jnp.bfloat16
+    assert bool(is_sparse_phase(state)) and int(step_state(state).switch_step) == 4
     # the window needs a concrete b2 at init: clear error under jit, fixed by static_args
     injected = optax.inject_hyperparams(adamw_step)(learning_rate=1e-3, clipping=(1, 3))
     with pytest.raises(ValueError, match="static_args"):
@@ -604,14 +605,14 @@ def test_adamw_step_bfloat16_and_inject_init_under_jit():
     injected = optax.inject_hyperparams(adamw_step, static_args=("b2",))(
         learning_rate=1e-3, clipping=(1, 3)
     )
-    assert jax.jit(injected.init)(params).inner_state.z_buffer.shape == (1000,)
+    assert step_state(jax.jit(injected.init)(params)).z_buffer.shape == (1000,)
 
 
 @pytest.mark.parametrize("b2,window", [(0.9, 10), (0.99, 100), (0.999, 1000), (0.95, 20)])
 def test_adamw_step_window(b2, window):
     tx = adamw_step(1e-3, b2=b2, clipping=(1, 5))
-    assert tx.init({"w": jnp.zeros(3)}).z_buffer.shape == (window,)
-    assert adamw_step(1e-3, b2=b2, clipping=(1, 5), z_window=7).init({"w": jnp.zeros(3)}).z_buffer.shape == (7,)
+    assert step_state(tx.init({"w": jnp.zeros(3)})).z_buffer.shape == (window,)
+    assert step_state(adamw_step(1e-3, b2=b2, clipping=(1, 5), z_window=7).init({"w": jnp.zeros(3)})).z_buffer.shape == (7,)
 
 
 # ----------------------------------------------------------------------------------------------
