@@ -1,11 +1,12 @@
-"""What ``backend=`` resolves to for each GEMM of a 2:4 linear layer: the measured table and the
-decisions read from it (the GEMMs themselves run in :mod:`jax_sparse24._src.gemm`, prepared weights
-in :mod:`jax_sparse24._src.prepared_weight`).
+"""The planner: which backend each GEMM of a 2:4 linear layer runs — :func:`resolve`, the one place
+that decides, returns a backend object of :mod:`jax_sparse24._src.backends` — and the measured table
+``backend="auto"`` reads (the GEMMs run in :mod:`jax_sparse24._src.gemm`, prepared weights in
+:mod:`jax_sparse24._src.prepared_weight`, the fp8 GEMMs in :mod:`jax_sparse24._src.fp8_gemm`).
 
-Backends (:data:`BACKENDS`): ``reference`` and ``dense`` run dense, ``cutlass`` and ``cusparselt``
-are checked here (:func:`choose` raises where the kernel cannot run), and ``auto`` resolves per
-GEMM and shape from the measured table (``spmm_autotune.json``, next to this file, made by
-``benchmarks/make_autotune_table.py``):
+Requests (:data:`BACKENDS`): a backend's name runs that backend where it can run the GEMM
+(:meth:`~jax_sparse24._src.backends.base.Backend.can_run`; a RuntimeError with its reason where it
+cannot), and ``auto`` resolves per GEMM and shape from the measured table (``spmm_autotune.json``,
+next to this file, made by ``benchmarks/make_autotune_table.py``):
 
 * forward and input gradient (:func:`choose`, D(m×n) = A(m×k, 2:4)·B(k×n)): the nearest measured
   shape (log distance, same dtype) gives CUTLASS's speedup over XLA's dense GEMM with the per-call
@@ -17,7 +18,10 @@ GEMM and shape from the measured table (``spmm_autotune.json``, next to this fil
 * MVUE weight gradient (:func:`choose_weight_grad`, the table's ``entries_kn``): the fused MVUE +
   compress + sparse GEMM against XLA's exact dense ``xᵀ·∇y``; :func:`weight_grad_path` says which
   path ``gemm.weight_grad_mvue`` takes (``"exact"``: ``auto`` where no sparse path wins);
+* fp8 (``fp8=True``, no measured table): the sparse fp8 kernel wherever it can run, else XLA's fp8 dot;
 * :func:`cutlass_config` / :func:`lookup_weight_grad`: the CUTLASS configuration the table names.
+
+:func:`choose`, :func:`choose_weight_grad` and :func:`weight_gemms_plan` are :func:`resolve` by name.
 """
 
 from __future__ import annotations
@@ -29,13 +33,17 @@ import os
 
 import jax.numpy as jnp
 
-from jax_sparse24._src import ffi
+from jax_sparse24._src import backends, cuda_spmm_ops, ffi
+from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, DENSE, REFERENCE, Backend
 
-__all__ = ["BACKENDS", "MIN_GAIN", "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
+__all__ = ["BACKENDS", "AUTO", "resolve", "MIN_GAIN", "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
            "amortized_speedup", "cutlass_config", "choose", "choose_weight_grad", "weight_grad_path",
            "weight_gemms_plan"]
 
-BACKENDS = ("auto", "cutlass", "cusparselt", "dense", "reference")
+#: The request that lets the planner choose.
+AUTO = "auto"
+#: What ``backend=`` takes: ``auto`` and the registered backends' names.
+BACKENDS = (AUTO,) + backends.names()
 
 #: Measured per-shape table (``spmm_autotune.json``, made from ``benchmarks/results/spmm.json`` by
 #: ``benchmarks/make_autotune_table.py``): the fastest configuration per (M, N, K, dtype) and its
@@ -115,7 +123,7 @@ def _entry_amortized(e, n: int, reuse: int | None, backend: str, batched: bool =
     share = 1.0 if reuse is None else PREPARE_COST_SHARE["batched" if batched else "per_layer"]
     reuse = 1 if reuse is None else reuse
     ratio = e["n"] / n
-    if backend == "cusparselt":
+    if backend == CUSPARSELT.name:
         s_c = e.get("cusparselt_speedup_with_compress")
         if not s_c:
             return None
@@ -127,8 +135,6 @@ def _entry_amortized(e, n: int, reuse: int | None, backend: str, batched: bool =
 
 def _config_id(name: str) -> int:
     """Id of a configuration in *this* build (-1: the build's default table if not compiled)."""
-    from jax_sparse24._src import cuda_spmm_ops
-
     names = cuda_spmm_ops.cutlass_configs()
     return names.index(name) if name in names else -1
 
@@ -154,18 +160,13 @@ def lookup_weight_grad(m: int, n: int, k: int, dtype):
     e = _nearest_entry_kn(m, n, k, dtype)
     if e is None:
         return None
-    from jax_sparse24._src import cuda_spmm_ops
-
     names = cuda_spmm_ops.cutlass_configs_kn()
     return e["speedup_with_compress"], (names.index(e["config"]) if e["config"] in names else -1)
 
 
 def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
-    if ffi.extension() is None:
-        return False
-    from jax_sparse24._src import cuda_spmm_ops
-
-    return cuda_spmm_ops.cutlass_supports(m, n, k, dtype)
+    """CUTLASS runs the forward / input-gradient GEMM D(m×n) = A(m×k)·B(k×n) here (extension and shape)."""
+    return bool(CUTLASS.can_run(m, n, k, dtype))
 
 
 #: ``auto`` takes a sparse path only where the table's speedup exceeds this: run-to-run noise of a
@@ -179,14 +180,12 @@ def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) ->
     :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok`)."""
     if jnp.dtype(dtype) != jnp.dtype(jnp.bfloat16):
         return False
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-    if not lt.cusparselt_supports(m, n, k, dtype):  # loadable, shape and dtype
+    if not CUSPARSELT.supports(m, n, k, dtype):  # loadable, shape and dtype
         return False
     # the table's cuSPARSELt measurements hold for the loaded library version (else: warn once, no)
-    if not lt.table_version_matches(_table().get("cusparselt_version")):
+    if not CUSPARSELT.table_version_matches(_table().get("cusparselt_version")):
         return False
-    return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
+    return CUSPARSELT.fused_operand_ok(m, n, k, dtype, b_kn=b_kn)
 
 
 #: ``auto`` takes cuSPARSELt only where the nearest measured shape is within this factor in every
@@ -210,87 +209,131 @@ def _cusparselt_wins(entry, s_lt, s_cutlass: float, m: int, n: int, k: int, dtyp
     return _fused_lt_available(m, n, k, dtype, b_kn=b_kn)
 
 
-def _choose_cusparselt(m: int, n: int, k: int, dtype) -> str:
-    if ffi.extension() is None:
-        raise RuntimeError(f"backend='cusparselt': {ffi.extension_error()}")
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
+GEMMS = ("forward", "input_grad", "weight_grad")
 
-    if not lt.cusparselt_supports(m, n, k, dtype):
-        reason = lt.cusparselt_error() or lt.float16_gemm_error(dtype) or (
-            f"cuSPARSELt needs bfloat16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
-            f"dtype={jnp.dtype(dtype)}")
-        raise RuntimeError(f"backend='cusparselt': {reason}")
-    return "cusparselt"
+
+def resolve(backend: str, gemm: str, m: int, n: int, k: int, dtype=None, *, reuse: int | None = None,
+            batched: bool = False, fp8: bool = False) -> Backend:
+    """The backend object that runs ``gemm`` for the request ``backend`` (:data:`BACKENDS`).
+
+    ``gemm``: ``"forward"`` / ``"input_grad"``, D(m×n) = A(m×k, 2:4)·B(k×n) (a layer (i, o) at t
+    tokens: (o, t, i) / (i, t, o)); ``"weight_grad"``, the MVUE weight gradient's sparse GEMM,
+    D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n) with m = O, n = I, k = padded tokens.
+
+    A backend's name gives that backend where it can run (RuntimeError with its reason where not;
+    ``dense`` and ``reference`` run everywhere). ``auto``: for the 16-bit GEMMs the measured table
+    (:func:`choose`, :func:`choose_weight_grad`; ``reuse``/``batched``: a prepared weight's amortized
+    cost); for ``fp8=True`` the sparse fp8 kernel wherever it can run on a CUDA device, else
+    :data:`~jax_sparse24._src.backends.DENSE` (XLA's fp8 dot).
+    """
+    if gemm not in GEMMS:
+        raise ValueError(f"resolve: gemm must be one of {GEMMS}, got {gemm!r}")
+    if fp8:
+        return _resolve_fp8(backend, gemm, m, n, k)
+    if backend != AUTO:
+        requested = backends.get(backend)
+        if not requested.sparse:
+            return requested
+        if requested is CUTLASS:
+            if gemm == "weight_grad" and ffi.extension() is not None and not CUTLASS.weight_grad_kernels_built():
+                return DENSE  # a minimal build has no weight-gradient configuration: the dense path
+            ok = _cutlass_ok(m, n, k, dtype) if gemm != "weight_grad" else CUTLASS.can_run(m, n, k, dtype, gemm=gemm)
+            if not ok:
+                raise RuntimeError(f"backend={backend!r}: {CUTLASS.can_run(m, n, k, dtype, gemm=gemm).reason}")
+            return CUTLASS
+        verdict = requested.can_run(m, n, k, dtype, gemm=gemm)
+        if not verdict:
+            raise RuntimeError(f"backend={backend!r}: {verdict.reason}")
+        return requested
+    if gemm == "weight_grad":
+        return _auto_weight_grad(m, n, k, dtype)
+    if not (_cutlass_ok(m, n, k, dtype) and ffi.cuda_kernels_available()):
+        return DENSE
+    e = _nearest_entry(m, n, k, dtype)
+    if e is None:
+        return DENSE
+    s_cutlass = _entry_amortized(e, n, reuse, CUTLASS.name, batched)
+    if _cusparselt_wins(e, _entry_amortized(e, n, reuse, CUSPARSELT.name, batched), s_cutlass, m, n, k, dtype):
+        return CUSPARSELT
+    return CUTLASS if s_cutlass > MIN_GAIN else DENSE
+
+
+def _auto_weight_grad(m: int, n: int, k: int, dtype) -> Backend:
+    """``auto`` for the MVUE weight gradient (the table's ``entries_kn``)."""
+    if ffi.extension() is None or not ffi.cuda_kernels_available():
+        return DENSE
+    if not CUTLASS.weight_grad_kernels_built():
+        return DENSE  # a minimal build has no weight-gradient configuration
+    if not CUTLASS.supports_weight_grad(m, n, k, dtype):
+        return DENSE
+    e = _nearest_entry_kn(m, n, k, dtype)
+    if e is None:
+        return DENSE
+    if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n,
+                        k + (-k) % 32, dtype, b_kn=True):
+        return CUSPARSELT
+    return CUTLASS if e["speedup_with_compress"] > MIN_GAIN else DENSE
+
+
+def fp8_backends_for(backend: str) -> tuple[Backend, ...]:
+    """The fp8 backends a request may resolve to (``auto``: every registered sparse fp8 backend)."""
+    if backend == AUTO:
+        return tuple(b for b in backends.registered() if b.fp8)
+    requested = backends.get(backend)
+    if not requested.sparse:
+        return (requested,)
+    try:
+        return (backends.get(backend, fp8=True),)
+    except KeyError:
+        usable = [AUTO] + [name for name in backends.names() if _has_fp8_path(name)]
+        raise ValueError(f"fp8=True: backend={backend!r} has no fp8 path in this version; use "
+                         f"{', '.join(repr(u) for u in usable[:-1])} or {usable[-1]!r}") from None
+
+
+def _has_fp8_path(name: str) -> bool:
+    try:
+        backends.get(name, fp8=True)
+    except KeyError:
+        return not backends.get(name).sparse
+    return True
+
+
+def _resolve_fp8(backend: str, gemm: str, m: int, n: int, k: int) -> Backend:
+    candidates = fp8_backends_for(backend)
+    if backend != AUTO:
+        (requested,) = candidates
+        if requested.sparse:
+            verdict = requested.can_run(m, n, k, gemm=gemm)
+            if not verdict:
+                raise RuntimeError(f"backend={backend!r} with fp8=True: {verdict.reason}")
+        return requested
+    for b in candidates:
+        if b.can_run(m, n, k, gemm=gemm) and ffi.cuda_kernels_available():
+            return b
+    return DENSE
 
 
 def choose(backend: str, m: int, n: int, k: int, dtype, *, reuse: int | None = None, batched: bool = False) -> str:
-    """Resolve ``backend`` for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"``, ``"cusparselt"`` or
-    ``"dense"``/``"reference"``.
+    """The name of :func:`resolve`'s backend for D(m×n) = A(m×k, 2:4)·B(k×n): ``"cutlass"``,
+    ``"cusparselt"`` or ``"dense"``/``"reference"``.
 
     ``reuse``: the 2:4 operand is prepared once and used by ``reuse`` calls (a prepared weight,
     :func:`~jax_sparse24._src.prepared_weight.prepare_many`; ``batched``: together with other
     layers); ``auto`` then counts the preparation's cost (:func:`amortized_speedup`, for CUTLASS
     and cuSPARSELt). ``None``: compressed on every call.
     """
-    if backend in ("dense", "reference"):
-        return backend
-    if backend == "cusparselt":
-        return _choose_cusparselt(m, n, k, dtype)
-    ok = _cutlass_ok(m, n, k, dtype)
-    if backend == "cutlass":
-        if not ok:
-            reason = ffi.extension_error() or (
-                f"the CUTLASS sparse GEMM does not support m={m}, n={n}, k={k}, dtype={jnp.dtype(dtype)} "
-                "(bfloat16/float16 only; alignment in jax_sparse24._src.cuda_spmm_ops.cutlass_alignment())")
-            raise RuntimeError(f"backend='cutlass': {reason}")
-        return "cutlass"
-    # auto
-    if not (ok and ffi.cuda_kernels_available()):
-        return "dense"
-    e = _nearest_entry(m, n, k, dtype)
-    if e is None:
-        return "dense"
-    s_cutlass = _entry_amortized(e, n, reuse, "cutlass", batched)
-    if _cusparselt_wins(e, _entry_amortized(e, n, reuse, "cusparselt", batched), s_cutlass, m, n, k, dtype):
-        return "cusparselt"
-    return "cutlass" if s_cutlass > MIN_GAIN else "dense"
+    return resolve(backend, "forward", m, n, k, dtype, reuse=reuse, batched=batched).name
 
 
 def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
-    """Resolve ``backend`` for the MVUE weight gradient, D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n) with m = O,
-    n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM) or ``"dense"``/``"reference"``.
+    """The name of :func:`resolve`'s backend for the MVUE weight gradient, D(m×n) = MVUE(∇y)ᵀ(m×k)·x(k×n)
+    with m = O, n = I, k = padded tokens: ``"cutlass"`` (fused MVUE+compress, sparse GEMM),
+    ``"cusparselt"`` or ``"dense"``/``"reference"``.
 
     ``auto`` picks ``cutlass`` only where the table's ``entries_kn`` show the fused MVUE + sparse
     GEMM faster than XLA's exact dense ``xᵀ·∇y``, and ``cusparselt`` where they show the fused MVUE
     (cuSPARSELt's layout) + cuSPARSELt GEMM faster than that and than CUTLASS (bfloat16)."""
-    if backend in ("dense", "reference"):
-        return backend
-    if backend == "cusparselt":
-        return _choose_cusparselt(m, n, k, dtype)
-    ok = ffi.extension() is not None
-    if ok:
-        from jax_sparse24._src import cuda_spmm_ops
-
-        if not cuda_spmm_ops.cutlass_configs_kn():
-            return "dense"  # a minimal build has no weight-gradient configuration: today's dense path
-        ok = cuda_spmm_ops.cutlass_supports_kn(m, n, k, dtype)
-    if backend == "cutlass":
-        if not ok:
-            reason = ffi.extension_error() or (
-                f"the sparse weight-gradient GEMM does not support m=O={m}, n=I={n}, k=T={k}, "
-                f"dtype={jnp.dtype(dtype)} (bfloat16/float16; O % 8, I % 8; a compiled 'kn' configuration: "
-                "jax_sparse24._src.cuda_spmm_ops.cutlass_configs_kn())")
-            raise RuntimeError(f"backend='cutlass': {reason}")
-        return "cutlass"
-    if not (ok and ffi.cuda_kernels_available()):
-        return "dense"
-    e = _nearest_entry_kn(m, n, k, dtype)
-    if e is None:
-        return "dense"
-    if _cusparselt_wins(e, e.get("cusparselt_speedup_with_compress"), e["speedup_with_compress"], m, n,
-                        k + (-k) % 32, dtype, b_kn=True):
-        return "cusparselt"
-    return "cutlass" if e["speedup_with_compress"] > MIN_GAIN else "dense"
+    return resolve(backend, "weight_grad", m, n, k, dtype).name
 
 
 #: Token padding of the sparse weight-gradient GEMM: its K (= tokens) must be a multiple of 16.
@@ -302,10 +345,10 @@ def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
     ``"cutlass"`` / ``"cusparselt"`` (fused MVUE + sparse GEMM), ``"exact"`` (``auto`` where that
     sparse path is not measured faster: MVUE exists to feed it, so XLA's exact ``xᵀ·∇y`` is both
     faster and noise-free) or ``"dense"`` / ``"reference"`` (the MVUE op, then the dense GEMM)."""
-    chosen = choose_weight_grad(backend, o, i, t + (-t) % WGRAD_TOKEN_ALIGN, dtype)
-    if chosen not in ("cutlass", "cusparselt") and backend == "auto":
+    chosen = resolve(backend, "weight_grad", o, i, t + (-t) % WGRAD_TOKEN_ALIGN, dtype)
+    if not chosen.sparse and backend == AUTO:
         return "exact"
-    return chosen
+    return chosen.name
 
 
 def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
@@ -313,9 +356,19 @@ def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, trans
     """``(forward, input_grad)`` kernels of a layer ``(i, o)`` at ``tokens`` rows (:func:`choose`;
     ``reuse``: a weight prepared for that many calls, ``batched`` with other layers). Without a
     transposable mask ``∇x`` is dense."""
-    fwd = choose(backend, o, tokens, i, dtype, reuse=reuse, batched=batched)
-    if transposable:
-        dx = choose(backend, i, tokens, o, dtype, reuse=reuse, batched=batched)
-    else:
-        dx = "reference" if backend == "reference" else "dense"
-    return fwd, dx
+    fwd = resolve(backend, "forward", o, tokens, i, dtype, reuse=reuse, batched=batched)
+    dx = (resolve(backend, "input_grad", i, tokens, o, dtype, reuse=reuse, batched=batched) if transposable
+          else _dense_for(backend))
+    return fwd.name, dx.name
+
+
+def _dense_for(backend: str) -> Backend:
+    """The dense backend standing in for ``backend`` where a GEMM cannot be sparse (``∇x`` without a
+    transposable mask): ``reference`` for ``reference``, else ``dense``."""
+    return REFERENCE if backend == REFERENCE.name else DENSE
+
+
+def kernel_config(chosen: Backend, m: int, n: int, k: int, dtype) -> int:
+    """The kernel configuration of ``chosen``'s GEMM D(m×n) = A(m×k)·B(k×n) the table names
+    (:func:`cutlass_config` for CUTLASS; -1, the backend's own choice, otherwise)."""
+    return cutlass_config(m, n, k, dtype) if chosen is CUTLASS else -1
