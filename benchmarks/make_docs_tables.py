@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         text = doc.read_text()
         new = render(text)
         if new != text:
-            stale.append(doc.relative_to(ROOT).as_posix())
+            stale.append(doc.relative_to(ROOT).as_posix() if doc.is_relative_to(ROOT) else str(doc))
             if not a.check:
                 doc.write_text(new)
     if stale:

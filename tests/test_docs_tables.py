@@ -1,0 +1,61 @@
+"""The tables of the README and docs/ are what benchmarks/make_docs_tables.py makes from the result JSONs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import make_docs_tables as mdt  # noqa: E402
+
+
+@pytest.mark.parametrize("doc", mdt.DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_doc_tables_match_their_json(doc):
+    text = doc.read_text()
+    assert mdt.render(text) == text, (
+        f"{doc.relative_to(ROOT)}: a table differs from its result JSON; run python benchmarks/make_docs_tables.py")
+
+
+def test_every_table_is_used_and_filled():
+    used = {m.group(2) for doc in mdt.DOCS for m in mdt.MARKER.finditer(doc.read_text())}
+    assert used == set(mdt.TABLES), set(mdt.TABLES) ^ used
+    for doc in mdt.DOCS:
+        for m in mdt.MARKER.finditer(doc.read_text()):
+            assert m.group(3).count("\n|") >= 2, f"{doc.name}: table {m.group(2)} is empty"
+
+
+def test_check_fails_when_a_json_changes(tmp_path, monkeypatch):
+    """A changed result moves the generated table: --check reports the doc, a rewrite fixes it."""
+    results = tmp_path / "results"
+    shutil.copytree(mdt.RESULTS, results, ignore=shutil.ignore_patterns("*.png", "quality_*"))
+    for name in ("quality_gpt2_h100_realtext_100m.json", "quality_gpt2_h100_realtext_100m_lr1.json",
+                 "quality_gpt2_h100_realtext_100m_fp8.json"):
+        shutil.copy(mdt.RESULTS / name, results / name)
+    data = json.loads((results / "spmm.json").read_text())
+    data["records"][0]["best_speedup"] = 9.99
+    (results / "spmm.json").write_text(json.dumps(data))
+    doc = tmp_path / "performance.md"
+    doc.write_text((ROOT / "docs" / "performance.md").read_text())
+    monkeypatch.setattr(mdt, "RESULTS", results)
+    monkeypatch.setattr(mdt, "DOCS", [doc])
+    assert mdt.main(["--check"]) == 1
+    assert "9.99×" not in doc.read_text()
+    assert mdt.main([]) == 0 and "9.99×" in doc.read_text()
+    assert mdt.main(["--check"]) == 0
+
+
+def test_unknown_table_is_an_error():
+    with pytest.raises(KeyError, match="unknown table 'nope'"):
+        mdt.render("<!-- table:nope -->\n<!-- /table -->")
+
+
+def test_headline_commands_drop_only_output_flags():
+    cmd = mdt.command("train_gpt_h100_llama-7b_l4_prepared.json")
+    assert cmd.startswith("python benchmarks/bench_train_gpt.py ") and "--size llama-7b" in cmd
+    assert "--out" not in cmd and "--tag" not in cmd and "--compile-workers" not in cmd
