@@ -84,7 +84,7 @@ HEADLINE = [  # (what, file, variant)
     ("same, 2:4 GEMMs in fp8", "train_gpt_h100_llama-7b_l4_fp8flax.json", "srste+fp8-delayed"),
     ("LLaMA-1B-shaped layers (d 2048, 4 layers), one H100", "train_gpt_h100_llama-1b_l4_prepared.json", "srste"),
     ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
-    ("GPT-2 124M-shaped (d 768, 12 layers), one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
+    ("GPT-2 124M-shaped (d 768, 12 layers), weights prepared once per step, one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
     ("LLaMA-1B, full depth (16 layers), FSDP on 2 H200", "train_gpt_h200x2_llama-1b_l16_fsdp2.json", "srste"),
 ]
 
