@@ -191,7 +191,7 @@ def test_decisions_are_frozen(machine):
 
 # --- The decisions as of the freeze (generated from _table; one row per machine / case) -----------------------
 ERRORS = [
-    "RuntimeError: jax_sparse24: the CUDA extension jax_sparse24._sparse24_ffi is not available (test: not built). Reinstall on a machine with nvcc 13 and a CUDA-enabled jaxlib: JAX_SPARSE24_CUDA=ON pip install -e '.[gpu]' (see README, 'GPU build').",
+    "RuntimeError: jax_sparse24: the CUDA extension jax_sparse24._sparse24_ffi is not available (test: not built). Reinstall on a machine with nvcc 13 and a CUDA-enabled jaxlib: JAX_SPARSE24_CUDA=ON pip install -e '.[gpu]' (see docs/gpu.md).",
     "RuntimeError: backend='cutlass': the CUDA extension jax_sparse24._sparse24_ffi is not available (test: not built)",
     "RuntimeError: backend='cutlass' with fp8=True: the CUDA extension jax_sparse24._sparse24_ffi is not available (test: not built)",
     "RuntimeError: backend='cusparselt': the CUDA extension jax_sparse24._sparse24_ffi is not available (test: not built)",

@@ -57,7 +57,7 @@ def require_extension():
     if ext is None:
         raise RuntimeError(
             f"jax_sparse24: {err}. Reinstall on a machine with nvcc 13 and a CUDA-enabled jaxlib: "
-            "JAX_SPARSE24_CUDA=ON pip install -e '.[gpu]' (see README, 'GPU build')."
+            "JAX_SPARSE24_CUDA=ON pip install -e '.[gpu]' (see docs/gpu.md)."
         )
     return ext
 
