@@ -2,8 +2,8 @@
 shards of a ``prepare_data.py`` directory (``gpt_tokens.TokenData``); :func:`load_data` picks one.
 
 The default corpus is real public-domain English prose bundled in ``examples/data/``
-(``realtext_small_train.txt.xz``, 10.5 MB: 14 novels and 69 State of the Union addresses;
-``realtext_small_val.txt.xz``, 1.2 MB: 3 other novels and 13 other addresses; whole documents,
+(``realtext_small_train.txt.xz``, 20.4 MB: 33 novels and 124 State of the Union addresses;
+``realtext_small_val.txt.xz``, 1.8 MB: 3 other novels and 13 other addresses; whole documents,
 split by document; sources and licences in ``examples/data/SOURCES.md``).
 """
 

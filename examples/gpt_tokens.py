@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
+import sys
 import threading
 from pathlib import Path
 from typing import Optional, Sequence
@@ -59,7 +60,9 @@ def is_token_dir(path: Path) -> bool:
 
 
 def read_index(path: Path, flag: str = "--data") -> dict:
-    """``DIR/index.json``, checked: its shards exist with the sizes it states. :class:`CLIError` else."""
+    """``DIR/index.json``, checked: its shards exist with the sizes it states, the vocabulary fits
+    their dtype and the tokenizer file is the one it names (sha256). :class:`CLIError` else. Reads
+    no shard."""
     path = Path(path)
     if not path.is_dir():
         raise CLIError(f"{flag} {path}: no such directory")
@@ -74,10 +77,18 @@ def read_index(path: Path, flag: str = "--data") -> dict:
             if not f.is_file() or f.stat().st_size != n * dtype.itemsize:
                 raise CLIError(f"{flag} {path}: {f.name} is missing or not {n} {index['dtype']} tokens as "
                                f"{INDEX} says; run prepare_data.py again")
+        vocab = int(index["vocab_size"])
+        if vocab > np.iinfo(dtype).max + 1:
+            raise CLIError(f"{flag} {path}: a vocabulary of {vocab} tokens does not fit its {index['dtype']} shards "
+                           f"(at most {np.iinfo(dtype).max + 1}); run prepare_data.py again with --dtype uint32")
         tok = index["tokenizer"]
-        if tok["type"] != "bytes" and not (path / tok["file"]).is_file():
-            raise CLIError(f"{flag} {path}: {tok['file']} is missing; run prepare_data.py again")
-        int(index["vocab_size"])
+        if tok["type"] != "bytes":
+            f = path / tok["file"]
+            if not f.is_file():
+                raise CLIError(f"{flag} {path}: {tok['file']} is missing; run prepare_data.py again")
+            if hashlib.sha256(f.read_bytes()).hexdigest() != tok["sha256"]:
+                raise CLIError(f"{flag} {path}: {tok['file']} is not the tokenizer its shards were made with "
+                               f"({INDEX} names sha256 {tok['sha256'][:12]}…); run prepare_data.py again")
     except CLIError:
         raise
     except (ValueError, KeyError, TypeError) as e:
@@ -259,16 +270,22 @@ def check_tokenizer(saved_config: dict, data, where) -> None:
                    f"another --out")
 
 
-def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's read time
+def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's read time and wait
     import argparse
     import time
 
-    ap = argparse.ArgumentParser(description="time TokenData's batch read (no prefetch)")
+    ap = argparse.ArgumentParser(description="time TokenData's batch read (no prefetch), and the train loop's wait "
+                                             "for a prefetched batch while a step of --step-ms runs")
     ap.add_argument("dir", type=Path)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=1024)
+    ap.add_argument("--step-ms", type=float, default=5.0, help="the simulated step (the thread reads meanwhile)")
     a = ap.parse_args(argv)
-    d = TokenData(a.dir, a.seq_len, a.batch_size, 0, 1, 0, 1, prefetch=0)
+    try:
+        d = TokenData(a.dir, a.seq_len, a.batch_size, 0, 1, 0, 1, prefetch=0)
+    except CLIError as e:
+        print(f"gpt_tokens.py: error: {e}", file=sys.stderr)
+        return 2
     for s in range(20):
         d.batch(s)
     t = time.perf_counter()
@@ -276,11 +293,21 @@ def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's 
     for s in range(n):
         d.batch(1000 + s)
     dt = (time.perf_counter() - t) / n
-    print(f"{a.dir}: {len(d.train):,} train tokens; batch {a.batch_size} x {a.seq_len + 1}: {dt * 1e3:.3f} ms per batch")
+    print(f"{a.dir}: {len(d.train):,} train tokens; batch {a.batch_size} x {a.seq_len + 1}: {dt * 1e3:.3f} ms per batch "
+          "read")
+    p = TokenData(a.dir, a.seq_len, a.batch_size, 0, 1, 0, 1)
+    p.batch(0)  # starts the prefetch thread
+    waits = []
+    for s in range(1, 101):
+        time.sleep(a.step_ms / 1e3)  # the step (the GIL is free, as while XLA runs)
+        t = time.perf_counter()
+        p.batch(s)
+        waits.append(time.perf_counter() - t)
+    p.close()
+    print(f"prefetched, after a {a.step_ms:g} ms step: wait for the next batch median {np.median(waits) * 1e3:.3f} ms, "
+          f"max {max(waits) * 1e3:.3f} ms (100 steps)")
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(_main())

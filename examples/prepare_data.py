@@ -321,11 +321,16 @@ def prepare(a) -> dict:
             yield from split_pieces(train_files, chunk, val_from, "val", bar)
         bar.close()
 
+    created = out.parent  # the outermost directory that mkdir creates: removed again on failure
+    while not created.parent.exists():
+        created = created.parent
+    created = None if created.exists() else created
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    done = False
     try:
         if a.tokenizer == "bpe":
             tok = train_tokenizer(train_pieces("tokenizer (BPE)"), vocab)
@@ -360,9 +365,12 @@ def prepare(a) -> dict:
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
+        done = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+        if not done and created is not None and created.exists():
+            shutil.rmtree(created)
     if not a.quiet:
         print(f"{PROG}: {shards['train']['tokens']:,} train / {shards['val']['tokens']:,} val tokens "
               f"({index['dtype']}, vocabulary {vocab}) in {time.time() - t0:.1f}s -> {out}", file=sys.stderr)

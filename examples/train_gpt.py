@@ -45,7 +45,7 @@ for srste with a long dense tail there (``--finetune-fraction`` above 1/4: half 
 with 2, +0.39% with 1; ``quality_gpt2_h200_realtext_100m_srste_lr1.md``).
 
 Data (``--data``): a text file whose bytes are the tokens (vocabulary 256; default: the bundled real,
-public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``, 10.5 MB / 1.2 MB, sources
+public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``, 20.4 MB / 1.8 MB, sources
 in ``examples/data/SOURCES.md``), or a directory written by ``examples/prepare_data.py`` (a byte-level
 BPE tokenizer, e.g. ``--vocab-size 32000``, and its token shards): the model's vocabulary is then the
 tokenizer's, training reads windows of the memmapped shards (each process its rows of the global batch,
