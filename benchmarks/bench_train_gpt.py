@@ -42,7 +42,9 @@ import argparse
 import concurrent.futures
 import contextlib
 import gc
+import gzip
 import json
+import re
 import statistics
 import sys
 import time
@@ -59,6 +61,7 @@ import numpy as np  # noqa: E402
 import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
+from jax_sparse24._src.sharding import partition_callback_stats  # noqa: E402
 
 ALL = ["dense", "srste", "sste", "step", "ste"]
 
@@ -181,22 +184,55 @@ def _programs(exp, quality: bool):
     return sorted(need, key=str)
 
 
-def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
-    """Lower every needed program serially, compile them concurrently; {(recipe, kind, sparse): exe}."""
-    lowered = {}
+def hlo_counts(exe) -> dict:
+    """Instructions of a compiled program's optimized HLO by kind (what a compile time scales with)."""
+    try:
+        text = exe.as_text()
+    except Exception:  # noqa: BLE001 - not every backend can print its executable
+        return {}
+    kinds = {"fusion": r" fusion\(", "custom-call": r"custom-call\(", "all-gather": r"all-gather(-start)?\(",
+             "reduce-scatter": r"reduce-scatter\(", "all-reduce": r"all-reduce(-start)?\(", "while": r" while\("}
+    return {k: len(re.findall(pat, text)) for k, pat in kinds.items()}
+
+
+def compile_options(pairs) -> dict:
+    """``["k=v", ...]`` → XLA compiler options (ints and booleans parsed)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--compile-option wants KEY=VALUE, got {pair!r}")
+        low = value.lower()
+        out[key] = True if low == "true" else False if low == "false" else int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | None = None,
+                dump_hlo: str | None = None) -> dict:
+    """Lower every needed program serially, compile them concurrently; {(recipe, kind, sparse): exe}.
+
+    ``options``: XLA compiler options for every compile (``--compile-option``). Each recipe's timed
+    train program records its compile time, the part of it spent in the 2:4 ops' partitioner
+    callbacks (exact with one worker) and its optimized HLO's instruction counts."""
+    lowered, lower_s = {}, {}
     for recipe, rt in rts.items():
         lowered[(recipe, "init", None)] = rt.init.lower()  # compiled with the rest, not serially later
         st, tok = rt.abstract_args()
         for kind, sparse in _programs(rt.exp, quality):
             fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
+            t = time.perf_counter()
             lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
+            lower_s[(recipe, kind, sparse)] = time.perf_counter() - t
     t0 = time.perf_counter()
-    seconds = {}
+    seconds, callbacks = {}, {}
 
     def timed_compile(k, lw):
+        cb0 = partition_callback_stats()
         t = time.perf_counter()
-        exe = lw.compile()
+        exe = lw.compile(compiler_options=options) if options else lw.compile()
         seconds[k] = time.perf_counter() - t
+        cb1 = partition_callback_stats()
+        callbacks[k] = (cb1["calls"] - cb0["calls"], cb1["seconds"] - cb0["seconds"])
         return exe
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -206,9 +242,24 @@ def compile_all(rts: dict, quality: bool, workers: int, log) -> dict:
         rt.init = exes.pop((recipe, "init", None))
         # the timed train program's compile time (alone only with --compile-workers 1)
         sparse = None if rt.exp.cfg.method == "dense" else True
-        rt.compile_s = seconds.get((recipe, "train", sparse))
+        k = (recipe, "train", sparse)
+        rt.compile_s = seconds.get(k)
+        rt.compile_detail = None
+        if k in seconds:
+            calls, cb_s = callbacks[k]
+            rt.compile_detail = {"lower_s": round(lower_s[k], 2), "compile_s": round(seconds[k], 2),
+                                 "partition_callbacks": calls, "partition_callback_s": round(cb_s, 2),
+                                 "hlo": hlo_counts(exes[k])}
+            if dump_hlo:
+                Path(dump_hlo).mkdir(parents=True, exist_ok=True)
+                with gzip.open(Path(dump_hlo) / f"{recipe.replace('/', '_')}_train.hlo.txt.gz", "wt") as f:
+                    f.write(exes[k].as_text())
+            log(f"  {recipe} train program: lowered in {lower_s[k]:.1f}s, compiled in {seconds[k]:.1f}s "
+                f"({calls} partitioner callbacks, {cb_s:.1f}s{'' if workers == 1 else ', shared with concurrent compiles'}); "
+                f"optimized HLO {rt.compile_detail['hlo']}")
     log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers): "
-        + ", ".join(f"{r} {rt.compile_s:.1f}s" for r, rt in rts.items() if rt.compile_s is not None))
+        + ", ".join(f"{r} {rt.compile_s:.1f}s" for r, rt in rts.items() if rt.compile_s is not None)
+        + (f"; compiler options {options}" if options else ""))
     return exes
 
 
@@ -326,7 +377,8 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
                      "mean_step_s": t_mean, "vs_dense_mean": (dense_mean / t_mean) if dense_mean else None,
                      "spread": (max(r["times"]) - min(r["times"])) / t, "step_times_s": r["times"],
                      "n_params": r["n_params"], "gpu_clock": clocks.get(label),
-                     "compile_s": getattr(r["rt"], "compile_s", None)})
+                     "compile_s": getattr(r["rt"], "compile_s", None),
+                     "compile_detail": getattr(r["rt"], "compile_detail", None)})
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
             "peak_gib_per_device": _peak_gib(),
@@ -488,6 +540,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
+    ap.add_argument("--compile-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="XLA compiler option for every program (repeatable), e.g. xla_gpu_autotune_level=0 "
+                         "to see how much of a compile time is GEMM autotuning")
+    ap.add_argument("--dump-hlo", default=None, metavar="DIR",
+                    help="write each recipe's optimized train-step HLO to DIR/<recipe>_train.hlo.txt.gz")
     ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None, help="default: per size (the example's)")
     ap.add_argument("--sparse-attn", action=argparse.BooleanOptionalAction, default=None,
                     help="2:4 attention projections (default: per size, the example's)")
@@ -568,7 +625,8 @@ def main(argv=None) -> int:
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
-        exes = compile_all(rts, do_quality, a.compile_workers, log)
+        exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
+                            dump_hlo=a.dump_hlo)
         t0 = time.perf_counter()
         tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
         log(f"  timed in {time.perf_counter() - t0:.1f}s")

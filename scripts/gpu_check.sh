@@ -34,6 +34,8 @@
 #   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
 #   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
 #         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX)
+#   distckpt: one process per GPU (examples/launch.py, train_gpt.py --distributed, FSDP over every GPU), sharded
+#         checkpoints, resumed on half the processes; losses compared (DISTCKPT_SIZE, _LAYERS, _STEPS, _BATCH, _ARGS)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -355,6 +357,40 @@ if asked node; then
     rc=$?; note "node $spec rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'compiled|tokens/s' "$OUT/logs/node_$tag.log" | tr '\n' ' ' | cut -c1-600)"
     [ $rc -eq 0 ] || { tail -25 "$OUT/logs/node_$tag.log"; status=1; }
   done
+fi
+
+if asked distckpt; then
+  # One process per GPU (examples/launch.py + train_gpt.py --distributed) on every visible GPU, FSDP,
+  # sharded checkpoints: an uninterrupted DISTCKPT_STEPS-step run, then the same run resumed from its
+  # half-way checkpoint by half as many processes (resharded); the losses after the resume must match.
+  ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 0)
+  half=$(( ngpu / 2 )); steps=${DISTCKPT_STEPS:-8}; run="$OUT/distckpt_run"; rm -rf "$run"
+  common="--size ${DISTCKPT_SIZE:-llama-1b} --n-layer ${DISTCKPT_LAYERS:-4} --recipe srste --steps $steps --ckpt-every $(( steps / 2 ))
+    --eval-every $(( steps / 2 )) --eval-batches 2 --log-every 1 --batch-size ${DISTCKPT_BATCH:-$(( 2 * ngpu ))} --seq-len 1024 --quiet
+    --final-eval-tokens 0 ${DISTCKPT_ARGS:-}"
+  t0=$(date +%s)
+  timeout ${DISTCKPT_TIMEOUT:-300} $PY examples/launch.py --nproc "$ngpu" --log-dir "$OUT/logs/distckpt_a" -- \
+    examples/train_gpt.py $common --distributed --mesh "fsdp=$ngpu" --out "$run" > "$OUT/logs/distckpt_a.log" 2>&1
+  rc=$?; note "distckpt: $ngpu processes, fsdp=$ngpu, $steps steps rc=$rc in $(( $(date +%s) - t0 )) s"
+  [ $rc -eq 0 ] || { tail -30 "$OUT/logs/distckpt_a.log"; status=1; }
+  cp "$run/metrics.jsonl" "$OUT/logs/distckpt_a_metrics.jsonl" 2>/dev/null
+  t0=$(date +%s)
+  timeout ${DISTCKPT_TIMEOUT:-300} $PY examples/launch.py --nproc "$half" --log-dir "$OUT/logs/distckpt_b" -- \
+    examples/train_gpt.py $common --distributed --mesh "fsdp=$half" --resume-from $(( steps / 2 )) --out "$run" \
+    > "$OUT/logs/distckpt_b.log" 2>&1
+  rc=$?; note "distckpt: resumed at step $(( steps / 2 )) on $half processes rc=$rc in $(( $(date +%s) - t0 )) s"
+  [ $rc -eq 0 ] || { tail -30 "$OUT/logs/distckpt_b.log"; status=1; }
+  $PY - "$OUT/logs/distckpt_a_metrics.jsonl" "$run/metrics.jsonl" $(( steps / 2 )) <<'PYEOF' 2>&1 | tee -a "$OUT/logs/summary.txt"
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, open(p))) if "loss" in r}
+a, b, half = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+after = sorted(s for s in a if s > half)
+rel = max(abs(b[s] - a[s]) / abs(a[s]) for s in after) if after and all(s in b for s in after) else float("nan")
+print(f"== distckpt: losses after the resume vs uninterrupted, steps {after}: max relative difference {rel:.2e}",
+      "OK" if rel <= 5e-3 else "MISMATCH", {s: (a[s], b.get(s)) for s in after})
+PYEOF
+  rm -rf "$run"
 fi
 
 if want multigpu; then

@@ -62,6 +62,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -86,6 +87,7 @@ __all__ = [
     "partitioned_gemm",
     "vary_to_union",
     "eval_shape",
+    "partition_callback_stats",
 ]
 
 GROUP = 4  # a 2:4 group: 4 consecutive elements along the contraction axis
@@ -448,6 +450,32 @@ def unpartitioned_batch_ok(arrays) -> bool:
 
 _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
 
+# Time spent in this module's partitioner callbacks (``partition`` / ``infer``), which run inside
+# XLA's compilation: read by :func:`partition_callback_stats` (the benchmarks split a compile time
+# into these callbacks and the rest).
+_CALLBACK_STATS = {"calls": 0, "seconds": 0.0}
+
+
+def partition_callback_stats() -> dict:
+    """``{"calls": n, "seconds": s}``: how often the partitioner has called back into the 2:4 ops'
+    sharding rules in this process (``partition``/``infer``, and the tracing of the per-shard
+    function they return) and the wall time those callbacks took (cumulative; take the difference
+    around a ``compile()``)."""
+    return dict(_CALLBACK_STATS)
+
+
+def _timed_callback(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            _CALLBACK_STATS["calls"] += 1
+            _CALLBACK_STATS["seconds"] += time.perf_counter() - t0
+
+    return wrapper
+
 
 # --------------------------------------------------------------------------------------------
 # The partitioned op
@@ -519,6 +547,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             fold_axes = tuple(a for a in mesh.axis_names if a in data_axes)
         mesh_sizes = dict(mesh.shape)
 
+        @_timed_callback  # traced by JAX inside the partitioner's callback, after ``partition`` returns
         def lower_fn(*flat):
             flat = rewrap(flat)
             if fold_axes:
@@ -544,6 +573,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
                              out_specs=tuple(out_specs) if multi else out_specs[0], axis_names=explicit)
         return smap(*args)
 
+    @_timed_callback
     def partition(mesh, arg_shapes, result_shape):
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         res_list = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
@@ -554,6 +584,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         out_sh = tuple(out_sh) if isinstance(result_shape, (tuple, list)) else out_sh[0]
         return mesh, lower_fn, out_sh, in_sh
 
+    @_timed_callback
     def infer(mesh, arg_shapes, result_shape):  # GSPMD only
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, [], strict=False)
