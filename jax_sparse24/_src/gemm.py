@@ -22,11 +22,16 @@ Backends:
   measured it (operand from our fused compressor) faster still near this shape (bfloat16,
   :data:`~jax_sparse24._src.autotune.CUSPARSELT_RADIUS`), else ``dense``.
 
-This module runs the GEMMs; which backend each runs is decided in :mod:`jax_sparse24._src.autotune`
-(:func:`~jax_sparse24._src.autotune.choose`, :func:`~jax_sparse24._src.autotune.weight_grad_path`),
-and GEMMs on a weight compressed once for many calls are in :mod:`jax_sparse24._src.prepared_weight`.
+This module runs the GEMMs: which backend each runs is decided by the planner
+(:func:`jax_sparse24._src.autotune.resolve`, :func:`~jax_sparse24._src.autotune.weight_grad_path`), and
+the chosen backend object (:mod:`jax_sparse24._src.backends`) gives the CUDA lowering; GEMMs on a weight
+compressed once for many calls are in :mod:`jax_sparse24._src.prepared_weight`. Each GEMM is one
+custom-partitioned op (:func:`jax_sparse24._src.sharding.partitioned_gemm`, rule
+:func:`~jax_sparse24._src.sharding.gemm_rule`): under ``jit`` + ``NamedSharding`` it runs on the local
+shards (local shapes, so the backend choice and any compression are per shard) with a ``psum`` over a
+sharded contraction axis, instead of having its operands all-gathered.
 
-Sparse formulation (DESIGN.md "Consequences" 6): the 2:4 operand is CUTLASS's A (K-major);
+Sparse formulation: the 2:4 operand is CUTLASS's A (K-major);
 ``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
 ``∇x (T, I) = ∇y · W̃ᵀ`` is D(I×T) = W̃(I×O) · ∇yᵀ (needs W̃ 2:4 along O: a transposable mask).
 The weight operands are compressed by one fused pass over W and the mask
@@ -44,85 +49,57 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, ffi
+from jax_sparse24._src import autotune, backends, cuda_mask_ops, ffi, ops, reference, sharding
+from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
+from jax_sparse24._src.backends import pad_rows as _pad_rows
 
 __all__ = ["forward", "input_grad", "weight_grad", "weight_grad_mvue", "masked_weight", "bool_mask"]
-
-
-def masked_weight(w, mask):
-    """W̃ = W ⊙ M: ``w`` where ``mask``, else zero (in ``w``'s dtype)."""
-    return jnp.where(mask, w, jnp.zeros((), w.dtype))
 
 
 def _dot(a, b, precision):
     return jnp.dot(a, b, precision=precision)
 
 
-def bool_mask(mask):
-    """``mask`` as a bool array (nonzero: kept)."""
-    mask = jnp.asarray(mask)
-    return mask if mask.dtype == jnp.bool_ else mask != 0
-
-
-def _weight_gemm(chosen: str, b2, w, mask, dense, *, m: int, n: int, k: int, transposed: bool, dtype):
+def _weight_gemm(chosen: Backend, b2, w, mask, dense, *, m: int, n: int, k: int, transposed: bool, dtype):
     """``D (n, m) = b2 (n, k) · Aᵀ`` with the 2:4 operand A made from W ⊙ M in one fused pass:
     ``transposed=True``: A = W̃ᵀ (O, I) (the forward GEMM), False: A = W̃ (I, O) (the input gradient),
-    on the ``chosen`` sparse backend (``"cutlass"`` or ``"cusparselt"``); ``dense(b2, W̃)`` off CUDA."""
-    from jax_sparse24._src import cuda_compress_ops as cc
-
-    if chosen == "cusparselt":
-        from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-        if lt.fused_compress_ok(m, n, k, dtype):
-            def sparse(b2, wc, mk):  # our compressor writes cuSPARSELt's operand, A stored (M, K)
-                ca = cc.masked_compress(wc, mk, transposed=transposed, layout="cusparselt")
-                return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
-        else:
-            # the library's compressor on W̃ as stored (I, O): (K, M) for the forward, (M, K) for ∇x
-            a_layout = lt.A_KM if transposed else lt.A_MK
-
-            def sparse(b2, wc, mk):
-                ca = lt.cusparselt_compress(masked_weight(wc, mk), m=m, n=n, k=k, a_layout=a_layout,
-                                            b_layout=lt.B_NK)
-                return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
-    else:
-        from jax_sparse24._src import cuda_spmm_ops as cs
-
-        def sparse(b2, wc, mk):
-            values, meta = cc.masked_compress(wc, mk, transposed=transposed)  # one pass over W and M
-            return cs.cutlass_spmm(values, meta, b2, m=m, k=k, config=autotune.cutlass_config(m, n, k, dtype))
-
+    on the ``chosen`` sparse backend; ``dense(b2, W̃)`` off CUDA."""
+    sparse = chosen.weight_gemm(m=m, n=n, k=k, transposed=transposed, dtype=dtype,
+                                config_of=lambda *a: autotune.kernel_config(chosen, *a))
     dense3 = lambda b2, wc, mk: dense(b2, masked_weight(wc, mk))  # noqa: E731
     return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), bool_mask(mask))
 
 
+@sharding.partitioned_gemm("forward")
 def forward(x2, w, mask, *, backend: str, precision=None):
     dtype = jnp.result_type(x2, w)
     x2 = x2.astype(dtype)
     t, i = x2.shape
     o = w.shape[1]
-    dense = lambda x2, wm: _dot(x2, wm, precision)  # noqa: E731
-    chosen = autotune.choose(backend, o, t, i, dtype)
-    if chosen not in ("cutlass", "cusparselt"):
+    dense = lambda x2, wm: DENSE.forward(x2, wm, precision)  # noqa: E731
+    chosen = autotune.resolve(backend, "forward", o, t, i, dtype)
+    if not chosen.sparse:
         return dense(x2, masked_weight(w, mask).astype(dtype))
     # y (T, O) = x · W̃: D (T, O) with A = W̃ᵀ (O, I), 2:4 along I
     return _weight_gemm(chosen, x2, w, mask, dense, m=o, n=t, k=i, transposed=True, dtype=dtype)
 
 
+@sharding.partitioned_gemm("input_grad")
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
     dtype = jnp.result_type(g2, w)
     g2 = g2.astype(dtype)
     t, o = g2.shape
     i = w.shape[0]
-    dense = lambda g2, wm: _dot(g2, wm.T, precision)  # noqa: E731
+    dense = lambda g2, wm: DENSE.input_grad(g2, wm, precision)  # noqa: E731
     # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
-    chosen = autotune.choose(backend, i, t, o, dtype) if transposable else "dense"
-    if chosen not in ("cutlass", "cusparselt"):
+    chosen = autotune.resolve(backend, "input_grad", i, t, o, dtype) if transposable else DENSE
+    if not chosen.sparse:
         return dense(g2, masked_weight(w, mask).astype(dtype))
     # ∇x (T, I) = ∇y · W̃ᵀ: D (T, I) with A = W̃ (I, O), 2:4 along O
     return _weight_gemm(chosen, g2, w, mask, dense, m=i, n=t, k=o, transposed=False, dtype=dtype)
 
 
+@sharding.partitioned_gemm("weight_grad")
 def weight_grad(x2, g2, *, backend: str, precision=None):
     # Dense GEMM (xᵀ·G): the sparse weight-gradient GEMM needs a fused MVUE+compress kernel.
     dtype = jnp.result_type(x2, g2)
@@ -132,27 +109,17 @@ def weight_grad(x2, g2, *, backend: str, precision=None):
     # step went from 1.062x to 1.158x dense with the barrier, benchmarks/results/
     # ab_wgrad_barrier_h100.md). ∇y is materialised anyway for the input gradient.
     x2, g2 = jax.lax.optimization_barrier((x2.astype(dtype), g2.astype(dtype)))
-    return _dot(x2.T, g2, precision)
+    return DENSE.weight_grad(x2, g2, precision)
 
 
-
-# --- Sparse weight gradient (issue 4 item 2) ---------------------------------------------------
+# --- Sparse weight gradient ----------------------------------------------------------------------
 #: Token padding of the sparse weight-gradient GEMM (K = tokens a multiple of 16); defined with the
 #: decision that pads the same way (:func:`~jax_sparse24._src.autotune.weight_grad_path`).
 _WGRAD_TOKEN_ALIGN = autotune.WGRAD_TOKEN_ALIGN
 
 
-def _pad_rows(a, multiple: int):
-    pad = (-a.shape[0]) % multiple
-    if pad:
-        a = jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)], axis=0)
-    return a
-
-
 def _mvue_weight_grad_reference(key, x2, g2, precision):
     """``xᵀ·MVUE(∇y)`` in plain jnp (tokens padded to a multiple of 4 with zero rows)."""
-    from jax_sparse24._src import reference
-
     xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)
     return _dot(xp.T, reference.mvue24(key, gp, axis=0), precision)
 
@@ -178,19 +145,14 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     dtype = jnp.result_type(x2, g2)
     t, i = x2.shape
     o = g2.shape[1]
-    chosen = autotune.weight_grad_path(backend, o, i, t, dtype)
-    if chosen not in ("cutlass", "cusparselt"):
-        if chosen == "exact":
-            return weight_grad(x2, g2, backend="dense", precision=precision)
-        from jax_sparse24._src import ops
-
+    path = autotune.weight_grad_path(backend, o, i, t, dtype)
+    if path == "exact":
+        return weight_grad(x2, g2, backend=DENSE.name, precision=precision)
+    chosen = backends.get(path)
+    if not chosen.sparse:
         gs = ops.mvue24(key, _pad_rows(g2, 4), axis=0)
         return weight_grad(_pad_rows(x2, 4), gs, backend=backend, precision=precision)
     x2, g2 = x2.astype(dtype), g2.astype(dtype)
-
-    from jax_sparse24._src import cuda_compress_ops as cc
-    from jax_sparse24._src import cuda_spmm_ops as cs
-    from jax_sparse24._src import sharding as _sh
 
     def reference_fn(key, x2, g2):
         return _mvue_weight_grad_reference(key, x2, g2, precision)
@@ -204,37 +166,12 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
         cfg = autotune.lookup_weight_grad(o, i, tlp, dtype)
 
         def mvue_dense(key, x2, g2):  # a shard the sparse kernel cannot take: the same draws, dense GEMM
-            from jax_sparse24._src import cuda_mask_ops
-
             gs = cuda_mask_ops.mvue24_cuda(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), axis=0)
             return _dot(_pad_rows(x2, _WGRAD_TOKEN_ALIGN).T, gs, precision)
 
-        def sparse(key, x2, g2):
-            values, meta = cc.mvue24_compress(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), transposed=True)
-            return cs.cutlass_spmm_kn(values, meta, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, k=tlp,
-                                      config=-1 if cfg is None else cfg[1])  # (I, O)
-
-        def sparse_lt(key, x2, g2):  # MVUE kernel, cuSPARSELt compress, A = MVUE(∇y) (T, O) = (K, M)
-            from jax_sparse24._src import cuda_cusparselt_ops as lt
-            from jax_sparse24._src import cuda_mask_ops
-
-            tl32 = tl + (-tl) % 32  # the fused compressor's cuSPARSELt layout needs K % 32
-            if lt.fused_compress_ok(o, i, tl32, dtype, lt.B_KN):
-                # one pass: MVUE(∇y)ᵀ (O, T) = (M, K) drawn and compressed (same draws as mvue24_cuda)
-                ca = cc.mvue24_compress(key, _pad_rows(g2, 32), transposed=True, layout="cusparselt")
-                return lt.cusparselt_spmm(ca, _pad_rows(x2, 32), m=o, n=i, k=tl32, a_layout=lt.A_MK,
-                                          b_layout=lt.B_KN)  # (I, O)
-            gs = cuda_mask_ops.mvue24_cuda(key, _pad_rows(g2, _WGRAD_TOKEN_ALIGN), axis=0)
-            ca = lt.cusparselt_compress(gs, m=o, n=i, k=tlp, a_layout=lt.A_KM, b_layout=lt.B_KN)
-            return lt.cusparselt_spmm(ca, _pad_rows(x2, _WGRAD_TOKEN_ALIGN), m=o, n=i, k=tlp, a_layout=lt.A_KM,
-                                      b_layout=lt.B_KN)  # (I, O)
-
-        if chosen == "cusparselt":
-            from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-            cuda_fn = sparse_lt if lt.cusparselt_supports(o, i, tlp, dtype) else mvue_dense
-        else:
-            cuda_fn = sparse if cs.cutlass_supports_kn(o, i, tlp, dtype) else mvue_dense
+        cuda_fn = (chosen.mvue_weight_grad(o=o, i=i, tl=tl, tokens=tlp, align=_WGRAD_TOKEN_ALIGN, dtype=dtype,
+                                           config=-1 if cfg is None else cfg[1])
+                   if chosen.supports_weight_grad(o, i, tlp, dtype) else mvue_dense)
         return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2)
 
     # Partitioned like the dense weight gradient (tokens contracted: psum over a sharded token axis),
@@ -242,19 +179,6 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     # so every shard draws its own sample — the same draws as the unfused path.
     typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
     kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
-    rule = _sh.Rule("sparse24 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o")), (("i", "o"),),
+    rule = sharding.Rule("sparse24 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
-    return _sh.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)
-
-
-# --- Sharding (issue 6) -----------------------------------------------------------------------
-# Each GEMM above runs as one custom-partitioned op (rules: _src/sharding.py, gemm_rule): under
-# jit + NamedSharding it is called on the local shards (local shapes, so the backend choice and any
-# compression are per shard) with a psum over a sharded contraction axis, instead of having its
-# operands all-gathered. Keep these lines last: they wrap the final definitions.
-from jax_sparse24._src import sharding as _sharding  # noqa: E402
-
-forward = _sharding.partitioned_gemm("forward")(forward)
-input_grad = _sharding.partitioned_gemm("input_grad")(input_grad)
-weight_grad = _sharding.partitioned_gemm("weight_grad")(weight_grad)
-
+    return sharding.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)

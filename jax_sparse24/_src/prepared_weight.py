@@ -20,8 +20,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, ffi
-from jax_sparse24._src.gemm import bool_mask, masked_weight
+from jax_sparse24._src import autotune, ffi, sharding
+from jax_sparse24._src import cuda_compress_ops as cc
+from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, Backend, bool_mask, masked_weight
 
 __all__ = ["PREPARED_KEYS", "WeightPlan", "plan", "prepare", "prepare_many", "prepared_backend", "check_prepared",
            "forward_prepared", "input_grad_prepared"]
@@ -30,23 +31,14 @@ __all__ = ["PREPARED_KEYS", "WeightPlan", "plan", "prepare", "prepare_many", "pr
 #: (W̃ᵀ, W̃) when that GEMM runs sparse — ``{"values", "meta"}`` for CUTLASS, ``{"cusparselt"}`` (one
 #: uint8 buffer, A stored (M, K)) for cuSPARSELt; ``"masked"`` holds W̃ when a GEMM runs dense.
 PREPARED_KEYS = ("forward", "input_grad", "masked")
-_OPERAND_KEYS = {"cutlass": ("values", "meta"), "cusparselt": ("cusparselt",)}
+#: The backends with prepared operands, by name: each operand is a dict of its ``operand_keys``.
+_PREPARABLE = {b.name: b for b in (CUTLASS, CUSPARSELT)}
+_OPERAND_KEYS = {name: b.operand_keys for name, b in _PREPARABLE.items()}
 
 
 def _mk_of(name: str, i: int, o: int) -> tuple[int, int]:
     """(M, K) of a weight GEMM's 2:4 operand: forward A = W̃ᵀ (O, I), input gradient A = W̃ (I, O)."""
     return (o, i) if name == "forward" else (i, o)
-
-
-def _lt_prepared_a_layout(name: str, dtype) -> int:
-    """cuSPARSELt's A layout of a prepared operand — the per-call path's (``gemm._weight_gemm``):
-    bfloat16 A stored (M, K) (our fused compressor, or the library's on the transposed W̃ where the
-    layout check fails); float16 (library compressor) W̃ as stored, (K, M) for the forward."""
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-    if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) or name != "forward":
-        return lt.A_MK
-    return lt.A_KM
 
 
 class WeightPlan(NamedTuple):
@@ -85,8 +77,8 @@ def plan(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse
                                          batched=batched)
     kinds = {"forward": fwd, "input_grad": dx}
     return WeightPlan(jnp.asarray(w).astype(dtype), bool_mask(mask), jnp.dtype(dtype), int(tokens),
-                      tuple(n for n, kd in kinds.items() if kd == "cutlass"),
-                      tuple(n for n, kd in kinds.items() if kd == "cusparselt"))
+                      tuple(n for n, kd in kinds.items() if kd == CUTLASS.name),
+                      tuple(n for n, kd in kinds.items() if kd == CUSPARSELT.name))
 
 
 def _direction(names) -> str:
@@ -100,58 +92,43 @@ def _units(index: int, p: WeightPlan) -> list[_Unit]:
     """The compressions of plan ``p``: one pass over W for CUTLASS's operands; for cuSPARSELt's, one
     pass where our fused compressor writes every operand (its layout check passes: bfloat16), else
     one per GEMM (fused, or the library's compressor on the masked weight)."""
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
     i, o = p.wc.shape
     units = []
     if p.cutlass:
-        shapes = []
-        for n in p.cutlass:
-            vs, ms = cs.cutlass_compressed_shapes(*_mk_of(n, i, o), p.dtype)
-            shapes += [jax.ShapeDtypeStruct(vs, p.dtype), jax.ShapeDtypeStruct(ms, jnp.uint8)]
-        units.append(_Unit(index, "cutlass", _direction(p.cutlass), p.cutlass, tuple(shapes)))
+        shapes = [sd for n in p.cutlass for sd in CUTLASS.operand_shapes(*_mk_of(n, i, o), p.tokens, p.dtype)]
+        units.append(_Unit(index, CUTLASS.name, _direction(p.cutlass), p.cutlass, tuple(shapes)))
     if p.cusparselt:
         plans = {n: _mk_of(n, i, o) for n in p.cusparselt}
-        layouts = {n: _lt_prepared_a_layout(n, p.dtype) for n in p.cusparselt}
-        fused = {n: layouts[n] == lt.A_MK and lt.fused_compress_ok(m, p.tokens, k, p.dtype)
+        layouts = {n: CUSPARSELT.prepared_a_layout(n, p.dtype) for n in p.cusparselt}
+        fused = {n: layouts[n] == CUSPARSELT.FUSED_A_LAYOUT and CUSPARSELT.fused_operand_ok(m, p.tokens, k, p.dtype)
                  for n, (m, k) in plans.items()}
-        shape = {n: jax.ShapeDtypeStruct((lt.cusparselt_compressed_size(m, p.tokens, k, p.dtype, layouts[n], lt.B_NK),),
-                                         jnp.uint8) for n, (m, k) in plans.items()}
+        shape = {n: CUSPARSELT.operand_shapes(m, k, p.tokens, p.dtype, layouts[n])[0] for n, (m, k) in plans.items()}
         if len(p.cusparselt) == 2 and all(fused.values()):
-            units.append(_Unit(index, "cusparselt", "both", p.cusparselt, tuple(shape[n] for n in p.cusparselt)))
+            units.append(_Unit(index, CUSPARSELT.name, "both", p.cusparselt, tuple(shape[n] for n in p.cusparselt)))
         else:
             for n in p.cusparselt:
-                units.append(_Unit(index, "cusparselt" if fused[n] else "library",
+                units.append(_Unit(index, CUSPARSELT.name if fused[n] else "library",
                                    _direction((n,)) if fused[n] else None, (n,), (shape[n],)))
     return units
 
 
 def _library_compress(p: WeightPlan, name: str, wc, mk):
-    """cuSPARSELt's compressor on the masked weight (once per preparation): the forward's A stored
-    (K, M) = W̃ as is, or (M, K) = W̃ᵀ; the input gradient's A = W̃ stored (M, K)."""
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-    i, o = wc.shape
-    layout = _lt_prepared_a_layout(name, p.dtype)
-    a = masked_weight(wc, mk)
-    if name == "forward" and layout == lt.A_MK:
-        a = a.T
-    m, k = _mk_of(name, i, o)
-    return lt.cusparselt_compress(a, m=m, n=p.tokens, k=k, a_layout=layout, b_layout=lt.B_NK)
+    """cuSPARSELt's compressor on the masked weight (once per preparation)."""
+    m, k = _mk_of(name, *wc.shape)
+    return CUSPARSELT.library_compress(name, wc, mk, m=m, k=k, tokens=p.tokens, dtype=p.dtype)
 
 
 def _flat(result, unit: _Unit) -> list:
     """A ``masked_compress_many`` result of ``unit`` as its flat outputs (per name: values, meta / buffer)."""
     per_name = result if unit.direction == "both" else (result,)
-    if unit.layout == "cutlass":
+    if unit.layout == CUTLASS.name:
         return [a for pair in per_name for a in pair]
     return list(per_name)
 
 
 def _entries(unit: _Unit, flat) -> dict:
     """``{name: operand}`` from a unit's flat outputs (``_OPERAND_KEYS`` of its format)."""
-    keys = _OPERAND_KEYS["cutlass" if unit.layout == "cutlass" else "cusparselt"]
+    keys = _OPERAND_KEYS[CUTLASS.name if unit.layout == CUTLASS.name else CUSPARSELT.name]
     return {n: dict(zip(keys, flat[j * len(keys):(j + 1) * len(keys)])) for j, n in enumerate(unit.names)}
 
 
@@ -164,8 +141,6 @@ def prepare_many(plans, *, batched: bool = True) -> list[dict]:
     non-CUDA platform both are placeholders (its GEMMs read ``w`` and ``mask``). One
     ``platform_dependent`` covers all plans. No gradient flows through the result.
     """
-    from jax_sparse24._src import cuda_compress_ops as cc
-
     plans = list(plans)
     units = [u for j, p in enumerate(plans) for u in _units(j, p)]
     flat_args = [a for p in plans for a in (p.wc, p.mk)]
@@ -218,8 +193,6 @@ def prepared_backend(entry) -> str:
 
 def check_prepared(prepared, w, dtype, op: str) -> None:
     """Trace-time check that ``prepared`` is a prepared weight of ``w``'s shape for ``dtype``."""
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
     if not isinstance(prepared, dict) or not prepared or set(prepared) - set(PREPARED_KEYS):
         got = sorted(prepared) if isinstance(prepared, dict) else type(prepared).__name__
         raise ValueError(f"{op}: prepared must be the dict made by jax_sparse24.prepare_weight (keys among "
@@ -243,43 +216,22 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
             backend = prepared_backend(entry)
         except ValueError as e:
             raise ValueError(f"{op}: prepared[{name!r}]: {e}") from None
-        mm, kk = _mk_of(name, i, o)
-        if backend == "cusparselt":
-            buf = entry["cusparselt"]
-            # the exact byte count belongs to the plan; cusparselt_spmm checks it on the GPU
-            if jnp.ndim(buf) != 1 or jnp.result_type(buf) != jnp.uint8:
-                raise ValueError(f"{op}: prepared[{name!r}]['cusparselt'] must be a 1-D uint8 buffer, got "
-                                 f"{tuple(jnp.shape(buf))} {jnp.result_type(buf).name}")
-            if dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-                raise ValueError(f"{op}: a cuSPARSELt prepared weight computes in bfloat16/float16, the layer in "
-                                 f"{dtype.name}")
-            continue
-        (vs, ms) = cs.cutlass_compressed_shapes(mm, kk, dtype)
-        values, meta = entry["values"], entry["meta"]
-        if (tuple(jnp.shape(values)), jnp.result_type(values)) != (tuple(vs), dtype) or (
-                tuple(jnp.shape(meta)), jnp.result_type(meta)) != (tuple(ms), jnp.dtype(jnp.uint8)):
-            raise ValueError(
-                f"{op}: prepared[{name!r}] does not match w {(i, o)} in {dtype.name}: values "
-                f"{tuple(jnp.shape(values))} {jnp.result_type(values).name} (want {tuple(vs)} {dtype.name}), meta "
-                f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
+        _PREPARABLE[backend].check_operand(entry, name, *_mk_of(name, i, o), dtype, w_shape=(i, o), op=op)
 
 
-def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precision, a_layout: int = 0):
-    """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed: ``operand`` is CUTLASS's
-    ``(values, meta)`` or cuSPARSELt's ``(buffer,)`` (A layout ``a_layout``); ``w`` and ``mask`` feed
-    the reference lowering on non-CUDA platforms."""
-    t = b2.shape[0]
+def _prepared_gemm(b2, w, mask, *operand, backend: Backend, name: str, dtype, precision):
+    """D(m×T)ᵀ = b2 · orient(W̃) with A = orient(W̃)ᵀ already compressed in ``backend``'s format
+    (``operand``: its arrays, :attr:`~jax_sparse24._src.backends.base.Backend.operand_keys`); ``w`` and
+    ``mask`` feed the reference lowering on non-CUDA platforms. Runs on the local shards (the
+    partitioned op of :func:`forward_prepared` / :func:`input_grad_prepared`)."""
+    i, o = w.shape
+    m, k = _mk_of(name, i, o)
+    orient = (lambda a: a) if name == "forward" else (lambda a: a.T)
+    gemm = backend.prepared_gemm(name=name, m=m, n=b2.shape[0], k=k, dtype=dtype,
+                                 config_of=lambda *a: autotune.kernel_config(backend, *a))
 
     def sparse(b2, wc, mk, *operand):
-        if len(operand) == 1:  # cuSPARSELt, B = b2 (T, K)
-            from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-            return lt.cusparselt_spmm(operand[0], b2, m=m, n=t, k=k, a_layout=a_layout, b_layout=lt.B_NK)
-        from jax_sparse24._src import cuda_spmm_ops as cs
-
-        values, meta = operand
-        return cs.cutlass_spmm(values, meta, b2, m=m, k=k,
-                               config=autotune.cutlass_config(m, t, k, dtype))  # (T, m)
+        return gemm(b2, *operand)
 
     def dense(b2, wc, mk, *operand):
         return jnp.dot(b2, orient(masked_weight(wc, mk)), precision=precision)
@@ -287,47 +239,23 @@ def _prepared_gemm(b2, w, mask, *operand, m: int, k: int, orient, dtype, precisi
     return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), bool_mask(mask), *operand)
 
 
-def _forward_prepared(x2, w, mask, *operand, dtype, precision=None):
-    i, o = w.shape
-    return _prepared_gemm(x2, w, mask, *operand, m=o, k=i, orient=lambda a: a, dtype=dtype, precision=precision,
-                          a_layout=_lt_prepared_a_layout("forward", dtype) if len(operand) == 1 else 0)
-
-
-def _input_grad_prepared(g2, w, mask, *operand, dtype, precision=None):
-    i, o = w.shape
-    return _prepared_gemm(g2, w, mask, *operand, m=i, k=o, orient=lambda a: a.T, dtype=dtype, precision=precision,
-                          a_layout=_lt_prepared_a_layout("input_grad", dtype) if len(operand) == 1 else 0)
-
-
-def _prepared_dtype(entry):
-    return jnp.result_type(entry["values"]) if "values" in entry else None
+def _prepared_call(name: str, b2, w, mask, entry, precision):
+    """The GEMM ``name`` on the prepared operand ``entry``, as one custom-partitioned op per operand format
+    (:func:`~jax_sparse24._src.sharding.gemm_rule` with ``prepared=``): a prepared operand is the
+    compression of the whole weight, so its GEMM keeps the weight whole (replicated: data parallelism);
+    tokens may still be sharded."""
+    backend = _PREPARABLE[prepared_backend(entry)]
+    dtype = backend.operand_dtype(entry) or jnp.result_type(b2, w)
+    gemm = sharding.partitioned_gemm(name, prepared=backend.name)(_prepared_gemm)
+    return gemm(b2, w, mask, *(entry[k] for k in backend.operand_keys), backend=backend, name=name, dtype=dtype,
+                precision=precision)
 
 
 def forward_prepared(x2, w, mask, entry, *, precision=None):
     """``x·W̃`` with W̃ᵀ already compressed (``entry = prepared["forward"]``: M = O, K = I)."""
-    backend = prepared_backend(entry)
-    dtype = _prepared_dtype(entry) or jnp.result_type(x2, w)
-    return _FORWARD_PREPARED[backend](x2, w, mask, *(entry[k] for k in _OPERAND_KEYS[backend]), dtype=dtype,
-                                      precision=precision)
+    return _prepared_call("forward", x2, w, mask, entry, precision)
 
 
 def input_grad_prepared(g2, w, mask, entry, *, precision=None):
     """``∇y·W̃ᵀ`` with W̃ already compressed (``entry = prepared["input_grad"]``: M = I, K = O)."""
-    backend = prepared_backend(entry)
-    dtype = _prepared_dtype(entry) or jnp.result_type(g2, w)
-    return _INPUT_GRAD_PREPARED[backend](g2, w, mask, *(entry[k] for k in _OPERAND_KEYS[backend]), dtype=dtype,
-                                         precision=precision)
-
-
-# --- Sharding (issue 6) -----------------------------------------------------------------------
-# Each prepared GEMM above runs as one custom-partitioned op per operand format (rules:
-# _src/sharding.py, gemm_rule(prepared=...)), like the per-call GEMMs at the end of gemm.py. Keep
-# these lines last: they wrap the final definitions.
-from jax_sparse24._src import sharding as _sharding  # noqa: E402
-
-# A prepared operand is the compression of the whole weight, so its GEMM keeps the weight whole
-# (replicated: data parallelism); tokens may still be sharded. See sharding.gemm_rule(prepared=...).
-_FORWARD_PREPARED = {b: _sharding.partitioned_gemm("forward", prepared=b)(_forward_prepared) for b in _OPERAND_KEYS}
-_INPUT_GRAD_PREPARED = {b: _sharding.partitioned_gemm("input_grad", prepared=b)(_input_grad_prepared)
-                        for b in _OPERAND_KEYS}
-
+    return _prepared_call("input_grad", g2, w, mask, entry, precision)

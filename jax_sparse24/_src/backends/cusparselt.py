@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_mask_ops, ffi
-from jax_sparse24._src.backends.base import OK, Backend, Verdict, masked_weight, register
+from jax_sparse24._src.backends.base import OK, Backend, Verdict, masked_weight, pad_rows, register
 
 __all__ = ["CUSPARSELT", "CuSparseLt"]
 
@@ -39,6 +39,10 @@ class CuSparseLt(Backend):
         """The library loads and takes this shape and dtype (no GPU check)."""
         return lt.cusparselt_supports(m, n, k, dtype)
 
+    def supports_weight_grad(self, m: int, n: int, k: int, dtype) -> bool:
+        """:meth:`supports` for the weight gradient's GEMM (m = O, n = I, k = padded tokens)."""
+        return lt.cusparselt_supports(m, n, k, dtype)
+
     def fused_operand_ok(self, m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
         """Our fused compressor writes this plan's operand bit for bit (B stored (k, n) with ``b_kn``)."""
         return lt.fused_compress_ok(m, n, k, dtype, lt.B_KN if b_kn else lt.B_NK)
@@ -48,6 +52,9 @@ class CuSparseLt(Backend):
         return lt.table_version_matches(version)
 
     # --- operand layout ---------------------------------------------------------------------------
+    #: A's layout (stored (M, K)) in which our fused compressors write the operand.
+    FUSED_A_LAYOUT = lt.A_MK
+
     def prepared_a_layout(self, name: str, dtype) -> int:
         """A's layout of a prepared operand — the per-call path's: bfloat16 A stored (M, K) (our fused
         compressor, or the library's on the transposed W̃ where the layout check fails); float16
@@ -60,6 +67,21 @@ class CuSparseLt(Backend):
         """Shape of a prepared (M, K) operand's buffer (planned for ``tokens`` rows)."""
         return (jax.ShapeDtypeStruct((lt.cusparselt_compressed_size(m, tokens, k, dtype, a_layout, lt.B_NK),),
                                      jnp.uint8),)
+
+    def operand_dtype(self, entry):
+        """None: a prepared buffer does not record its compute dtype (the layer's is used)."""
+        return None
+
+    def check_operand(self, entry, name: str, m: int, k: int, dtype, *, w_shape, op: str) -> None:
+        """Trace-time check of a prepared operand (ValueError); the exact byte count belongs to the plan
+        and is checked by ``cusparselt_spmm`` on the GPU."""
+        buf = entry["cusparselt"]
+        if jnp.ndim(buf) != 1 or jnp.result_type(buf) != jnp.uint8:
+            raise ValueError(f"{op}: prepared[{name!r}]['cusparselt'] must be a 1-D uint8 buffer, got "
+                             f"{tuple(jnp.shape(buf))} {jnp.result_type(buf).name}")
+        if dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+            raise ValueError(f"{op}: a cuSPARSELt prepared weight computes in bfloat16/float16, the layer in "
+                             f"{dtype.name}")
 
     def library_compress(self, name: str, wc, mk, *, m: int, k: int, tokens: int, dtype):
         """``cusparseLtSpMMACompress`` of the masked weight: the forward's A stored (K, M) = W̃ as is, or
@@ -96,7 +118,7 @@ class CuSparseLt(Backend):
 
         return sparse
 
-    def mvue_weight_grad(self, *, o: int, i: int, tl: int, tokens: int, align: int, dtype, pad_rows):
+    def mvue_weight_grad(self, *, o: int, i: int, tl: int, tokens: int, align: int, dtype, config: int = -1):
         """``fn(key, x2, g2)``: ∇W (I, O) = xᵀ·MVUE(∇y) on cuSPARSELt, A = MVUE(∇y) (T, O) = (K, M):
         drawn and compressed in one pass where our compressor's layout holds (K padded to 32), else the
         MVUE kernel then the library's compressor (K padded to ``align``, ``tokens`` in all)."""

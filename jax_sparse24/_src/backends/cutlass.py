@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_spmm_ops as cs
 from jax_sparse24._src import ffi
-from jax_sparse24._src.backends.base import OK, Backend, Verdict, register
+from jax_sparse24._src.backends.base import OK, Backend, Verdict, pad_rows, register
 
 __all__ = ["CUTLASS", "Cutlass"]
 
@@ -62,6 +62,21 @@ class Cutlass(Backend):
         vs, ms = cs.cutlass_compressed_shapes(m, k, dtype)
         return jax.ShapeDtypeStruct(vs, dtype), jax.ShapeDtypeStruct(ms, jnp.uint8)
 
+    def operand_dtype(self, entry):
+        """The compute dtype a prepared operand was made for (its values' dtype)."""
+        return jnp.result_type(entry["values"])
+
+    def check_operand(self, entry, name: str, m: int, k: int, dtype, *, w_shape, op: str) -> None:
+        """Trace-time check of a prepared (M, K) operand for ``w`` of ``w_shape`` in ``dtype`` (ValueError)."""
+        vs, ms = cs.cutlass_compressed_shapes(m, k, dtype)
+        values, meta = entry["values"], entry["meta"]
+        if (tuple(jnp.shape(values)), jnp.result_type(values)) != (tuple(vs), dtype) or (
+                tuple(jnp.shape(meta)), jnp.result_type(meta)) != (tuple(ms), jnp.dtype(jnp.uint8)):
+            raise ValueError(
+                f"{op}: prepared[{name!r}] does not match w {tuple(w_shape)} in {dtype.name}: values "
+                f"{tuple(jnp.shape(values))} {jnp.result_type(values).name} (want {tuple(vs)} {dtype.name}), meta "
+                f"{tuple(jnp.shape(meta))} {jnp.result_type(meta).name} (want {tuple(ms)} uint8)")
+
     # --- GEMMs (CUDA lowerings) -------------------------------------------------------------------
     def spmm(self, values, meta, b, *, m: int, k: int, config: int = -1):
         """D (n, m) = b (n, k) · Aᵀ with A given compressed."""
@@ -86,9 +101,10 @@ class Cutlass(Backend):
 
         return sparse
 
-    def mvue_weight_grad(self, *, o: int, tokens: int, align: int, config: int, pad_rows):
-        """``fn(key, x2, g2)``: ∇W (I, O) = xᵀ·MVUE(∇y) — the MVUE sample drawn and compressed in one pass
-        over ∇y (A = MVUE(∇y)ᵀ (O, T)), B = x read N-major in place; tokens padded to ``align``."""
+    def mvue_weight_grad(self, *, o: int, i: int, tl: int, tokens: int, align: int, dtype, config: int = -1):
+        """``fn(key, x2, g2)`` on (``tl`` tokens, I) / (``tl``, O) shards: ∇W (I, O) = xᵀ·MVUE(∇y) — the MVUE
+        sample drawn and compressed in one pass over ∇y (A = MVUE(∇y)ᵀ (O, T)), B = x read N-major in
+        place; tokens padded to ``align`` (``tokens`` after padding)."""
 
         def sparse(key, x2, g2):
             values, meta = cc.mvue24_compress(key, pad_rows(g2, align), transposed=True)
