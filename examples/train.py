@@ -88,8 +88,8 @@ def parse_args(argv):
     if not args.recipes or bad:
         ap.error(f"--compare {args.compare!r}: give distinct recipes from {', '.join(RECIPES)}")
     d = SIZE_DEFAULTS[args.size]
-    args.steps = args.steps or d["steps"]
-    args.batch_size, args.lr = args.batch_size or d["batch_size"], args.lr or d["lr"]
+    for flag in ("steps", "batch_size", "lr"):
+        setattr(args, flag, d[flag] if getattr(args, flag) is None else getattr(args, flag))
     args.eval_every = args.eval_every or max(1, args.steps // 10)
     for flag in ("steps", "batch_size", "lr", "eval_every"):
         if not getattr(args, flag) > 0:
@@ -118,7 +118,7 @@ def train(args, recipe: str, data) -> dict:
                     sparse_attn=SIZE_DEFAULTS[args.size].get("sparse_attn", False),
                     dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto")
     model = GPT(cfg)
-    variables = model.init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
+    variables = jax.jit(model.init)(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
 
     # The optimizer: AdamW with warm-up and cosine decay, plus the recipe's 2:4 transforms.
     dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # dense fine-tune
@@ -171,7 +171,7 @@ def train(args, recipe: str, data) -> dict:
           f"{len(sparse_kernels)} 2:4 kernels, compiled in {time.perf_counter() - t:.0f} s", file=sys.stderr)
 
     # The loop. Tokens/s counts the training steps only (not the evaluations).
-    history, train_time, losses = [], 0.0, []
+    history, train_time, losses, train_loss = [], 0.0, [], []
     clock = time.perf_counter()
     for step in range(steps):
         sparse = dense_after is None or step < dense_after
@@ -180,8 +180,9 @@ def train(args, recipe: str, data) -> dict:
             state = refresh(state)
         losses.append(loss)
         if (step + 1) % args.eval_every == 0 or step + 1 == steps:
-            loss = float(np.mean(jax.device_get(losses)))  # waits for the device
+            train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
             train_time += time.perf_counter() - clock
+            loss = float(np.mean(train_loss[-len(losses):]))
             val = evaluate(state, sparse, data.val_batches)
             history.append({"step": step + 1, "loss": loss, "val_loss": val})
             print(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  "
@@ -191,7 +192,7 @@ def train(args, recipe: str, data) -> dict:
     final = evaluate(state, sparse, data.final_val_batches(16 * B * T))  # more windows than the curve's
     return {"recipe": recipe, "final_val_loss": final, "tokens_per_s": steps * B * T / train_time,
             "train_time_s": train_time, "dense_after": dense_after, "sparse_lr_scale": lr_scale,
-            "history": history}
+            "history": history, "train_loss": train_loss}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,9 +217,10 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, s in enumerate(runs):
-        x = [h["step"] for h in s["history"]]
-        ax.plot(x, [h["loss"] for h in s["history"]], color=f"C{i}", alpha=0.4, label=f"{s['recipe']} train")
-        ax.plot(x, [h["val_loss"] for h in s["history"]], "o-", color=f"C{i}", ms=3, label=f"{s['recipe']} val")
+        ax.plot(range(1, len(s["train_loss"]) + 1), s["train_loss"], color=f"C{i}", alpha=0.3, lw=0.8,
+                label=f"{s['recipe']} train")
+        ax.plot([h["step"] for h in s["history"]], [h["val_loss"] for h in s["history"]], "o-", color=f"C{i}",
+                ms=3, label=f"{s['recipe']} val")
     ax.set(xlabel="step", ylabel="cross-entropy", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

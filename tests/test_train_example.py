@@ -1,0 +1,91 @@
+"""Tests for examples/train.py (CPU; a one-layer model of width 32 trained for a few steps)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import train  # noqa: E402
+
+#: a size small enough to compile and train in a few seconds on two CPU cores
+SIZE = dict(n_layer=1, n_head=2, n_embd=32, block_size=32)
+DEFAULTS = dict(steps=6, batch_size=8, seq_len=32, lr=3e-3, warmup=2, eval_batches=1)
+
+
+@pytest.fixture(autouse=True)
+def _test_size(monkeypatch):
+    monkeypatch.setitem(train.SIZES, "test", SIZE)
+    monkeypatch.setitem(train.SIZE_DEFAULTS, "test", DEFAULTS)
+
+
+def run(*argv) -> int:
+    return train.main(["--size", "test", *map(str, argv)])
+
+
+def bad_input(capsys, *argv) -> str:
+    """The one line of ``argv``'s error (exit code 2)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        run(*argv)
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_compare_writes_summary_plot_and_table(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert run("--compare", "dense,srste", "--steps", 6, "--eval-every", 3, "--out", out) == 0
+    stdout = capsys.readouterr().out
+    assert "| recipe | tokens/s | vs dense | final val loss | vs dense |" in stdout
+    assert "| dense |" in stdout and "1.00x" in stdout and "+0.00%" in stdout
+    srste = next(line for line in stdout.splitlines() if line.startswith("| srste |"))
+    assert srste.count("|") == 6 and srste.rstrip(" |").endswith("%")
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["recipe"] for r in summary["runs"]] == ["dense", "srste"]
+    for r in summary["runs"]:
+        assert r["final_val_loss"] > 0 and r["tokens_per_s"] > 0
+        assert [h["step"] for h in r["history"]] == [3, 6] and len(r["train_loss"]) == 6
+    assert summary["runs"][1]["dense_after"] == 5  # the last sixth of 6 steps runs dense
+    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_run_and_no_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    # dense at the shapes of the test above: its programs come from the session's compilation cache
+    assert run("--recipe", "dense", "--steps", 6, "--eval-every", 3, "--out", out) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["recipe"] for r in summary["runs"]] == ["dense"] and summary["runs"][0]["dense_after"] is None
+    assert (out / "loss.png").is_file()
+    before = (out / "summary.json").read_bytes()
+    err = bad_input(capsys, "--recipe", "dense", "--out", out)
+    assert "previous run" in err and "--overwrite" in err
+    assert (out / "summary.json").read_bytes() == before
+    assert train.parse_args(["--size", "test", "--out", str(out), "--overwrite"]).overwrite
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--compare", "dense,nope"], "give distinct recipes"),
+    (["--compare", "dense,dense"], "give distinct recipes"),
+    (["--recipe", "nope"], "invalid choice"),
+    (["--steps", "0"], "--steps must be > 0"),
+    (["--steps", "x"], "invalid int value"),
+    (["--data", "/nonexistent/corpus.txt"], "no such file"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, says):
+    out = tmp_path / "out"
+    if "--data" in argv:  # found when the data is read, after the flags
+        capsys.readouterr()
+        assert run(*argv, "--out", out) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+    else:
+        err = bad_input(capsys, *argv, "--out", out)
+    assert err.startswith("train.py: error: ") and says in err, err
+    assert not out.exists()
