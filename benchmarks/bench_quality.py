@@ -9,13 +9,24 @@ same ``--seed`` — so the same initial weights and the same batch at every step
 srste with ``--finetune-fraction`` = ``--tail-fraction``). ``NAME:FLAGS`` adds example flags to one
 entry, e.g. ``srste-a0:srste --decay-alpha 0`` (a label, a colon, the recipe and its flags).
 
+Data (``--data``, as the example's): a text file whose UTF-8 bytes are the tokens (vocabulary
+256; ``--val-data`` validates, else its last 10%), or a directory of token shards written by
+``examples/prepare_data.py`` (its subword tokenizer; the model's vocabulary is the index's, the
+validation split its ``val.bin``). The table and JSON name the tokenizer and the vocabulary.
+
 Writes ``benchmarks/results/quality_<tag>.json`` / ``.md`` (final val loss, vs dense, final train
 loss, tokens/s, the largest one-step loss spike) and ``quality_<tag>.png`` (validation curves, and
 each recipe's gap to dense). Default tag: ``<size>_<backend>``.
 
     python benchmarks/bench_quality.py --size tiny \\
-        --data /path/realtext_train.txt --val-data /path/realtext_val.txt        # CPU, a few minutes
+        --data /path/realtext_train.txt --val-data /path/realtext_val.txt        # CPU (bytes), a few minutes
     python benchmarks/bench_quality.py --size gpt2 --tokens 50e6 --data ... --val-data ...    # GPU
+
+    # with a subword tokenizer: tokenize once, then train every recipe on the shards
+    python examples/prepare_data.py --data /path/realtext_train.txt --val /path/realtext_val.txt \\
+        --out data/realtext_bpe32k --vocab-size 32000
+    python benchmarks/bench_quality.py --size gpt2 --tokens 100e6 --data data/realtext_bpe32k \\
+        --tag gpt2_h100_realtext_bpe32k_100m                                       # GPU
 
     # the same in three processes of two recipes each, then the table of all six:
     python benchmarks/bench_quality.py --size gpt2 --tokens 50e6 --data ... --val-data ... \
@@ -53,6 +64,20 @@ import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
 
 ALL = ["dense", "srste", "sste", "ste", "step", "dense-tail"]
 SPIKE_WINDOW = 10
+#: the tokenizer of a text ``--data`` (and of results written before the table named one)
+BYTES = "bytes (the UTF-8 bytes of the text)"
+
+
+def describe_tokenizer(data) -> tuple[str, int]:
+    """``(tokenizer, vocabulary size)`` of the example's data object (``ByteData`` or ``TokenData``)."""
+    index = getattr(data, "index", None)
+    if index is None:
+        return BYTES, 256
+    tok = index["tokenizer"]
+    if tok["type"] == "bytes":
+        return "bytes (prepare_data.py --tokenizer bytes)", int(data.vocab_size)
+    return (f"byte-level BPE of prepare_data.py (Hugging Face tokenizers; tokenizer.json sha256 "
+            f"{tok['sha256'][:12]})", int(data.vocab_size))
 
 
 def parse_entry(entry: str, tail_fraction: float) -> tuple[str, str, list[str]]:
@@ -134,7 +159,7 @@ def plot(res: dict, path: Path) -> None:
             late += [g for t, g in gap if t >= res["steps"] // 4]
     title = f"{res['size']} ({res['n_params'] / 1e6:.1f}M params), {res['tokens'] / 1e6:.2f}M tokens, {res['data_name']}"
     ax1.set_xlabel("training tokens (M)")
-    ax1.set_ylabel("validation loss (nats/byte)")
+    ax1.set_ylabel(f"validation loss (nats/{'byte' if res.get('unit', 'bytes') == 'bytes' else 'token'})")
     ax1.set_title(title, fontsize=10)
     ax1.set_yscale("log")
     ax1.grid(alpha=0.3, which="both")
@@ -158,12 +183,15 @@ def plot(res: dict, path: Path) -> None:
 def to_markdown(res: dict) -> str:
     commands = list(dict.fromkeys(r.get("command", res["command"]) for r in res["runs"].values())) or [res["command"]]
     lines = [f"# Quality at a fixed token budget: {res['size']} on {res['data_name']} ({res['device']})", ""]
+    corpus = ("" if res.get("train_tokens") is None else
+              f"; {res['train_tokens']:,} train / {res['val_tokens']:,} val tokens")
     if len(commands) == 1:
         lines += [f"Command: `{commands[0]}`", ""]
     else:
         lines += [f"Commands ({len(commands)} processes, one `--runs` directory, merged):", ""]
         lines += [f"* `{c}`" for c in commands] + [""]
     lines += [
+             f"Tokenizer: {res.get('tokenizer', BYTES)}; vocabulary {res.get('vocab_size', 256):,}{corpus}.", "",
              f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
              f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
              f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
@@ -212,8 +240,11 @@ def main(argv=None) -> int:
     ap.add_argument("--recipes", default=",".join(ALL),
                     help="comma-separated entries: a recipe, dense-tail, or NAME:RECIPE FLAGS (example flags)")
     ap.add_argument("--tail-fraction", type=float, default=0.5, help="dense-tail: the dense fraction of the steps")
-    ap.add_argument("--data", type=Path, default=train_gpt.DEFAULT_DATA, help="training text (the example's --data)")
-    ap.add_argument("--val-data", type=Path, default=None, help="validation text (the example's --val-data)")
+    ap.add_argument("--data", type=Path, default=train_gpt.DEFAULT_DATA,
+                    help="training text (bytes are the tokens) or a token directory of examples/prepare_data.py "
+                         "(its subword tokenizer and vocabulary); the example's --data")
+    ap.add_argument("--val-data", type=Path, default=None,
+                    help="validation text of a text --data (the example's --val-data; a token directory has its own)")
     ap.add_argument("--evals", type=int, default=12, help="validation evaluations per run (besides step 0)")
     ap.add_argument("--eval-batches", type=int, default=None, help="val batches per evaluation (default: per size)")
     ap.add_argument("--final-eval-tokens", type=float, default=2**20,
@@ -268,9 +299,11 @@ def main(argv=None) -> int:
     eval_every = max(1, steps // a.evals)
     eval_batches = a.eval_batches or d["eval_batches"]
     try:
-        data = train_gpt.ByteData(a.data, seq, batch, a.seed, eval_batches, val_path=a.val_data)
+        data = train_gpt.load_data(a.data, seq, batch, a.seed, eval_batches, val_path=a.val_data)
     except train_gpt.CLIError as e:
         return fail(str(e))
+    tokenizer, vocab = describe_tokenizer(data)
+    by_bytes = data.unit == "bytes"
     backend = jax.default_backend()
     tag = a.tag or f"{a.size}_{backend}"
 
@@ -280,8 +313,13 @@ def main(argv=None) -> int:
     res = {"size": a.size, "steps": steps, "batch_size": batch, "seq_len": seq, "tokens": steps * batch * seq,
            "seed": a.seed, "eval_every": eval_every, "eval_batches": eval_batches, "tag": tag,
            "data": str(a.data), "val_data": None if a.val_data is None else str(a.val_data),
-           "data_name": a.data.name, "val_name": a.val_data.name if a.val_data else f"the last 10% of {a.data.name}",
-           "data_sha256": data.sha256, "train_bytes": len(data.train), "val_bytes": len(data.val),
+           "data_name": a.data.name,
+           "val_name": (a.val_data.name if a.val_data else data.val_path.name if data.val_path else
+                        f"the last 10% of {a.data.name}" if by_bytes else f"{a.data.name}/val.bin"),
+           "data_sha256": data.sha256, "tokenizer": tokenizer, "vocab_size": vocab,
+           "tokenizer_sha256": data.tokenizer_sha256, "unit": data.unit,
+           "train_tokens": len(data.train), "val_tokens": len(data.val),
+           **({"train_bytes": len(data.train), "val_bytes": len(data.val)} if by_bytes else {}),
            "device": f"{backend}: {jax.devices()[0].device_kind}", "jax": jax.__version__,
            "flags": common,
            "command": "python benchmarks/bench_quality.py " + shlex.join(sys.argv[1:] if argv is None else argv),
@@ -292,7 +330,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             return fail(str(e))
     log(f"{a.size}: {steps} steps x {batch} x {seq} = {res['tokens']:,} tokens per recipe; "
-        f"{len(data.train):,} train / {len(data.val):,} val bytes")
+        f"{len(data.train):,} train / {len(data.val):,} val {data.unit}; tokenizer: {tokenizer}, vocabulary {vocab:,}")
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = a.runs or Path(tmp)
@@ -301,6 +339,7 @@ def main(argv=None) -> int:
                       "--eval-every", str(eval_every), "--eval-batches", str(eval_batches), "--ckpt-every", "0",
                       "--final-eval-tokens", repr(a.final_eval_tokens), "--quiet", "--overwrite", *extra]
             args = train_gpt.build_parser().parse_args(argv_r)
+            args.vocab_size, args.tokenizer_sha256 = data.vocab_size, data.tokenizer_sha256  # as train_gpt.main
             try:
                 s = train_gpt.train(args, recipe, runs_dir / _dir_name(label), data, None)
             except (train_gpt.CLIError, train_gpt.Diverged) as e:  # a diverged recipe: its step, not a traceback
@@ -320,6 +359,8 @@ def main(argv=None) -> int:
                     json.dumps({"setup": header, "run": res["runs"][label]}, indent=1) + "\n")
             log(f"  {label:<12s} val {s['final_val_loss']:.4f}  spike {sp:.2f} (step {at})  "
                 f"{s['tokens_per_s'] or 0:,.0f} tokens/s")
+    if hasattr(data, "close"):  # TokenData: its prefetch thread
+        data.close()
     res["total_time_s"] = time.perf_counter() - t_start
     log(f"trained {len(entries)} recipe(s) in {res['total_time_s']:.0f}s")
     if a.runs is not None:  # the table of every recipe in the runs directory (earlier processes too)
