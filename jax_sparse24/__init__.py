@@ -12,7 +12,8 @@ Public API:
   weight work once per optimizer step), :func:`linear_plan`; ``fp8=True`` runs its forward and
   input-gradient GEMMs in float8_e4m3fn (:mod:`jax_sparse24.fp8`: the quantization math);
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
-* :mod:`jax_sparse24.nn` (Flax linen ``Sparse24Dense``), :mod:`jax_sparse24.nnx` (Flax NNX
+* :mod:`jax_sparse24.nn` (Flax linen ``Sparse24Dense``; :mod:`jax_sparse24.masks`: its ``"sparsity"``
+  collection; :mod:`jax_sparse24.preparation`: its weights prepared once per step), :mod:`jax_sparse24.nnx` (Flax NNX
   ``Sparse24Linear``), :mod:`jax_sparse24.optim` (optax transforms),
   :mod:`jax_sparse24.prune` (ASP-style N:M pruning of trained models, channel permutation),
   :mod:`jax_sparse24.distill` (AST distillation), :mod:`jax_sparse24.sharding` (meshes and
@@ -28,7 +29,7 @@ from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposa
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 from jax_sparse24._src.validation import MaskCheckError
 
-from jax_sparse24 import distill, fp8, nn, nnx, optim, prune, sharding, swap, training  # noqa: E402  (public submodules)
+from jax_sparse24 import distill, fp8, masks, nn, nnx, optim, preparation, prune, sharding, swap, training  # noqa: E402,E501  (public submodules)
 
 __version__ = "0.1.0"
 
@@ -47,9 +48,11 @@ __all__ = [
     "nm_mask",
     "distill",
     "fp8",
+    "masks",
     "nn",
     "nnx",
     "optim",
+    "preparation",
     "prepare_weight",
     "prune",
     "sharding",
