@@ -290,6 +290,15 @@ def fp8_backends_for(backend: str) -> tuple[Backend, ...]:
                          f"{', '.join(repr(u) for u in usable[:-1])} or {usable[-1]!r}") from None
 
 
+def has_fp8_backend(name: str) -> bool:
+    """Whether the backend ``name`` has a registered fp8 backend of its own."""
+    try:
+        backends.get(name, fp8=True)
+    except KeyError:
+        return False
+    return True
+
+
 def _has_fp8_path(name: str) -> bool:
     try:
         backends.get(name, fp8=True)

@@ -5,7 +5,8 @@
 ``weight_grad_mvue``  ∇W = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)       (I, T) · (T, O), s_m = 2·s_g
 
 Math and scales: :mod:`jax_sparse24._src.fp8` (current scaling; GEMM outputs bfloat16). Each GEMM
-runs as :func:`choose` says:
+runs on the backend :func:`jax_sparse24._src.autotune.resolve` returns with ``fp8=True`` (by name:
+:func:`choose`):
 
 * ``"cutlass"`` — on a CUDA device, the fused quantize + mask + compress kernel writes ``q(W̃)ᵀ``
   (forward) or ``q(W̃)`` (input gradient) in CUTLASS's fp8 sparse layout, XLA quantizes the dense
@@ -34,54 +35,25 @@ sharded tokens.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import ffi
-from jax_sparse24._src import fp8
-from jax_sparse24._src.gemm import _pad_rows, bool_mask, masked_weight
+from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8, gemm, ops, reference, sharding
+from jax_sparse24._src.backends import CUTLASS_FP8, DENSE, Backend, bool_mask, masked_weight
+from jax_sparse24._src.backends import pad_rows as _pad_rows
 
 __all__ = ["choose", "weight_amax", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
 
 
-def _fp8_reason(m: int, n: int, k: int) -> str | None:
-    """Why the fp8 sparse kernels cannot run D(m×n) = A(m×k)·B(k×n) here (None: they can)."""
-    if ffi.extension() is None:
-        return ffi.extension_error()
-    from jax_sparse24._src import cuda_fp8_ops as cf
-
-    if not cf.fp8_kernels_built():
-        return "the loaded extension was built without the fp8 kernels"
-    if not cf.fp8_gemm_supports(m, n, k):
-        am, an, ak = cf.cutlass_alignment_fp8()
-        return f"the fp8 sparse GEMM needs m % {am}, n % {an}, k % {ak} == 0, got m={m}, n={n}, k={k}"
-    return None
-
-
 def choose(backend: str, m: int, n: int, k: int) -> str:
-    """``"cutlass"`` or ``"xla"`` for the fp8 GEMM D(m×n) = A(m×k, 2:4)·B(k×n).
+    """``"cutlass"`` or ``"xla"`` for the fp8 GEMM D(m×n) = A(m×k, 2:4)·B(k×n): the fp8 label of
+    :func:`~jax_sparse24._src.autotune.resolve`'s backend.
 
     ``auto``: the sparse fp8 kernel wherever it can run (built, aligned, a CUDA device), else XLA's
     fp8 math (no measured fp8 table yet). ``cutlass``: the kernel, RuntimeError where it cannot run.
     ``dense`` / ``reference``: XLA's fp8 math. ``cusparselt``: ValueError (no fp8 cuSPARSELt path).
     """
-    if backend in ("dense", "reference"):
-        return "xla"
-    if backend == "cusparselt":
-        raise ValueError("fp8=True: backend='cusparselt' has no fp8 path in this version; use 'auto', "
-                         "'cutlass', 'dense' or 'reference'")
-    reason = _fp8_reason(m, n, k)
-    return _pick(backend, reason)
-
-
-def _pick(backend: str, reason: str | None) -> str:
-    if backend == "cutlass":
-        if reason is not None:
-            raise RuntimeError(f"backend='cutlass' with fp8=True: {reason}")
-        return "cutlass"
-    return "cutlass" if reason is None and ffi.cuda_kernels_available() else "xla"
+    return autotune.resolve(backend, "forward", m, n, k, fp8=True).fp8_label
 
 
 #: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment
@@ -93,24 +65,11 @@ def _padded_tokens(t: int) -> int:
     return t + (-t) % FP8_WGRAD_TOKEN_ALIGN
 
 
-def _wgrad_reason(o: int, i: int, tp: int) -> str | None:
-    """Why the fp8 MVUE weight-gradient kernels cannot run ``∇W (I, O)`` over ``tp`` padded tokens."""
-    reason = _fp8_reason(o, i, tp)
-    if reason is not None:
-        return reason
-    from jax_sparse24._src import cuda_fp8_ops as cf
-
-    if not cf.fp8_weight_grad_supports(o, i, tp):
-        return (f"the fp8 weight-gradient kernels take at most {cf.QUANTIZE_TRANSPOSE_MAX_ROWS} (padded) tokens "
-                f"per call, got {tp}")
-    return None
-
-
 def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tuple[str, str]:
     """``(forward, input_grad)`` of :func:`choose` for a layer ``(i, o)`` at ``tokens`` rows."""
-    fwd = choose(backend, o, tokens, i)
-    dx = choose(backend, i, tokens, o) if transposable else "xla"
-    return fwd, dx
+    fwd = autotune.resolve(backend, "forward", o, tokens, i, fp8=True)
+    dx = autotune.resolve(backend, "input_grad", i, tokens, o, fp8=True) if transposable else DENSE
+    return fwd.fp8_label, dx.fp8_label
 
 
 def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: bool) -> str:
@@ -131,16 +90,16 @@ def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: 
     """
     if not mvue:
         return "16-bit"
-    if backend in ("dense", "reference"):
+    if backend != autotune.AUTO and not autotune.backends.get(backend).sparse:
         return "mvue"
     tp = _padded_tokens(tokens)
-    if backend == "cutlass":
-        return _pick(backend, _wgrad_reason(o, i, tp))  # "cutlass", or RuntimeError naming the constraint
-    from jax_sparse24._src import autotune
-
-    if autotune.weight_grad_path(backend, o, i, tokens, dtype) in ("cutlass", "cusparselt") \
-            and _pick(backend, _wgrad_reason(o, i, tp)) == "cutlass":
-        return "cutlass"
+    if backend != autotune.AUTO and autotune.has_fp8_backend(backend):
+        # the sparse fp8 backend, or RuntimeError naming the constraint
+        return autotune.resolve(backend, "weight_grad", o, i, tp, fp8=True).fp8_label
+    path = autotune.weight_grad_path(backend, o, i, tokens, dtype)
+    if path != "exact" and autotune.backends.get(path).sparse \
+            and autotune.resolve(autotune.AUTO, "weight_grad", o, i, tp, fp8=True).sparse:
+        return CUTLASS_FP8.fp8_label
     return "16-bit"
 
 
@@ -154,7 +113,7 @@ def weight_scale(w, mask, dtype):
     return fp8.scale_from_amax(weight_amax(w, mask, dtype))
 
 
-def _gemm(kind: str, chosen: str, b2, w, mask, s_b, s_w):
+def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
     """D (n, m) = (s_b·s_w) · q(b2)·orient(q(W̃)): ``kind`` ``"forward"`` (A = q(W̃)ᵀ, b2 = x) or
     ``"input_grad"`` (A = q(W̃), b2 = ∇y; a transposable mask).
 
@@ -164,34 +123,18 @@ def _gemm(kind: str, chosen: str, b2, w, mask, s_b, s_w):
     kernel cannot take runs XLA's fp8 math — with a ``psum`` over a sharded contraction axis.
     """
     transposed = kind == "forward"
-
-    def xla(b2, wc, mk, s_b, s_w):
-        qw = fp8.quantize(masked_weight(wc, mk), s_w)  # (I, O)
-        return fp8.scaled_matmul(fp8.quantize(b2, s_b), qw, s_b * s_w, transpose_b=not transposed)
-
-    if chosen != "cutlass":
+    xla = DENSE.fp8_weight_gemm(transposed=transposed)
+    if not chosen.sparse:
         return xla(b2, w, mask, s_b, s_w)
 
     def local(b2, wc, mk, s_b, s_w):
         # every size from the shards (never the global shapes)
         i, o = wc.shape
         m, k = (o, i) if transposed else (i, o)
-
-        def cuda(b2, wc, mk, s_b, s_w):
-            from jax_sparse24._src import cuda_fp8_ops as cf
-
-            values, meta = cf.fp8_masked_compress(wc, mk, s_w, transposed=transposed)
-            return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), s_b * s_w, m=m, k=k)
-
-        cuda_fn = cuda if _fp8_reason(m, b2.shape[0], k) is None else None
+        cuda_fn = chosen.weight_gemm(m=m, k=k, transposed=transposed) if chosen.can_run(m, b2.shape[0], k) else None
         return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w)
 
-    from jax_sparse24._src import sharding as _sh
-
-    base = _sh.gemm_rule(kind, transposable=True)
-    rule = dataclasses.replace(base, name=base.name.replace("sparse24", "sparse24 fp8"),
-                               operands=base.operands + ((), ()))
-    return _sh.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
+    return sharding.partitioned(chosen.sharding_rule(kind), local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 
 
 def forward(x2, w, mask, *, backend: str, scales=None):
@@ -204,7 +147,7 @@ def forward(x2, w, mask, *, backend: str, scales=None):
     t, i = x2.shape
     o = wc.shape[1]
     s_x, s_w = (fp8.current_scale(x2), weight_scale(wc, mk, dtype)) if scales is None else scales
-    chosen = choose(backend, o, t, i)
+    chosen = autotune.resolve(backend, "forward", o, t, i, fp8=True)
     # y (T, O) = q(x)·q(W̃): D (T, O) with A = q(W̃)ᵀ (O, I), 2:4 along I
     return _gemm("forward", chosen, x2, wc, mk, s_x, s_w), s_x, s_w
 
@@ -218,7 +161,7 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str, s_g=None):
     i = wc.shape[0]
     s_g = fp8.current_scale(g2) if s_g is None else s_g
     # ∇x needs q(W̃) 2:4 along `out` for the sparse kernel: without a transposable mask, XLA's fp8 math.
-    chosen = choose(backend, i, t, o) if transposable else "xla"
+    chosen = autotune.resolve(backend, "input_grad", i, t, o, fp8=True) if transposable else DENSE
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
     return _gemm("input_grad", chosen, g2, wc, mk, s_g, s_w)
 
@@ -232,9 +175,6 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
     nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``, or twice ``s_g``
     where it is given (delayed scaling).
     """
-    from jax_sparse24._src import gemm, ops, reference
-    from jax_sparse24._src import sharding as _sh
-
     dtype = jnp.result_type(x2, g2)
     t, i = x2.shape
     o = g2.shape[1]
@@ -245,8 +185,7 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
     # from the whole ∇y (XLA partitions the reduction), or from the delayed scale of ∇y
     s_m = fp8.mvue_scale(g2) if s_g is None else fp8.mvue_scale_from(s_g)
 
-    def fp8_dot(xp, gs, s_x, s_m):
-        return fp8.scaled_matmul(fp8.quantize(xp, s_x).T, fp8.quantize(gs, s_m), s_x * s_m)
+    fp8_dot = DENSE.fp8_weight_grad
 
     if chosen == "mvue":
         # ops.mvue24: the CUDA draws on a GPU (those of the kernel), the reference on a CPU; itself partitioned
@@ -257,30 +196,23 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
 
     def local(key, x2, g2, s_x, s_m):
         # On the local shards (every size from the shards, never from the global (o, i, t) above).
-        from jax_sparse24._src import cuda_fp8_ops as cf
-        from jax_sparse24._src import cuda_mask_ops
-
         tl, il = x2.shape
         ol = g2.shape[1]
         tp = _padded_tokens(tl)
-
-        def kernel(key, x2, g2, s_x, s_m):
-            xp, gp = _pad_rows(x2, FP8_WGRAD_TOKEN_ALIGN), _pad_rows(g2, FP8_WGRAD_TOKEN_ALIGN)
-            values, meta = cf.fp8_mvue24_compress(key, gp, s_m)  # q(MVUE(∇y))ᵀ (O, Tp)
-            # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O): A = q(MVUE(∇y))ᵀ (O, Tp), b = q(x)ᵀ (I, Tp)
-            return cf.cutlass_spmm_fp8(values, meta, cf.fp8_quantize_transpose(xp, s_x), s_x * s_m, m=ol, k=tp)
 
         def sample_fp8_dot(key, x2, g2, s_x, s_m):  # a shard the kernels cannot take: same draws, XLA's fp8 dot
             xp, gp = _pad_rows(x2, FP8_WGRAD_TOKEN_ALIGN), _pad_rows(g2, FP8_WGRAD_TOKEN_ALIGN)
             return fp8_dot(xp, cuda_mask_ops.mvue24_cuda(key, gp, axis=0), s_x, s_m)
 
-        cuda_fn = kernel if _wgrad_reason(ol, il, tp) is None else sample_fp8_dot
+        # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O)
+        cuda_fn = (CUTLASS_FP8.mvue_weight_grad(o=ol, tokens=tp, align=FP8_WGRAD_TOKEN_ALIGN)
+                   if CUTLASS_FP8.can_run(ol, il, tp, gemm="weight_grad") else sample_fp8_dot)
         return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2, s_x, s_m)
 
     # Partitioned as the 16-bit MVUE weight gradient (gemm.weight_grad_mvue): tokens contracted (a psum
     # over a sharded token axis), the key folded with the token shard's index; the scales replicated.
     typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
     kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
-    rule = _sh.Rule("sparse24 fp8 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o"), (), ()),
+    rule = sharding.Rule("sparse24 fp8 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o"), (), ()),
                     (("i", "o"),), contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
-    return _sh.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2, s_x, s_m)
+    return sharding.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2, s_x, s_m)

@@ -14,7 +14,7 @@ import dataclasses
 
 from jax_sparse24._src import cuda_fp8_ops as cf
 from jax_sparse24._src import ffi, fp8, sharding
-from jax_sparse24._src.backends.base import Backend, Verdict, register
+from jax_sparse24._src.backends.base import Backend, Verdict, pad_rows, register
 
 __all__ = ["CUTLASS_FP8", "CutlassFp8"]
 
@@ -63,7 +63,7 @@ class CutlassFp8(Backend):
 
         return cuda
 
-    def mvue_weight_grad(self, *, o: int, tokens: int, align: int, pad_rows):
+    def mvue_weight_grad(self, *, o: int, tokens: int, align: int):
         """``fn(key, x2, g2, s_x, s_m)``: ∇W (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O) · (s_x·s_m), tokens
         padded to ``align`` (``tokens`` after padding)."""
 
