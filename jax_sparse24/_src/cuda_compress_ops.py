@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_sparse24._src import cuda_mask_ops
 from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 
@@ -217,8 +218,6 @@ def mvue24_compress(key, x, *, transposed: bool = True, layout: str = "cutlass")
         axis of ``∇y``); False: ``A = MVUE(x)`` (groups along x's columns).
       layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
     """
-    from jax_sparse24._src import cuda_mask_ops
-
     op = "mvue24_compress"
     x = _check(x, transposed, op, layout)
     try:

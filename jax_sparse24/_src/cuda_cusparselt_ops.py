@@ -31,11 +31,13 @@ import importlib.metadata
 import os
 import re
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_sparse24._src import cuda_compress_ops as _cc
 from jax_sparse24._src import ffi as _ffi
 
 __all__ = [
@@ -229,8 +231,6 @@ _warned: set = set()
 def _warn_once(key: str, message: str, stacklevel: int = 3) -> None:
     if key in _warned:
         return
-    import warnings
-
     _warned.add(key)
     warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
@@ -460,10 +460,8 @@ def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_m
 @functools.lru_cache(maxsize=None)
 def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int, version) -> bool:
     """Our compressor's bytes == the library's for this plan (cached per plan and library version)."""
-    from jax_sparse24._src import cuda_compress_ops as cc
-
     dtype = jnp.dtype(dtype_name)
-    if m % 64 or k % 32 or cusparselt_compressed_size(m, n, k, dtype, A_MK, b_layout) != cc.lt_compressed_bytes(m, k):
+    if m % 64 or k % 32 or cusparselt_compressed_size(m, n, k, dtype, A_MK, b_layout) != _cc.lt_compressed_bytes(m, k):
         return False
     with jax.ensure_compile_time_eval():
         # a 2:4 operand with exactly two nonzeros (|a| in [1, 2)) in every group: no corner cases
@@ -477,7 +475,7 @@ def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int
         mask = ((lane == first) | (lane == second)).reshape(m, k)
         a = (sign * mag).reshape(m, k).astype(dtype)
         theirs = cusparselt_compress(a * mask, m=m, n=n, k=k, a_layout=A_MK, b_layout=b_layout)
-        ours = cc.masked_compress(a, mask, transposed=False, layout="cusparselt")
+        ours = _cc.masked_compress(a, mask, transposed=False, layout="cusparselt")
         return bool(jnp.array_equal(theirs, ours))
 
 
@@ -499,8 +497,6 @@ def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bo
         return False
     ok = _fused_compress_check(int(m), int(n), int(k), name, int(b_layout), cusparselt_version())
     if not ok and (m % 64 == 0 and k % 32 == 0) and "layout" not in _warned:
-        import warnings
-
         _warned.add("layout")
         warnings.warn(f"cuSPARSELt's compressed operand (m={m}, k={k}, {name}) differs from the layout "
                       "jax_sparse24's fused compressors write (another cuSPARSELt version?): falling back to "

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_sparse24._src import cuda_mask_ops
 from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 from jax_sparse24._src.fp8 import FP8_DTYPE, GEMM_OUT_DTYPE, check_scale
@@ -234,8 +235,6 @@ def fp8_mvue24_compress(key, g, scale):
     Returns:
       ``(values, meta)``: values (C, R/2) float8_e4m3fn, meta uint8 of :func:`fp8_compressed_shapes` (C, R).
     """
-    from jax_sparse24._src import cuda_mask_ops
-
     op = "fp8_mvue24_compress"
     shape, dtype = tuple(int(s) for s in np.shape(g)), jnp.result_type(g)
     reason = _compress_reason(shape, dtype, True, "g")

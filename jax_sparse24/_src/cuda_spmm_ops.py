@@ -238,9 +238,9 @@ def cutlass_spmm(values, meta, b, *, m: int, k: int, config: int = -1, raster: s
       config: kernel configuration id (index into :func:`cutlass_configs`), or -1 for the
         measured default for this shape (:func:`cutlass_default_config`).
       raster, swizzle: order in which the persistent kernel walks the output tiles (a tuning knob:
-        L2 reuse of the operands; the result is the same). ``raster`` "heuristic" (CUTLASS's choice
-        from the tile counts), "m" or "n"; ``swizzle`` 1, 2, 4 or 8 tiles per band. The defaults
-        are CUTLASS's.
+        L2 reuse of the operands; the result is the same). ``raster`` "heuristic" (CUTLASS's
+        choice from the tile counts), "m" or "n"; ``swizzle`` 1, 2, 4 or 8 tiles per band. The
+        defaults are CUTLASS's.
 
     Returns:
       (n, m) array of b's dtype (fp32 accumulation).

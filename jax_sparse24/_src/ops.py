@@ -23,10 +23,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import ffi
-from jax_sparse24._src import reference
-from jax_sparse24._src import validation
-from jax_sparse24._src import sharding  # issue 6: ops are custom-partitioned (sharding.per_platform)
+from jax_sparse24._src import cuda_mask_ops, ffi, reference, sharding, validation
 
 __all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
 
@@ -41,8 +38,6 @@ def _kernel(name: str, x, **kwargs):
     """``cuda_mask_ops.<name>`` bound to ``kwargs``, or None where no kernel applies to ``x``."""
     if not ffi.cuda_kernels_available() or not _kernel_dtype_ok(x):
         return None
-    from jax_sparse24._src import cuda_mask_ops
-
     return functools.partial(getattr(cuda_mask_ops, name), **kwargs)
 
 

@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_sparse24._src import ops
+from jax_sparse24._src import ffi, ops
 from jax_sparse24._src import validation as v
+from jax_sparse24._src.backends import CUTLASS
 
 __all__ = ["Sparse24Array", "to_sparse", "matmul", "linear"]
 
@@ -42,8 +43,9 @@ class Sparse24Array:
       transposed: when True the logical array is the transpose (all axes reversed) of the
         stored one, i.e. the 2:4 groups run along the logical first axis.
       layout: ``"portable"`` (the format above, every platform) or ``"cutlass"`` (2-D only: the
-        compressed A operand of the CUTLASS SM90 sparse GEMM, GPU only; ``matmul``/``linear``
-        then run on the sparse tensor cores with no decompression).
+        compressed A operand of the CUTLASS SM90 sparse GEMM — the operand layout of
+        :data:`jax_sparse24._src.backends.CUTLASS` — GPU only; ``matmul``/``linear`` then run on the
+        sparse tensor cores with no decompression).
     """
 
     def __init__(self, values, meta, shape: tuple[int, ...], transposed: bool = False,
@@ -86,12 +88,10 @@ class Sparse24Array:
 
     def todense(self):
         """The dense array (zeros at the pruned positions)."""
-        if self.layout == "cutlass":
+        if self.layout == CUTLASS.name:
             rows, k = self.stored_shape
-            from jax_sparse24._src import cuda_spmm_ops as cs
-
             # D (K, rows) = I_K · Sᵀ: the sparse GEMM against the identity decompresses exactly.
-            dense = cs.cutlass_spmm(self.values, self.meta, jnp.eye(k, dtype=self.dtype), m=rows, k=k).T
+            dense = CUTLASS.spmm(self.values, self.meta, jnp.eye(k, dtype=self.dtype), m=rows, k=k).T
         else:
             dense = _decompress(self.values, self.meta, self.stored_shape[-1])
         return dense.T if self.transposed else dense
@@ -148,14 +148,10 @@ def _decompress(values, meta, k: int):
 
 def _cutlass_layout_ok(shape, dtype) -> bool:
     """The CUTLASS layout applies: 2-D bf16/f16, aligned, extension built and a GPU visible."""
-    from jax_sparse24._src import ffi
-
     if len(shape) != 2 or not ffi.cuda_kernels_available():
         return False
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
     rows, k = shape
-    return cs.cutlass_supports(rows, 16, k, dtype)
+    return CUTLASS.supports(rows, 16, k, dtype)
 
 
 def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = -1,
@@ -214,16 +210,14 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
         x, keep = x.T, keep.T
     shape = x.shape[::-1] if transposed else x.shape
     cutlass_ok = layout != "portable" and _cutlass_layout_ok(x.shape, x.dtype)
-    if layout == "cutlass" or cutlass_ok:
+    if layout == CUTLASS.name or cutlass_ok:
         if not cutlass_ok:
             raise ValueError(
                 f"{op}: layout='cutlass' needs a 2-D bfloat16/float16 array with CUTLASS-aligned shape "
                 f"(rows % 8, groups axis % 16), the CUDA extension and a GPU; got shape {tuple(shape)}, "
                 f"dtype {x.dtype}")
-        from jax_sparse24._src import cuda_spmm_ops as cs
-
-        values, meta = cs.cutlass_compress(jnp.where(keep, x, jnp.zeros((), x.dtype)))
-        return Sparse24Array(values, meta, shape, transposed, "cutlass")
+        values, meta = CUTLASS.compress(jnp.where(keep, x, jnp.zeros((), x.dtype)))
+        return Sparse24Array(values, meta, shape, transposed, CUTLASS.name)
     values, meta = _compress(x, keep)
     return Sparse24Array(values, meta, shape, transposed)
 
@@ -239,27 +233,25 @@ def _dense_operand(a, side: str, contraction_axis: int, op: str):
 
 def _cutlass_matmul(a, b, op: str):
     """``a @ b`` on the sparse tensor cores when one operand is in the CUTLASS layout, else None."""
-    from jax_sparse24._src import cuda_spmm_ops as cs
-
-    if isinstance(b, Sparse24Array) and b.layout == "cutlass":
+    if isinstance(b, Sparse24Array) and b.layout == CUTLASS.name:
         _dense_operand_check(b, "rhs", 0, op)
         m, k = b.stored_shape  # stored S = bᵀ (M, K): exactly CUTLASS's A
         a = jnp.asarray(a, b.dtype)
         if a.shape[-1] != k:
             raise ValueError(f"{op}: contraction sizes differ: {a.shape} @ {b.shape}")
         a2 = a.reshape(-1, k)
-        if not cs.cutlass_supports(m, a2.shape[0], k, b.dtype):
+        if not CUTLASS.supports(m, a2.shape[0], k, b.dtype):
             return None
-        return cs.cutlass_spmm(b.values, b.meta, a2, m=m, k=k).reshape(a.shape[:-1] + (m,))
-    if isinstance(a, Sparse24Array) and a.layout == "cutlass":
+        return CUTLASS.spmm(b.values, b.meta, a2, m=m, k=k).reshape(a.shape[:-1] + (m,))
+    if isinstance(a, Sparse24Array) and a.layout == CUTLASS.name:
         _dense_operand_check(a, "lhs", -1, op)
         m, k = a.stored_shape  # a (M, K) = S
         b = jnp.asarray(b, a.dtype)
         if b.ndim != 2 or b.shape[0] != k:
             raise ValueError(f"{op}: contraction sizes differ: {a.shape} @ {b.shape}")
-        if not cs.cutlass_supports(m, b.shape[1], k, a.dtype):
+        if not CUTLASS.supports(m, b.shape[1], k, a.dtype):
             return None
-        return cs.cutlass_spmm(a.values, a.meta, b.T, m=m, k=k).T  # (Bᵀ·Sᵀ)ᵀ
+        return CUTLASS.spmm(a.values, a.meta, b.T, m=m, k=k).T  # (Bᵀ·Sᵀ)ᵀ
     return None
 
 
@@ -310,7 +302,7 @@ def linear(x, sparse_w, bias=None, *, precision=None):
       bias: optional ``(out,)``.
     """
     op = "linear"
-    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == "cutlass":  # always 2-D
+    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == CUTLASS.name:  # always 2-D
         y = _cutlass_matmul(x, sparse_w, op)  # checks the contraction size
         if y is not None:
             return y if bias is None else y + jnp.asarray(bias, y.dtype)
