@@ -30,9 +30,9 @@ works (the tokenizer's trainer keeps only word counts). The tokens do not depend
 each chunk is encoded as paragraph pieces (split before every line that follows a ``\\n``).
 Three passes over the input: check (UTF-8, sizes, sha256), train the tokenizer, encode.
 
-Bad input (a file that is missing, empty or not UTF-8, an ``--out`` that exists without
-``--overwrite``, a vocabulary too large for ``--dtype uint16``) -> one line, exit code 2, nothing
-written.
+Bad input (a file that is missing, empty, not UTF-8 or not decompressible, an ``--out`` that exists
+without ``--overwrite``, a vocabulary too large for ``--dtype uint16``, a split left without tokens)
+-> one line, exit code 2, nothing written (not even ``--out``'s parent directories).
 """
 
 from __future__ import annotations

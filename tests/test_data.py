@@ -314,8 +314,9 @@ def test_prefetch_reads_ahead_while_the_step_runs(corpus):
     n = len(reads)
     d.batch(2)  # a jump back (a resume): read now, the thread restarts from there
     assert reads[n] == (2, main) and all(name == "TokenData-prefetch" for _, name in reads[n + 1:])
+    thread = d._prefetch.thread
     d.close()
-    assert not any(th.name == "TokenData-prefetch" for th in threading.enumerate())
+    assert not thread.is_alive()
 
 
 _BEYOND_MEMORY = r"""
