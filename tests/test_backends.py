@@ -14,7 +14,9 @@ import warnings
 import jax.numpy as jnp
 import pytest
 
-from jax_sparse24._src import autotune, ffi, fp8_gemm, sparse_array
+from jax_sparse24._src import autotune, backends, ffi, fp8_gemm, sharding, sparse_array
+from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, CUTLASS_FP8, DENSE, REFERENCE
+from jax_sparse24._src.backends import base as backends_base
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_fp8_ops as cf
 from jax_sparse24._src import cuda_spmm_ops as cs
@@ -187,6 +189,112 @@ def test_decisions_are_frozen(machine):
     assert got.keys() == EXPECTED.keys()
     bad = {key: (got[key], EXPECTED[key]) for key in EXPECTED if got[key] != EXPECTED[key]}
     assert not bad, f"{len(bad)} decisions changed, e.g. {list(bad.items())[:5]}"
+
+
+
+def test_resolve_returns_the_registered_backend_objects(machine):
+    """``resolve`` gives the object whose name the planner's functions report, for every GEMM."""
+    for name in ("cpu", "gpu", "gpu_minimal"):
+        machine(name)
+        for m, n, k in SHAPES[:3] + SHAPES[-2:]:
+            for backend in ("auto", "dense", "reference"):
+                fwd = autotune.resolve(backend, "forward", m, n, k, jnp.bfloat16, reuse=4)
+                assert fwd is backends.get(autotune.choose(backend, m, n, k, jnp.bfloat16, reuse=4))
+                wg = autotune.resolve(backend, "weight_grad", m, n, k, jnp.bfloat16)
+                assert wg is backends.get(autotune.choose_weight_grad(backend, m, n, k, jnp.bfloat16))
+                f8 = autotune.resolve(backend, "forward", m, n, k, fp8=True)
+                assert f8 in (CUTLASS_FP8, DENSE, REFERENCE) and f8.fp8_label == fp8_gemm.choose(backend, m, n, k)
+    machine("gpu")
+    assert autotune.resolve("auto", "forward", 4096, 8192, 1024, jnp.bfloat16) is CUSPARSELT
+    assert autotune.resolve("auto", "input_grad", 1024, 8192, 4096, jnp.bfloat16) is CUTLASS
+    assert autotune.resolve("auto", "forward", 2048, 8192, 512, jnp.bfloat16) is DENSE
+    assert autotune.resolve("cutlass", "forward", 64, 48, 64, jnp.bfloat16, fp8=True) is CUTLASS_FP8
+    with pytest.raises(ValueError, match="gemm must be one of"):
+        autotune.resolve("auto", "backward", 64, 48, 64, jnp.bfloat16)
+
+
+def test_registry():
+    assert backends.names() == autotune.BACKENDS[1:] == ("cutlass", "cusparselt", "dense", "reference")
+    assert [backends.get(n) for n in backends.names()] == [CUTLASS, CUSPARSELT, DENSE, REFERENCE]
+    assert backends.get("cutlass", fp8=True) is CUTLASS_FP8
+    with pytest.raises(KeyError):
+        backends.get("cusparselt", fp8=True)
+    assert [b.sparse for b in (CUTLASS, CUSPARSELT, DENSE, REFERENCE, CUTLASS_FP8)] == [True, True, False, False, True]
+    assert CUTLASS.operand_keys == ("values", "meta") and CUSPARSELT.operand_keys == ("cusparselt",)
+    assert DENSE.operand_keys == REFERENCE.operand_keys == ()
+    with pytest.raises(ValueError, match="already registered"):
+        backends.register(type(CUTLASS)())
+    # the sharding rules are sharding.py's: the GEMM rule, and for fp8 the same with the scales appended
+    assert CUTLASS.sharding_rule("forward") == sharding.gemm_rule("forward")
+    fp8_rule = CUTLASS_FP8.sharding_rule("input_grad")
+    assert fp8_rule.operands == sharding.gemm_rule("input_grad", transposable=True).operands + ((), ())
+    assert fp8_rule.name.startswith("sparse24 fp8")
+
+
+def test_a_new_backend_is_one_class_and_its_registration(monkeypatch):
+    """What a new backend needs: a Backend subclass registered under its name; the planner resolves it."""
+    monkeypatch.setattr(backends_base, "_REGISTRY", dict(backends_base._REGISTRY))
+
+    class Mine(backends.Backend):
+        name = "mine"
+
+        def can_run(self, m, n, k, dtype=None, *, gemm="forward"):
+            return backends.Verdict(None if m % 128 == 0 else "m must be a multiple of 128")
+
+    mine = backends.register(Mine())
+    assert backends.names()[-1] == "mine" and repr(mine) == "<GEMM backend 'mine'>"
+    assert autotune.resolve("mine", "forward", 100, 64, 64, jnp.bfloat16) is mine  # not sparse: runs everywhere
+    Mine.sparse = True
+    with pytest.raises(RuntimeError, match=r"backend='mine': m must be a multiple of 128"):
+        autotune.resolve("mine", "forward", 100, 64, 64, jnp.bfloat16)
+    assert autotune.resolve("mine", "forward", 128, 64, 64, jnp.bfloat16) is mine
+    with pytest.raises(ValueError, match=r"backend='mine' has no fp8 path in this version; use 'auto', 'cutlass', "
+                                         r"'dense' or 'reference'"):
+        autotune.resolve("mine", "forward", 128, 64, 64, fp8=True)
+
+
+def test_verdict():
+    assert backends.OK and backends.OK.reason is None
+    no = backends.Verdict("because")
+    assert not no and no.reason == "because"
+
+
+def test_can_run_reasons(machine):
+    bf16, f16, f32 = jnp.bfloat16, jnp.float16, jnp.float32
+    machine("cpu")
+    for b in (CUTLASS, CUSPARSELT, CUTLASS_FP8):
+        v = b.can_run(64, 64, 64, bf16)
+        assert not v and v.reason == _NO_EXT, b
+    assert not CUTLASS.can_run(64, 64, 64, bf16, gemm="weight_grad")
+    assert DENSE.can_run(100, 3, 5, f32) and REFERENCE.can_run(100, 3, 5, f32, gemm="weight_grad")
+
+    machine("gpu")
+    assert CUTLASS.can_run(64, 48, 64, bf16) and CUTLASS.can_run(64, 48, 64, f16)
+    assert CUTLASS.can_run(64, 48, 64, bf16, gemm="weight_grad")
+    assert CUTLASS.can_run(96, 64, 40, f32).reason == (
+        "the CUTLASS sparse GEMM does not support m=96, n=64, k=40, dtype=float32 (bfloat16/float16 only; "
+        "alignment in jax_sparse24._src.cuda_spmm_ops.cutlass_alignment())")
+    assert CUTLASS.can_run(96, 64, 40, bf16, gemm="weight_grad").reason.startswith(
+        "the sparse weight-gradient GEMM does not support m=O=96, n=I=64, k=T=40, dtype=bfloat16")
+    assert CUSPARSELT.can_run(64, 48, 64, bf16)
+    assert "cuSPARSELt float16 GEMMs are disabled" in CUSPARSELT.can_run(64, 48, 64, f16).reason
+    assert CUSPARSELT.can_run(96, 64, 40, bf16).reason == (
+        "cuSPARSELt needs bfloat16 and m, n, k multiples of 16, got m=96, n=64, k=40, dtype=bfloat16")
+    assert CUTLASS_FP8.can_run(64, 48, 64)
+    assert CUTLASS_FP8.can_run(96, 64, 40).reason == (
+        "the fp8 sparse GEMM needs m % 8, n % 16, k % 32 == 0, got m=96, n=64, k=40")
+    too_many = 65535 * 64 + 32
+    assert CUTLASS_FP8.can_run(64, 48, too_many, gemm="weight_grad").reason == (
+        f"the fp8 weight-gradient kernels take at most {65535 * 64} (padded) tokens per call, got {too_many}")
+
+    machine("gpu_no_lt")
+    assert CUSPARSELT.can_run(64, 48, 64, bf16).reason == _NO_LT.message
+
+    machine("gpu_minimal")
+    assert CUTLASS_FP8.can_run(64, 48, 64).reason == "the loaded extension was built without the fp8 kernels"
+    assert not CUTLASS.weight_grad_kernels_built()
+    assert not CUTLASS.can_run(64, 48, 64, f16)  # float16 not compiled
+    assert CUTLASS.can_run(64, 48, 64, bf16)
 
 
 # --- The decisions as of the freeze (generated from _table; one row per machine / case) -----------------------
