@@ -393,7 +393,9 @@ def zero_pruned(tree, masks):
         return jax.tree.map(lambda m, x: x if m is None else jnp.where(m, x, jnp.zeros((), x.dtype)), masks, t,
                             is_leaf=is_none)
 
-    is_params = lambda x: not isinstance(x, (jax.Array, np.ndarray)) and jax.tree.structure(x) == params_def  # noqa: E731
+    def is_params(x):
+        return not isinstance(x, (jax.Array, np.ndarray)) and jax.tree.structure(x) == params_def
+
     return jax.tree.map(lambda x: prune(x) if is_params(x) else x, tree, is_leaf=is_params)
 
 

@@ -590,7 +590,8 @@ def scale_by_step_adam(
         live = jnp.where(phase == 1, bc2_frozen / (1 - b2**count_inc), 1.0)
         mu_hat = jax.tree.map(lambda m: m / bc1.astype(m.dtype), mu)
         nu_hat = jax.tree.map(
-            lambda v, f: v / bc2_frozen.astype(v.dtype) if f else (v / bc2_frozen.astype(v.dtype)) * live.astype(v.dtype),
+            lambda v, f: v / bc2_frozen.astype(v.dtype) if f
+            else (v / bc2_frozen.astype(v.dtype)) * live.astype(v.dtype),
             nu, freeze_mask)
         new_updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + 0.0) + eps), mu_hat, nu_hat)
         return new_updates, AdamWStepState(

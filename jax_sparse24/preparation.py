@@ -164,7 +164,8 @@ def _prepare_context(tokens, reuse, batch=None):
 
 def prepare(model, variables, *args, tokens: int | None = None, reuse: int = 1, batch="auto", method=None,
             **kwargs):
-    """Prepared weights of every sparse :class:`~jax_sparse24.nn.Sparse24Dense` in ``model``: the :data:`PREPARED` collection.
+    """Prepared weights of every sparse :class:`~jax_sparse24.nn.Sparse24Dense` in ``model``: the
+    :data:`PREPARED` collection.
 
     For gradient accumulation: call it once per optimizer step (inside the jitted step, before the
     micro-batch loop) and pass the result to every micro-batch's ``apply`` — each layer then masks

@@ -135,7 +135,8 @@ class SparseTrainState(struct.PyTreeNode):
     def _sparse_flag(self, sparse):
         if isinstance(sparse, str):
             if sparse != "auto":
-                raise ValueError(f"SparseTrainState: sparse must be 'auto', None, a bool or a bool scalar, got {sparse!r}")
+                raise ValueError(f"SparseTrainState: sparse must be 'auto', None, a bool or a bool scalar, "
+                                 f"got {sparse!r}")
             return self.is_sparse() if self.has_phases else None
         return sparse
 
@@ -147,7 +148,8 @@ class SparseTrainState(struct.PyTreeNode):
         return key if micro_batch is None else jax.random.fold_in(key, micro_batch)
 
     def variables(self, params=None, *, prepared: bool = True, fp8_meta=None) -> dict:
-        """The variables for ``apply_fn``: ``params``, ``sparsity``, the fp8 state and (``prepared``) the preparation."""
+        """The variables for ``apply_fn``: ``params``, ``sparsity``, the fp8 state and (``prepared``)
+        the preparation."""
         v = {"params": self.params if params is None else params}
         if self.sparsity:
             v[masks.SPARSITY] = self.sparsity
