@@ -327,7 +327,8 @@ limit = int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 try:  # the limit holds: the process cannot allocate a shard's worth
     np.ones(limit // 8 + 1)
-    sys.exit("RLIMIT_DATA has no effect here")
+    print("RLIMIT_DATA has no effect here")
+    sys.exit(3)
 except MemoryError:
     pass
 import gpt_tokens
@@ -363,4 +364,6 @@ def test_shards_larger_than_memory(tmp_path, corpus):
     (d / "index.json").write_text(json.dumps(index))
     r = subprocess.run([sys.executable, "-c", _BEYOND_MEMORY, str(d), str(ROOT / "examples"), str(limit)],
                        capture_output=True, text=True, timeout=120)
+    if r.returncode == 3:
+        pytest.skip(r.stdout.strip())
     assert r.returncode == 0 and r.stdout.split() == ["ok", str(n_tokens)], r.stdout + r.stderr
