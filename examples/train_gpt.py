@@ -133,6 +133,7 @@ import math
 import os
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -184,7 +185,21 @@ from gpt_runtime import Runtime  # noqa: E402,F401
 # ------------------------------------------------------------------------------------------------
 
 
-#: the end of --help: what stops a run, and what it leaves behind
+#: the end of --help: example commands, what stops a run and what it leaves behind
+EPILOG_EXAMPLES = """\
+examples:
+  # first run: CPU, the tiny model on the bundled text
+  python examples/train_gpt.py --size tiny --steps 300 --out runs/tiny
+
+  # subword tokens (a BPE tokenizer and token shards), then a LLaMA-shaped model, dense vs srste, on a GPU
+  python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
+      --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
+  python examples/train_gpt.py --data data/realtext --size llama-300m --compare dense,srste --out runs/llama-300m
+
+  # 4 GPUs, one process each, parameters and optimizer state FSDP-sharded (add --resume to continue)
+  python examples/launch.py --nproc 4 -- examples/train_gpt.py --distributed --mesh fsdp=4 \\
+      --size llama-1b --remat dots --data data/realtext --out runs/llama-1b
+"""
 EPILOG = (
     "A non-finite loss or gradient norm (every step's, read at each --log-every step), validation loss or "
     "train state (checked before each checkpoint) stops the run with exit code 1 and one line naming the step; "
@@ -195,125 +210,142 @@ EPILOG = (
 )
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """Each default shown once (``HelpFormatter``); the description and epilog as written (example commands)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    fill = lambda text: textwrap.fill(text, 100, break_on_hyphens=False)  # noqa: E731
     ap = argparse.ArgumentParser(
-        prog=PROG, description="Pre-train a GPT on bytes or subword tokens with 2:4 sparse-training recipes (jax_sparse24).",
-        formatter_class=HelpFormatter, epilog=EPILOG,
+        prog=PROG, formatter_class=_HelpFormatter, epilog=EPILOG_EXAMPLES + "\n" + fill(EPILOG),
+        description=fill("Pre-train a GPT on bytes or subword tokens with 2:4 sparse-training recipes (jax_sparse24): "
+                         "the full harness. examples/train.py is the short script to read and copy."),
     )
-    ap.add_argument("--recipe", choices=sorted(RECIPES), default="srste", help="2:4 training recipe")
-    ap.add_argument("--compare", default=None,
-                    help="comma-separated recipes to train one after another (e.g. dense,srste,sste,step,ste)")
-    ap.add_argument("--size", choices=list(SIZES), default="tiny", help=sizes_help())
-    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: per size)")
-    ap.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                    help="a text file (bytes are the tokens; .xz/.gz decompressed; without --val-data its last 10%% "
-                         "validates; the default, real public-domain prose, has its own validation file) or a "
-                         "directory written by examples/prepare_data.py (subword tokens; the model's vocabulary is "
-                         "its tokenizer's)")
-    ap.add_argument("--val-data", type=Path, default=None,
-                    help="validation text: all of --data then trains and this file validates")
-    ap.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
-    ap.add_argument("--grad-accum", type=int, default=1,
-                    help="split each step's batch into this many micro-batches (gradients averaged; "
-                         "activation memory of one micro-batch)")
-    ap.add_argument("--sparse-backend", choices=s24.BACKENDS, default="auto",
-                    help="GEMM backend of the 2:4 layers (Sparse24Dense(backend=)): auto picks per GEMM from "
-                         "the measured table; cutlass / cusparselt force the sparse kernels (GPU)")
-    ap.add_argument("--fp8", action="store_true",
-                    help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
-                         "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
-                         "dense GEMMs. The MVUE weight gradient runs in fp8 where it runs sparse; other weight gradients stay 16-bit")
-    ap.add_argument("--fp8-scaling", choices=("current", "delayed"), default="current",
-                    help="with --fp8: scales from each call's amax (current) or from amax histories of the previous "
-                         "steps (delayed, Flax's recipe; its state is checkpointed with the run)")
-    ap.add_argument("--fp8-dense", choices=FP8_DENSE_IMPLS, default="sparse24",
-                    help="the fp8 layers of the dense recipe (--recipe dense --fp8, or dense in --compare, "
-                         "where the 2:4 recipes keep theirs): sparse24 (Sparse24Dense(method='dense', fp8=True): "
-                         "XLA's fp8 forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
-                         "nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): every GEMM fp8, e5m2 gradients; "
-                         "needs --fp8-scaling delayed)")
-    ap.add_argument("--prepare-weights", choices=("on", "off", "always"), default=None,
-                    help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
-                         "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
-                         "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
-                         "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases. Default: per "
-                         "size (always at gpt2 and gpt2-medium, where it measured faster for srste, ste and step; "
-                         "on elsewhere)")
-    ap.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
-    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
-    ap.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")
-    ap.add_argument("--min-lr-fraction", type=float, default=0.1, help="cosine decays to lr * this")
-    ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decoupled weight decay")
-    ap.add_argument("--b1", type=float, default=0.9, help="AdamW beta1: decay of the gradient's moving average")
-    ap.add_argument("--b2", type=float, default=0.95,
-                    help="AdamW beta2: decay of the squared gradient's moving average")
-    ap.add_argument("--grad-clip", type=float, default=1.0, help="global-norm clip (0: off)")
-    ap.add_argument("--sparse-lr-scale", type=float, default=None,
-                    help="srste/sste/ste: learning-rate multiplier of the 2:4 kernels while the model runs sparse "
-                         "(jax_sparse24.optim.sparse_lr_scale; 2 = 1/density: a 2:4 layer's output moves half as far "
-                         "per Adam step; 1: off). Default: 2 on the tiny sizes and for srste with its short dense "
-                         "fine-tune (--finetune-fraction <= 1/4); 1 for sste, ste and srste with a longer dense tail "
-                         "at the GPT-2 and LLaMA sizes (measured at 1/6 and 1/2 dense, see the module docstring)")
-    ap.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
-    ap.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
-    ap.add_argument("--finetune-fraction", type=float, default=1 / 6, help="srste: final dense fraction (default: 1/6)")
-    ap.add_argument("--finetune-start", choices=FINETUNE_STARTS, default="weights",
-                    help="srste: what the dense fine-tune starts from: weights (the kernels as they are: the pruned "
-                         "weights, decayed but unused by the 2:4 forward pass, come back at once), masked (the 2:4 "
-                         "kernels pruned to their masks at the switch: the dense model starts from the 2:4 model's "
-                         "function; SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
-                         "Adam moments zeroed)")
-    ap.add_argument("--final-eval-tokens", type=float, default=0,
-                    help="after the last step, also evaluate on about this many validation tokens (non-overlapping "
-                         "windows over the whole validation text at most): summary's final_val_loss_full; 0: off")
-    ap.add_argument("--teacher", type=Path, default=None,
-                    help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
-    ap.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
-    ap.add_argument("--kd-temperature", type=float, default=1.0, help="ast: distillation temperature")
-    ap.add_argument("--slorb-group", type=int, default=64,
-                    help="ast: SLoRB group size k (low-rank term of rank in // k; groups of 4 if in %% k)")
-    ap.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
-    ap.add_argument("--layers", choices=("scan", "unroll"), default="scan",
-                    help="the blocks as one nn.scan stack (one block compiled for all; params 'h/...' with a leading "
-                         "layer axis) or one module each ('h_0/...'); checkpoints resume in their own layout "
-                         "(gpt_model.convert_layout converts)")
-    ap.add_argument("--remat", choices=("none", "dots", "full"), default="none",
-                    help="rematerialise each block in the backward pass (jax.checkpoint): dots keeps the GEMM "
-                         "outputs, full only the block input; less activation memory, more compute")
-    ap.add_argument("--n-head", type=int, default=None, help="override the size's number of heads")
-    ap.add_argument("--n-embd", type=int, default=None, help="override the size's width")
-    ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None,
-                    help="FFN activation (default: per size; gelu for gpt sizes, swiglu for llama sizes); swiglu "
-                         "fuses gate+up into one GEMM (plain jnp, no custom kernel)")
-    ap.add_argument("--sparse-attn", action=argparse.BooleanOptionalAction, default=None,
-                    help="2:4 attention projections too (default: per size; on for llama sizes)")
-    ap.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
-                    help="attention kernel: cudnn (flash attention; GPU, bfloat16), xla, or auto (cudnn "
-                         "where it applies)")
-    ap.add_argument("--untied-head", action="store_true", help="separate output head (default: tied to wte)")
-    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
-                    help="compute dtype (auto: bfloat16 on GPU, float32 on CPU); params are float32")
-    ap.add_argument("--eval-every", type=int, default=None, help="steps between val evals (default: per size)")
-    ap.add_argument("--eval-batches", type=int, default=None, help="val batches per eval (default: per size)")
-    ap.add_argument("--ckpt-every", type=int, default=None, help="steps between checkpoints (0: none; default: per size)")
-    ap.add_argument("--log-every", type=int, default=None, help="steps between progress updates (and ste/sste/ast flip-rate measurements; default: per size)")
-    ap.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    ap.add_argument("--resume-from", type=int, default=None, metavar="STEP",
-                    help="continue from the checkpoint of this step in --out (e.g. the newest intact one when "
-                         "the latest is corrupt); the checkpoints after it are deleted")
-    ap.add_argument("--overwrite", action="store_true",
-                    help="replace a previous run in --out (its checkpoints, metrics.jsonl, summary.json, loss.png); "
-                         "without it such a run is never written over")
-    ap.add_argument("--stop-at", type=int, default=None,
-                    help="stop (with a checkpoint) after this step, as if interrupted; --resume continues")
-    ap.add_argument("--seed", type=int, default=0, help="init / data / MVUE seed")
-    ap.add_argument("--mesh", default=None, help="device mesh over all processes' devices, e.g. data=2,fsdp=2,model=1 "
-                    "(data parallel x FSDP/ZeRO-3 x tensor parallel; default: one device)")
-    ap.add_argument("--distributed", action="store_true",
-                    help="one process per GPU/host: jax.distributed.initialize from JAX_COORDINATOR_ADDRESS, "
-                         "JAX_NUM_PROCESSES, JAX_PROCESS_ID (examples/launch.py sets them); process 0 logs and writes")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    model = ap.add_argument_group("model", "the network: a size preset and its overrides")
+    model.add_argument("--size", choices=list(SIZES), default="tiny", help=sizes_help())
+    model.add_argument("--n-layer", type=int, default=None, help="override the size's number of blocks")
+    model.add_argument("--n-head", type=int, default=None, help="override the size's number of heads")
+    model.add_argument("--n-embd", type=int, default=None, help="override the size's width")
+    model.add_argument("--ffn", choices=("gelu", "swiglu"), default=None,
+                       help="FFN activation (default: per size; gelu for gpt sizes, swiglu for llama sizes); swiglu "
+                            "fuses gate+up into one GEMM (plain jnp, no custom kernel)")
+    model.add_argument("--sparse-attn", action=argparse.BooleanOptionalAction, default=None,
+                       help="2:4 attention projections too (default: per size; on for llama sizes)")
+    model.add_argument("--untied-head", action="store_true", help="separate output head (default: tied to wte)")
+    model.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                       help="compute dtype (auto: bfloat16 on GPU, float32 on CPU); params are float32")
+    data = ap.add_argument_group("data", "what it trains and validates on")
+    data.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                      help="a text file (bytes are the tokens; .xz/.gz decompressed; without --val-data its last 10%% "
+                           "validates; the default, real public-domain prose, has its own validation file) or a "
+                           "directory written by examples/prepare_data.py (subword tokens; the model's vocabulary is "
+                           "its tokenizer's)")
+    data.add_argument("--val-data", type=Path, default=None,
+                      help="validation text: all of --data then trains and this file validates")
+    data.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: per size)")
+    data.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: per size)")
+    data.add_argument("--seed", type=int, default=0, help="init / data / MVUE seed")
+    data.add_argument("--eval-every", type=int, default=None, help="steps between val evals (default: per size)")
+    data.add_argument("--eval-batches", type=int, default=None, help="val batches per eval (default: per size)")
+    data.add_argument("--final-eval-tokens", type=float, default=0,
+                      help="after the last step, also evaluate on about this many validation tokens (non-overlapping "
+                           "windows over the whole validation text at most): summary's final_val_loss_full; 0: off")
+    recipe = ap.add_argument_group("recipe", "how the 2:4 layers train (--recipe ast: the teacher flags)")
+    recipe.add_argument("--recipe", choices=sorted(RECIPES), default="srste", help="2:4 training recipe")
+    recipe.add_argument("--compare", default=None,
+                        help="comma-separated recipes to train one after another (e.g. dense,srste,sste,step,ste)")
+    recipe.add_argument("--mask-every", type=int, default=40, help="srste: mask refresh period (steps)")
+    recipe.add_argument("--decay-alpha", type=float, default=2e-4, help="srste: masked decay strength")
+    recipe.add_argument("--finetune-fraction", type=float, default=1 / 6,
+                        help="srste: final dense fraction (default: 1/6)")
+    recipe.add_argument("--finetune-start", choices=FINETUNE_STARTS, default="weights",
+                        help="srste: what the dense fine-tune starts from: weights (the kernels as they are: the pruned "
+                             "weights, decayed but unused by the 2:4 forward pass, come back at once), masked (the 2:4 "
+                             "kernels pruned to their masks at the switch: the dense model starts from the 2:4 model's "
+                             "function; SparseTrainState.prune_to_masks), masked-reset (masked, and the pruned weights' "
+                             "Adam moments zeroed)")
+    recipe.add_argument("--sparse-lr-scale", type=float, default=None,
+                        help="srste/sste/ste: learning-rate multiplier of the 2:4 kernels while the model runs sparse "
+                             "(jax_sparse24.optim.sparse_lr_scale; 2 = 1/density: a 2:4 layer's output moves half as far "
+                             "per Adam step; 1: off). Default: 2 on the tiny sizes and for srste with its short dense "
+                             "fine-tune (--finetune-fraction <= 1/4); 1 for sste, ste and srste with a longer dense tail "
+                             "at the GPT-2 and LLaMA sizes (why: gpt_experiment.default_sparse_lr_scale)")
+    recipe.add_argument("--fp8", action="store_true",
+                        help="forward and input-gradient GEMMs of the 2:4 layers in float8_e4m3fn with current scaling "
+                             "(Sparse24Dense(fp8=True), docs/fp8.md); with --recipe dense the same layers run XLA's fp8 "
+                             "dense GEMMs. The MVUE weight gradient runs in fp8 where it runs sparse; other weight "
+                             "gradients stay 16-bit")
+    recipe.add_argument("--fp8-scaling", choices=("current", "delayed"), default="current",
+                        help="with --fp8: scales from each call's amax (current) or from amax histories of the previous "
+                             "steps (delayed, Flax's recipe; its state is checkpointed with the run)")
+    recipe.add_argument("--fp8-dense", choices=FP8_DENSE_IMPLS, default="sparse24",
+                        help="the fp8 layers of the dense recipe (--recipe dense --fp8, or dense in --compare, "
+                             "where the 2:4 recipes keep theirs): sparse24 (Sparse24Dense(method='dense', fp8=True): "
+                             "XLA's fp8 forward and input-gradient GEMMs, 16-bit weight gradient) or flax (Flax's "
+                             "nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp): every GEMM fp8, e5m2 gradients; "
+                             "needs --fp8-scaling delayed)")
+    recipe.add_argument("--teacher", type=Path, default=None,
+                        help="ast: dense teacher (the --out directory of a --recipe dense run, same model flags)")
+    recipe.add_argument("--kd-alpha", type=float, default=1.0, help="ast: weight of the KL distillation loss")
+    recipe.add_argument("--kd-temperature", type=float, default=1.0, help="ast: distillation temperature")
+    recipe.add_argument("--slorb-group", type=int, default=64,
+                        help="ast: SLoRB group size k (low-rank term of rank in // k; groups of 4 if in %% k)")
+    opt = ap.add_argument_group("optimizer", "AdamW with linear warm-up and cosine decay")
+    opt.add_argument("--steps", type=int, default=None, help="optimizer steps (default: per size)")
+    opt.add_argument("--lr", type=float, default=None, help="peak learning rate (default: per size)")
+    opt.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: per size)")
+    opt.add_argument("--min-lr-fraction", type=float, default=0.1, help="cosine decays to lr * this")
+    opt.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decoupled weight decay")
+    opt.add_argument("--b1", type=float, default=0.9, help="AdamW beta1: decay of the gradient's moving average")
+    opt.add_argument("--b2", type=float, default=0.95,
+                     help="AdamW beta2: decay of the squared gradient's moving average")
+    opt.add_argument("--grad-clip", type=float, default=1.0, help="global-norm clip (0: off)")
+    par = ap.add_argument_group("parallelism and memory", "devices, processes and activation memory (the same math)")
+    par.add_argument("--mesh", default=None, help="device mesh over all processes' devices, e.g. data=2,fsdp=2,model=1 "
+                     "(data parallel x FSDP/ZeRO-3 x tensor parallel; default: one device)")
+    par.add_argument("--distributed", action="store_true",
+                     help="one process per GPU/host: jax.distributed.initialize from JAX_COORDINATOR_ADDRESS, "
+                          "JAX_NUM_PROCESSES, JAX_PROCESS_ID (examples/launch.py sets them); process 0 logs and writes")
+    par.add_argument("--grad-accum", type=int, default=1,
+                     help="split each step's batch into this many micro-batches (gradients averaged; "
+                          "activation memory of one micro-batch)")
+    par.add_argument("--layers", choices=("scan", "unroll"), default="scan",
+                     help="the blocks as one nn.scan stack (one block compiled for all; params 'h/...' with a leading "
+                          "layer axis) or one module each ('h_0/...'); checkpoints resume in their own layout "
+                          "(gpt_model.convert_layout converts)")
+    par.add_argument("--remat", choices=("none", "dots", "full"), default="none",
+                     help="rematerialise each block in the backward pass (jax.checkpoint): dots keeps the GEMM "
+                          "outputs, full only the block input; less activation memory, more compute")
+    out = ap.add_argument_group("checkpoint and output", "what --out receives, and how a run stops and resumes")
+    out.add_argument("--out", type=Path, default=Path("runs/gpt"), help="output directory")
+    out.add_argument("--overwrite", action="store_true",
+                     help="replace a previous run in --out (its checkpoints, metrics.jsonl, summary.json, loss.png); "
+                          "without it such a run is never written over")
+    out.add_argument("--ckpt-every", type=int, default=None,
+                     help="steps between checkpoints (0: none; default: per size)")
+    out.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    out.add_argument("--resume-from", type=int, default=None, metavar="STEP",
+                     help="continue from the checkpoint of this step in --out (e.g. the newest intact one when "
+                          "the latest is corrupt); the checkpoints after it are deleted")
+    out.add_argument("--stop-at", type=int, default=None,
+                     help="stop (with a checkpoint) after this step, as if interrupted; --resume continues")
+    out.add_argument("--log-every", type=int, default=None,
+                     help="steps between progress updates (and ste/sste/ast flip-rate measurements; default: per size)")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench = ap.add_argument_group("benchmarking", "kernel choices: the same math on other GEMM or attention kernels "
+                                                  "(not part of a checkpoint's config)")
+    bench.add_argument("--sparse-backend", choices=s24.BACKENDS, default="auto",
+                       help="GEMM backend of the 2:4 layers (Sparse24Dense(backend=)): auto picks per GEMM from "
+                            "the measured table; cutlass / cusparselt force the sparse kernels (GPU)")
+    bench.add_argument("--prepare-weights", choices=("on", "off", "always"), default=None,
+                       help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
+                            "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
+                            "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
+                            "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases. Default: per "
+                            "size (always at gpt2 and gpt2-medium, on elsewhere: gpt_experiment.SIZE_DEFAULTS)")
+    bench.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
+                       help="attention kernel: cudnn (flash attention; GPU, bfloat16), xla, or auto (cudnn "
+                            "where it applies)")
     return ap
 
 
