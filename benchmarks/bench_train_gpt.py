@@ -41,9 +41,12 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import cProfile
 import gc
 import gzip
+import io
 import json
+import pstats
 import re
 import statistics
 import sys
@@ -61,7 +64,7 @@ import numpy as np  # noqa: E402
 import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
-from jax_sparse24._src.sharding import partition_callback_stats  # noqa: E402
+from jax_sparse24._src.sharding import partition_callback_stats, profile_partition_callbacks  # noqa: E402
 
 ALL = ["dense", "srste", "sste", "step", "ste"]
 
@@ -208,7 +211,7 @@ def compile_options(pairs) -> dict:
 
 
 def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | None = None,
-                dump_hlo: str | None = None) -> dict:
+                dump_hlo: str | None = None, profile: bool = False) -> dict:
     """Lower every needed program serially, compile them concurrently; {(recipe, kind, sparse): exe}.
 
     ``options``: XLA compiler options for every compile (``--compile-option``). Each recipe's timed
@@ -228,11 +231,23 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
 
     def timed_compile(k, lw):
         cb0 = partition_callback_stats()
+        prof = cProfile.Profile() if profile and k[1] == "train" else None
+        profile_partition_callbacks(prof)
         t = time.perf_counter()
-        exe = lw.compile(compiler_options=options) if options else lw.compile()
+        try:
+            exe = lw.compile(compiler_options=options) if options else lw.compile()
+        finally:
+            profile_partition_callbacks(None)
         seconds[k] = time.perf_counter() - t
+        if prof is not None and prof.getstats():
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+            log(f"  Python profile of the partitioner callbacks while compiling {k[0]}'s train program:\n"
+                + buf.getvalue())
         cb1 = partition_callback_stats()
-        callbacks[k] = (cb1["calls"] - cb0["calls"], cb1["seconds"] - cb0["seconds"])
+        callbacks[k] = (cb1["calls"] - cb0["calls"], cb1["seconds"] - cb0["seconds"],
+                        {r: (n - cb0["by_rule"].get(r, (0, 0.0))[0], round(sec - cb0["by_rule"].get(r, (0, 0.0))[1], 3))
+                         for r, (n, sec) in cb1["by_rule"].items() if n > cb0["by_rule"].get(r, (0, 0.0))[0]})
         return exe
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -246,9 +261,10 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
         rt.compile_s = seconds.get(k)
         rt.compile_detail = None
         if k in seconds:
-            calls, cb_s = callbacks[k]
+            calls, cb_s, by_rule = callbacks[k]
             rt.compile_detail = {"lower_s": round(lower_s[k], 2), "compile_s": round(seconds[k], 2),
                                  "partition_callbacks": calls, "partition_callback_s": round(cb_s, 2),
+                                 "partition_callbacks_by_rule": by_rule,
                                  "hlo": hlo_counts(exes[k])}
             if dump_hlo:
                 Path(dump_hlo).mkdir(parents=True, exist_ok=True)
@@ -256,7 +272,7 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
                     f.write(exes[k].as_text())
             log(f"  {recipe} train program: lowered in {lower_s[k]:.1f}s, compiled in {seconds[k]:.1f}s "
                 f"({calls} partitioner callbacks, {cb_s:.1f}s{'' if workers == 1 else ', shared with concurrent compiles'}); "
-                f"optimized HLO {rt.compile_detail['hlo']}")
+                f"optimized HLO {rt.compile_detail['hlo']}; callbacks by rule (calls, s): {by_rule}")
     log(f"  compiled {len(exes)} programs in {time.perf_counter() - t0:.1f}s ({workers} workers): "
         + ", ".join(f"{r} {rt.compile_s:.1f}s" for r, rt in rts.items() if rt.compile_s is not None)
         + (f"; compiler options {options}" if options else ""))
@@ -543,6 +559,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-option", action="append", default=[], metavar="KEY=VALUE",
                     help="XLA compiler option for every program (repeatable), e.g. xla_gpu_autotune_level=0 "
                          "to see how much of a compile time is GEMM autotuning")
+    ap.add_argument("--profile-compile", action="store_true",
+                    help="cProfile each train program's compile (run with --compile-workers 1): where the Python "
+                         "time of the partitioner callbacks goes")
     ap.add_argument("--dump-hlo", default=None, metavar="DIR",
                     help="write each recipe's optimized train-step HLO to DIR/<recipe>_train.hlo.txt.gz")
     ap.add_argument("--ffn", choices=("gelu", "swiglu"), default=None, help="default: per size (the example's)")
@@ -626,7 +645,7 @@ def main(argv=None) -> int:
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
-                            dump_hlo=a.dump_hlo)
+                            dump_hlo=a.dump_hlo, profile=a.profile_compile)
         t0 = time.perf_counter()
         tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
         log(f"  timed in {time.perf_counter() - t0:.1f}s")

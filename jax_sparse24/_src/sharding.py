@@ -88,6 +88,7 @@ __all__ = [
     "vary_to_union",
     "eval_shape",
     "partition_callback_stats",
+    "profile_partition_callbacks",
 ]
 
 GROUP = 4  # a 2:4 group: 4 consecutive elements along the contraction axis
@@ -450,31 +451,53 @@ def unpartitioned_batch_ok(arrays) -> bool:
 
 _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
 
-# Time spent in this module's partitioner callbacks (``partition`` / ``infer``), which run inside
-# XLA's compilation: read by :func:`partition_callback_stats` (the benchmarks split a compile time
-# into these callbacks and the rest).
-_CALLBACK_STATS = {"calls": 0, "seconds": 0.0}
+# Time spent in this module's partitioner callbacks (``partition`` / ``infer`` and the tracing of
+# the per-shard function), which run inside XLA's compilation: read by
+# :func:`partition_callback_stats` (the benchmarks split a compile time into these callbacks and the
+# rest); :func:`profile_partition_callbacks` adds a cProfile of them (they may run on XLA's threads,
+# where a profiler started around ``compile()`` does not see them).
+_CALLBACK_STATS = {"calls": 0, "seconds": 0.0, "by_rule": {}}
+_CALLBACK_PROFILE: list = []  # [cProfile.Profile] while profiling
 
 
 def partition_callback_stats() -> dict:
-    """``{"calls": n, "seconds": s}``: how often the partitioner has called back into the 2:4 ops'
-    sharding rules in this process (``partition``/``infer``, and the tracing of the per-shard
-    function they return) and the wall time those callbacks took (cumulative; take the difference
-    around a ``compile()``)."""
-    return dict(_CALLBACK_STATS)
+    """``{"calls": n, "seconds": s, "by_rule": {rule name: (calls, seconds)}}``: how often the
+    partitioner has called back into the 2:4 ops' sharding rules in this process (``partition``/
+    ``infer``, and the tracing of the per-shard function they return) and the wall time those
+    callbacks took (cumulative; take the difference around a ``compile()``)."""
+    return {"calls": _CALLBACK_STATS["calls"], "seconds": _CALLBACK_STATS["seconds"],
+            "by_rule": {k: tuple(v) for k, v in _CALLBACK_STATS["by_rule"].items()}}
 
 
-def _timed_callback(fn):
-    @functools.wraps(fn)
-    def wrapper(*args):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            _CALLBACK_STATS["calls"] += 1
-            _CALLBACK_STATS["seconds"] += time.perf_counter() - t0
+def profile_partition_callbacks(profile=None):
+    """Profile the partitioner callbacks with ``profile`` (a ``cProfile.Profile``) from now on;
+    ``None`` stops. A diagnostic for compile times (``benchmarks/bench_train_gpt.py --profile-compile``)."""
+    _CALLBACK_PROFILE[:] = [] if profile is None else [profile]
 
-    return wrapper
+
+def _timed_callback(name: str):
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            prof = _CALLBACK_PROFILE[0] if _CALLBACK_PROFILE else None
+            t0 = time.perf_counter()
+            if prof is not None:
+                prof.enable()
+            try:
+                return fn(*args)
+            finally:
+                if prof is not None:
+                    prof.disable()
+                dt = time.perf_counter() - t0
+                _CALLBACK_STATS["calls"] += 1
+                _CALLBACK_STATS["seconds"] += dt
+                entry = _CALLBACK_STATS["by_rule"].setdefault(name, [0, 0.0])
+                entry[0] += 1
+                entry[1] += dt
+
+        return wrapper
+
+    return deco
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,7 +570,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             fold_axes = tuple(a for a in mesh.axis_names if a in data_axes)
         mesh_sizes = dict(mesh.shape)
 
-        @_timed_callback  # traced by JAX inside the partitioner's callback, after ``partition`` returns
+        @_timed_callback(rule.name + " (trace)")  # traced by JAX inside the partitioner's callback, after ``partition`` returns
         def lower_fn(*flat):
             flat = rewrap(flat)
             if fold_axes:
@@ -573,7 +596,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
                              out_specs=tuple(out_specs) if multi else out_specs[0], axis_names=explicit)
         return smap(*args)
 
-    @_timed_callback
+    @_timed_callback(rule.name)
     def partition(mesh, arg_shapes, result_shape):
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         res_list = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
@@ -584,7 +607,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         out_sh = tuple(out_sh) if isinstance(result_shape, (tuple, list)) else out_sh[0]
         return mesh, lower_fn, out_sh, in_sh
 
-    @_timed_callback
+    @_timed_callback(rule.name)
     def infer(mesh, arg_shapes, result_shape):  # GSPMD only
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, [], strict=False)
