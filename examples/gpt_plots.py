@@ -61,7 +61,7 @@ def plot_run(history: list[dict], path: Path, title: str, phase_step: Optional[i
             ax.axvline(phase_step, color="gray", ls="--", lw=1)
         ax1.text(phase_step, ax1.get_ylim()[1], f" {phase_label}", va="top", fontsize=8, color="gray")
     ax1.set_xlabel("step")
-    ax1.set_ylabel("cross-entropy (nats/byte)")
+    ax1.set_ylabel("cross-entropy (nats per token)")
     ax1.set_title(f"{title}: loss")
     ax1.grid(alpha=0.3)
     ax1.legend()
@@ -98,7 +98,7 @@ def plot_compare(runs: dict[str, list[dict]], path: Path, title: str) -> None:
         if len(fx):
             ax2.plot(fx, fy, "-", color=color, lw=1, label=name)
     ax1.set_xlabel("step")
-    ax1.set_ylabel("cross-entropy (nats/byte)")
+    ax1.set_ylabel("cross-entropy (nats per token)")
     ax1.set_title(f"{title}: train (faint) / val loss")
     ax1.grid(alpha=0.3)
     ax1.legend(fontsize=8)

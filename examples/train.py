@@ -67,7 +67,7 @@ TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger 
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
-    ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line
+    ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line, no usage
     ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (gpt_model.SIZES)")
     ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe")
     ap.add_argument("--compare", metavar="R1,R2,...",
@@ -236,18 +236,22 @@ def main(argv=None) -> int:
         # is a function of (seed, t), so every recipe sees the same batches.
         d = SIZE_DEFAULTS[args.size]
         data = load_data(args.data, d["seq_len"], args.batch_size, args.seed, d["eval_batches"])
-    except CLIError as e:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except (CLIError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    device = jax.devices()[0].device_kind
     print(f"{PROG}: {len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
-          f"{args.size}, {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {jax.devices()[0].device_kind}",
-          file=sys.stderr)
-    runs = [train(args, recipe, data) for recipe in args.recipes]
+          f"{args.size}, {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {device}", file=sys.stderr)
+    try:
+        runs = [train(args, recipe, data) for recipe in args.recipes]
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
+        return 130
 
-    args.out.mkdir(parents=True, exist_ok=True)
     plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
     summary = {"size": args.size, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
-               "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": jax.devices()[0].device_kind,
+               "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": device,
                "runs": runs}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(table(runs))
