@@ -75,7 +75,7 @@ TINY_SIZES = ("tiny", "llama-tiny")
 
 
 def default_sparse_lr_scale(size: str, recipe: str, finetune_fraction: float = 1 / 6) -> float:
-    """``--sparse-lr-scale`` when not given (issue 23, measured on the real corpus).
+    """``--sparse-lr-scale`` when not given (measured on real text).
 
     2 (= 1/density) on the tiny sizes for every recipe: at the dense learning rate the tiny model's
     2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x, ``quality_tiny_cpu_realtext.md``).
@@ -360,7 +360,7 @@ def build_experiment(hp: dict) -> Experiment:
             sched, b1=hp["b1"], b2=hp["b2"], eps=1e-8, weight_decay=hp["weight_decay"],
             clipping=(steps // 10, steps // 2), where=where_sparse,
             # v frozen for the 2:4 kernels only: freezing every v (embeddings, norms, dense
-            # attention) diverged on GPT-2 when their gradients outgrew it (issue 23)
+            # attention) diverged on GPT-2 when their gradients outgrew it
             freeze="sparse", mask=wd_mask,  # no decay of biases, norms (as the adamw recipes)
         ))
     else:

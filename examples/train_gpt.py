@@ -18,7 +18,7 @@ Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too wi
 * ``step`` — STEP: ``adamw_step`` trains dense while it preconditions, freezes the 2:4 kernels'
   second moment when it has converged (AutoSwitch clipped to 10%–50% of the steps) and the model
   then trains with hard 2:4 straight-through weights; embeddings, norms, biases and the layers that
-  stay dense keep AdamW's live second moment (freezing theirs too diverged on GPT-2, issue 23).
+  stay dense keep AdamW's live second moment (freezing theirs too diverged on GPT-2).
 * ``ste`` — hard 2:4 magnitude mask of the weights recomputed every step, straight-through
   (torchao-style runtime weight sparsity).
 * ``ast`` — AST (Adaptive Sparse Trainer): a 2:4 student distilled from a dense teacher,
