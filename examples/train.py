@@ -58,7 +58,7 @@ RECIPES = {
     "sste": dict(method="soft", mvue=True),
     "ste": dict(method="ste"),
 }
-TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger sizes (measured)
+TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger sizes (gpt_experiment.py says why)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def parse_args(argv):
     d = SIZE_DEFAULTS[args.size]
     for flag in ("steps", "batch_size", "lr"):
         setattr(args, flag, d[flag] if getattr(args, flag) is None else getattr(args, flag))
-    args.eval_every = args.eval_every or max(1, args.steps // 10)
+    args.eval_every = max(1, args.steps // 10) if args.eval_every is None else args.eval_every
     for flag in ("steps", "batch_size", "lr", "eval_every"):
         if not getattr(args, flag) > 0:
             ap.error(f"--{flag.replace('_', '-')} must be > 0")

@@ -75,6 +75,7 @@ def test_single_run_and_no_overwrite(tmp_path, capsys):
     (["--compare", "dense,dense"], "give distinct recipes"),
     (["--recipe", "nope"], "invalid choice"),
     (["--steps", "0"], "--steps must be > 0"),
+    (["--eval-every", "0"], "--eval-every must be > 0"),
     (["--steps", "x"], "invalid int value"),
     (["--data", "/nonexistent/corpus.txt"], "no such file"),
 ])
