@@ -246,14 +246,17 @@ def main(argv=None) -> int:
     try:
         runs = [train(args, recipe, data) for recipe in args.recipes]
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
+        print(f"{PROG}: interrupted: no results written", file=sys.stderr)
         return 130
 
-    plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
     summary = {"size": args.size, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
                "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": device,
                "runs": runs}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    try:
+        plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
+    except ImportError:
+        print(f"{PROG}: no loss.png: matplotlib is not installed (pip install -e '.[examples]')", file=sys.stderr)
     print(table(runs))
     print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
     return 0
