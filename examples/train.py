@@ -68,8 +68,8 @@ TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
     ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line, no usage
-    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (gpt_model.SIZES)")
-    ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe")
+    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (gpt_model.SIZES; default: tiny)")
+    ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe (default: srste)")
     ap.add_argument("--compare", metavar="R1,R2,...",
                     help="train these recipes one after another on the same data and print a table")
     ap.add_argument("--steps", type=int, help="optimizer steps (default: per size)")
@@ -81,7 +81,7 @@ def parse_args(argv):
                          "(default: the bundled public-domain text)")
     ap.add_argument("--out", type=Path, help="output directory (default: runs/SIZE)")
     ap.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the init, the batches and the MVUE gradient")
     args = ap.parse_args(argv)
     args.recipes = [r.strip() for r in (args.compare or args.recipe).split(",") if r.strip()]
     bad = [r for r in args.recipes if r not in RECIPES] or len(set(args.recipes)) != len(args.recipes)
