@@ -1,12 +1,14 @@
 """Session-wide test setup.
 
-Eight host (CPU) devices for the sharding tests (tests/test_sharding.py, issue 6). XLA reads
+Eight host (CPU) devices for the sharding tests (tests/test_sharding.py). XLA reads
 ``XLA_FLAGS`` when the CPU backend starts, which happens on first use anywhere in the pytest
 process, so the flag is set here — before any test module is collected. Single-device tests are
 unaffected: un-sharded computations still run on device 0.
 """
 
 import os
+
+import pytest
 
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
@@ -23,18 +25,43 @@ except ImportError:  # hypothesis is in the `test` extra; test_properties.py ski
     pass
 
 
-# JAX's persistent compilation cache for the whole session, in a fresh temp directory: tests that build the same
-# tiny models compile identical XLA programs through different jitted functions; the cache (keyed on the program,
-# the compile options and the jax/jaxlib versions) compiles each once. Modules that set their own cache directory
-# (test_train_gpt.py) restore this one afterwards.
+# JAX's persistent compilation cache for the whole session, in a fresh temp directory that every pytest-xdist worker
+# of the run shares: tests that build the same tiny models compile identical XLA programs through different jitted
+# functions and in different workers; the cache (keyed on the program, the compile options and the jax/jaxlib
+# versions) compiles each once.
 try:
-    import pytest as _pytest
-
     from jax_cache import compilation_cache as _compilation_cache
 
-    @_pytest.fixture(scope="session", autouse=True)
+    @pytest.fixture(scope="session", autouse=True)
     def _session_compilation_cache(tmp_path_factory):
-        with _compilation_cache(tmp_path_factory.mktemp("jax_session_cache")):
+        if not os.environ.get("PYTEST_XDIST_WORKER"):  # not distributed: this process's own directory
+            with _compilation_cache(tmp_path_factory.mktemp("jax_session_cache")):
+                yield
+            return
+        # every worker's base temp directory is a sub-directory of the run's (pytest-of-<user>/pytest-<N>/popen-gw<i>)
+        shared = tmp_path_factory.getbasetemp().parent / "jax_session_cache"
+        shared.mkdir(exist_ok=True)
+        with _compilation_cache(shared, shared=True):
             yield
 except ImportError:
     pass
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# `-n auto` (pyproject.toml's addopts): one pytest-xdist worker per core, at most 4 (each worker holds its own JAX
+# runtime and compiled programs: ~2-3 GiB at its peak); none where a GPU is visible: the GPU tests share one device
+# and their timings are read alone. `-n 0` runs in one process anywhere; PYTEST_XDIST_AUTO_NUM_WORKERS=N overrides.
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+        return 0
+    return min(_cpu_count(), 4)

@@ -19,18 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import train_gpt  # noqa: E402
-from jax_cache import compilation_cache  # noqa: E402
 
 # A model small enough to compile and train in a few seconds on two CPU cores.
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
         "--batch-size", "8", "--eval-batches", "1", "--quiet", "--lr", "3e-3", "--warmup", "3"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compilation_cache(tmp_path_factory):
-    """Runs of one configuration compile identical programs: share them through JAX's cache."""
-    with compilation_cache(tmp_path_factory.mktemp("jax_cache")):
-        yield
 
 
 def run(*argv) -> int:
