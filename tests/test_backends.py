@@ -64,7 +64,8 @@ SCENARIOS = {
     "gpu": (_Ext(), True, _lt_loaded("0.8.1")),
     "gpu_no_lt": (_Ext(), True, _NO_LT),
     "gpu_lt_0.10": (_Ext(), True, _lt_loaded("0.10.0")),
-    "gpu_minimal": (_Ext(minimal=True), True, lt._Loaded(False, "this build of the extension has no cuSPARSELt backend")),
+    "gpu_minimal": (_Ext(minimal=True), True,
+                    lt._Loaded(False, "this build of the extension has no cuSPARSELt backend")),
 }
 
 
@@ -156,7 +157,8 @@ def _observe_machine(errors: list) -> str:
     c = lambda fn, *a, **kw: _call(errors, fn, *a, **kw)  # noqa: E731
     out = []
     for m, n, k in SHAPES:
-        out += [c(autotune.cutlass_config, m, n, k, jnp.bfloat16), c(autotune.lookup_weight_grad, m, n, k, jnp.bfloat16),
+        out += [c(autotune.cutlass_config, m, n, k, jnp.bfloat16),
+                c(autotune.lookup_weight_grad, m, n, k, jnp.bfloat16),
                 c(sparse_array._cutlass_layout_ok, (m, k), jnp.bfloat16),
                 c(sparse_array._cutlass_layout_ok, (m, k), jnp.float32)]
     return " ".join(o.replace(" ", "") for o in out)

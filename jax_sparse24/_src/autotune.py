@@ -11,7 +11,8 @@ next to this file, made by ``benchmarks/make_autotune_table.py``):
 * forward and input gradient (:func:`choose`, D(m×n) = A(m×k, 2:4)·B(k×n)): the nearest measured
   shape (log distance, same dtype) gives CUTLASS's speedup over XLA's dense GEMM with the per-call
   compression counted (or, for a weight prepared once for ``reuse`` calls, the preparation's
-  share of it: :func:`amortized_speedup`), the compression's cost rescaled to the call's tokens; ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
+  share of it: :func:`amortized_speedup`), the compression's cost rescaled to the call's tokens;
+  ``cutlass`` where it exceeds :data:`MIN_GAIN`, ``cusparselt`` where
   the table measured it (operand from our fused compressor) faster still, near this shape
   (:data:`CUSPARSELT_RADIUS`) and for the loaded library version (bfloat16), else ``dense``;
   :func:`weight_gemms_plan` is that choice for both GEMMs of a layer;
@@ -36,7 +37,8 @@ import jax.numpy as jnp
 from jax_sparse24._src import backends, cuda_spmm_ops, ffi
 from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, DENSE, REFERENCE, Backend
 
-__all__ = ["BACKENDS", "AUTO", "resolve", "MIN_GAIN", "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
+__all__ = ["BACKENDS", "AUTO", "GEMMS", "resolve", "fp8_backends_for", "has_fp8_backend", "kernel_config", "MIN_GAIN",
+           "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
            "amortized_speedup", "cutlass_config", "choose", "choose_weight_grad", "weight_grad_path",
            "weight_gemms_plan"]
 
@@ -231,20 +233,7 @@ def resolve(backend: str, gemm: str, m: int, n: int, k: int, dtype=None, *, reus
     if fp8:
         return _resolve_fp8(backend, gemm, m, n, k)
     if backend != AUTO:
-        requested = backends.get(backend)
-        if not requested.sparse:
-            return requested
-        if requested is CUTLASS:
-            if gemm == "weight_grad" and ffi.extension() is not None and not CUTLASS.weight_grad_kernels_built():
-                return DENSE  # a minimal build has no weight-gradient configuration: the dense path
-            ok = _cutlass_ok(m, n, k, dtype) if gemm != "weight_grad" else CUTLASS.can_run(m, n, k, dtype, gemm=gemm)
-            if not ok:
-                raise RuntimeError(f"backend={backend!r}: {CUTLASS.can_run(m, n, k, dtype, gemm=gemm).reason}")
-            return CUTLASS
-        verdict = requested.can_run(m, n, k, dtype, gemm=gemm)
-        if not verdict:
-            raise RuntimeError(f"backend={backend!r}: {verdict.reason}")
-        return requested
+        return _requested(backends.get(backend), gemm, m, n, k, dtype)
     if gemm == "weight_grad":
         return _auto_weight_grad(m, n, k, dtype)
     if not (_cutlass_ok(m, n, k, dtype) and ffi.cuda_kernels_available()):
@@ -256,6 +245,19 @@ def resolve(backend: str, gemm: str, m: int, n: int, k: int, dtype=None, *, reus
     if _cusparselt_wins(e, _entry_amortized(e, n, reuse, CUSPARSELT.name, batched), s_cutlass, m, n, k, dtype):
         return CUSPARSELT
     return CUTLASS if s_cutlass > MIN_GAIN else DENSE
+
+
+def _requested(b: Backend, gemm: str, m: int, n: int, k: int, dtype) -> Backend:
+    """A backend asked for by name: itself where it can run the GEMM, else RuntimeError with the reason."""
+    if not b.sparse:
+        return b
+    if b is CUTLASS and gemm == "weight_grad" and ffi.extension() is not None \
+            and not CUTLASS.weight_grad_kernels_built():
+        return DENSE  # a minimal build has no weight-gradient configuration: the dense path, as with auto
+    ok = _cutlass_ok(m, n, k, dtype) if b is CUTLASS and gemm != "weight_grad" else b.can_run(m, n, k, dtype, gemm=gemm)
+    if not ok:
+        raise RuntimeError(f"backend={b.name!r}: {b.can_run(m, n, k, dtype, gemm=gemm).reason}")
+    return b
 
 
 def _auto_weight_grad(m: int, n: int, k: int, dtype) -> Backend:
@@ -285,7 +287,7 @@ def fp8_backends_for(backend: str) -> tuple[Backend, ...]:
     try:
         return (backends.get(backend, fp8=True),)
     except KeyError:
-        usable = [AUTO] + [name for name in backends.names() if _has_fp8_path(name)]
+        usable = [AUTO] + [name for name in backends.names() if has_fp8_backend(name) or not backends.get(name).sparse]
         raise ValueError(f"fp8=True: backend={backend!r} has no fp8 path in this version; use "
                          f"{', '.join(repr(u) for u in usable[:-1])} or {usable[-1]!r}") from None
 
@@ -296,14 +298,6 @@ def has_fp8_backend(name: str) -> bool:
         backends.get(name, fp8=True)
     except KeyError:
         return False
-    return True
-
-
-def _has_fp8_path(name: str) -> bool:
-    try:
-        backends.get(name, fp8=True)
-    except KeyError:
-        return not backends.get(name).sparse
     return True
 
 

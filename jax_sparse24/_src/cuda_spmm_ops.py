@@ -1,6 +1,6 @@
 """The CUTLASS SM90 2:4 sparse GEMM and its compressor (CUDA only).
 
-Formulation (DESIGN.md, "Consequences" 6)::
+Formulation::
 
     d (N, M) = b (N, K) @ A.T        with A (M, K) 2:4 along K, given compressed
 

@@ -1,6 +1,6 @@
 """``sparse24_linear``: the 2:4 sparse linear layer as a ``jax.custom_vjp`` op.
 
-Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙ M``:
+Math (the transposable SR-STE recipe), with ``W̃ = W ⊙ M``:
 
 * forward ``y = x·W̃ + b``            (W̃ is 2:4 along ``in``)
 * input grad ``∇x = ∇y·W̃ᵀ``          (2:4 along ``out`` when ``M`` is transposable)
@@ -10,8 +10,9 @@ Math (DESIGN.md "Sparse linear", transposable SR-STE recipe), with ``W̃ = W ⊙
 
 The GEMMs go through :mod:`jax_sparse24._src.gemm` (per call) and
 :mod:`jax_sparse24._src.prepared_weight` (a weight compressed once for many calls), which run the
-sparse CUDA kernel or a dense GEMM on the masked weight as :mod:`jax_sparse24._src.autotune`
-decides per backend and shape; on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward,
+sparse CUDA kernel or a dense GEMM on the masked weight of the backend object the planner returns
+(:func:`jax_sparse24._src.autotune.resolve`, per requested backend and shape; the backends are in
+:mod:`jax_sparse24._src.backends`); on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward,
 the input gradient and a sparse (MVUE) weight gradient are :mod:`jax_sparse24._src.fp8_gemm`'s
 (float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`).
 """
@@ -241,7 +242,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         prepared_weight.check_prepared(prepared, w, jnp.result_type(x, w), op)
     if fp8_meta is not None:
         _check_meta_outside_shard_map(op)
-    # Issue 6, shard_map: operands varying over different mesh axes (x over data, w over model)
+    # Inside shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
     x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
     y = _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)

@@ -1,6 +1,6 @@
 """Reference implementations of every 2:4 op in plain ``jax.numpy``.
 
-These functions are the single definition of each op (see DESIGN.md "The math"). They are the
+These functions are the single definition of each op. They are the
 CPU path and the oracle the CUDA kernels are tested against; the public ops in ``ops.py`` lower
 to them on every platform without a kernel. Groups are always ``m`` consecutive elements along
 ``axis`` (the contraction axis of the matmul the tensor feeds).
@@ -310,7 +310,7 @@ def _one_plus_uniform16(h):
 
 
 def mvue24(key, x, axis: int = -1):
-    """Unbiased 2:4 estimate of ``x`` (minimum-variance unbiased estimator, DESIGN.md "MVUE 2:4").
+    """Unbiased 2:4 estimate of ``x`` (minimum-variance unbiased estimator).
 
     Per group of 4 along ``axis``: ``a_i = |x_i| + ε``, ``S = Σ a``; keep two positions, position
     ``i`` with probability ``p_i = a_i/S + Σ_{j≠i} (a_j/S)·a_i/(S − a_j)`` (that of drawing ``i``
