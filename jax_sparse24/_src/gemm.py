@@ -4,23 +4,10 @@
 ``input_grad``   ∇x = ∇y · (W ⊙ M)ᵀ        (T, O) · (O, I)
 ``weight_grad``  ∇W = xᵀ · G               (I, T) · (T, O), G = ∇y or MVUE(∇y)
 
-Backends:
-
-* ``reference`` — plain ``jnp.dot`` on the masked weight, every platform;
-* ``dense``     — the same dense GEMM on the masked weight (the math of the sparse kernel);
-* ``cutlass``   — the SM90 sparse tensor-core GEMM on a GPU (the reference on a CPU); raises if the
-  extension is missing or the shape/dtype is unsupported;
-* ``cusparselt`` — the cuSPARSELt sparse GEMM (one handle per device, plans cached, algorithm chosen
-  once by ``cusparseLtMatmulSearch``); its operands are written by our fused compressors in
-  cuSPARSELt's layout where :func:`~jax_sparse24._src.cuda_cusparselt_ops.fused_compress_ok` (m a
-  multiple of 64, k of 32, layout checked against the library once per plan), else compressed by
-  ``cusparseLtSpMMACompress``; bfloat16 (float16 GEMMs are refused:
-  :func:`~jax_sparse24._src.cuda_cusparselt_ops.float16_gemm_error`); raises if the library or a GPU
-  is missing or the shape/dtype is unsupported (m, n, k multiples of 16);
-* ``auto``      — ``cutlass`` where the measured table (``spmm_autotune.json``) says the sparse kernel,
-  compression included, beats XLA's dense GEMM for the shape, ``cusparselt`` where the table
-  measured it (operand from our fused compressor) faster still near this shape (bfloat16,
-  :data:`~jax_sparse24._src.autotune.CUSPARSELT_RADIUS`), else ``dense``.
+Backends (one object each, :mod:`jax_sparse24._src.backends`): ``reference`` and ``dense`` — XLA's
+GEMM on the masked weight, every platform; ``cutlass`` and ``cusparselt`` — the sparse GEMMs on a
+CUDA device (the same math, dense, on any other platform), RuntimeError where they cannot run the
+shape/dtype; ``auto`` — the planner's choice from the measured table (``spmm_autotune.json``).
 
 This module runs the GEMMs: which backend each runs is decided by the planner
 (:func:`jax_sparse24._src.autotune.resolve`, :func:`~jax_sparse24._src.autotune.weight_grad_path`), and
