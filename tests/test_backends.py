@@ -4,7 +4,9 @@
 prepared weight, the MVUE weight gradient and fp8 — over a grid of shapes, dtypes, requested backends
 and machines (the extension, a GPU, cuSPARSELt and its version, a minimal build: faked at the level of
 the extension's interface and the library loader), including the exact error messages. The table
-(``EXPECTED``, ``ERRORS``) is literal: a change to a decision or a message fails here.
+(``EXPECTED``, ``ERRORS``) is literal: a change to a decision or a message fails here. The other tests
+check that ``resolve`` returns the registered objects, the registry itself, that a new backend is one
+registered class, and each backend's ``can_run`` with its reasons.
 """
 
 from __future__ import annotations
