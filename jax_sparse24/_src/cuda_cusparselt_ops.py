@@ -457,12 +457,14 @@ def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_m
     return d
 
 
-@functools.partial(jax.jit, static_argnames=("m", "n", "k", "dtype_name", "b_layout"))
-def _compressors_agree(key, *, m: int, n: int, k: int, dtype_name: str, b_layout: int):
-    """One program: a random 2:4 operand with exactly two nonzeros (|a| in [1, 2)) in every group (no
-    corner cases whose encoding may legitimately differ between compressors), compressed by
-    cuSPARSELt and by ours; whether the bytes are equal."""
-    dtype = jnp.dtype(dtype_name)
+#: The plans (m, n, k) on which :func:`fused_compress_ok` compares our compressor's bytes with
+#: cuSPARSELt's: one 64-row tile, several row tiles with a k that is not a power of two, and a long k.
+LAYOUT_PROBES = ((64, 64, 64), (192, 128, 160), (256, 64, 1024))
+
+
+def _random_24_operand(key, m: int, k: int, dtype):
+    """A random 2:4 operand with exactly two nonzeros (|a| in [1, 2)) in every group along k: no
+    corner cases whose encoding may legitimately differ between compressors. Returns (a, mask)."""
     ka, kp, kd = jax.random.split(key, 3)
     mag = 1.0 + jax.random.uniform(ka, (m, k // 4, 4))
     sign = jnp.where(jax.random.bernoulli(kp, 0.5, (m, k // 4, 4)), 1.0, -1.0)
@@ -470,25 +472,47 @@ def _compressors_agree(key, *, m: int, n: int, k: int, dtype_name: str, b_layout
     second = (first + jax.random.randint(kd, (m, k // 4, 1), 1, 4)) % 4
     lane = jnp.arange(4)
     mask = ((lane == first) | (lane == second)).reshape(m, k)
-    a = (sign * mag).reshape(m, k).astype(dtype)
-    theirs = cusparselt_compress(a * mask, m=m, n=n, k=k, a_layout=A_MK, b_layout=b_layout)
-    ours = _cc.masked_compress(a, mask, transposed=False, layout="cusparselt")
-    return jnp.array_equal(theirs, ours)
+    return (sign * mag).reshape(m, k).astype(dtype), mask
+
+
+@functools.partial(jax.jit, static_argnames=("dtype_name", "b_layout"))
+def _compressors_agree(key, *, dtype_name: str, b_layout: int):
+    """One program: for every plan of :data:`LAYOUT_PROBES`, a random 2:4 operand compressed by
+    cuSPARSELt and by ours; whether all bytes are equal."""
+    agree = jnp.bool_(True)
+    for j, (m, n, k) in enumerate(LAYOUT_PROBES):
+        a, mask = _random_24_operand(jax.random.fold_in(key, j), m, k, jnp.dtype(dtype_name))
+        theirs = cusparselt_compress(a * mask, m=m, n=n, k=k, a_layout=A_MK, b_layout=b_layout)
+        ours = _cc.masked_compress(a, mask, transposed=False, layout="cusparselt")
+        agree = agree & jnp.array_equal(theirs, ours)
+    return agree
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_layout_check(dtype_name: str, b_layout: int, version) -> bool:
+    """Our compressor's bytes == the library's on :data:`LAYOUT_PROBES` (once per process, dtype,
+    ``b_layout`` and library version; one small jitted program)."""
+    if any(cusparselt_compressed_size(m, n, k, jnp.dtype(dtype_name), A_MK, b_layout) != _cc.lt_compressed_bytes(m, k)
+           for m, n, k in LAYOUT_PROBES):
+        return False
+    with jax.ensure_compile_time_eval():
+        return bool(_compressors_agree(jax.random.key(2024), dtype_name=dtype_name, b_layout=b_layout))
 
 
 @functools.lru_cache(maxsize=None)
 def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int, version) -> bool:
-    """Our compressor's bytes == the library's for this plan (cached per plan and library version).
+    """Our compressed operand is cuSPARSELt's for this plan: the plan's compressed size is the one
+    our layout has, and the bytes agree on the probe plans (:func:`_fused_layout_check`).
 
-    Runs at trace time (often inside the partitioner's callback while XLA compiles a sharded
-    program) as one jitted program: one compilation per plan (op by op, the random operand alone
-    compiled ~20 small programs per plan: 36 s of a LLaMA-1B FSDP step's 42 s compile)."""
+    This runs at trace time, often inside the partitioner's callback while XLA compiles a sharded
+    program, so it must be cheap per plan: comparing bytes per plan compiled and ran a program per
+    plan (op by op, ~20 programs per plan: 36 s of a LLaMA-1B FSDP srste step's 42 s compile on
+    4 x H200; as one program per plan still 22 s). The bytes of every plan shape the library uses are
+    compared on the GPU by the test suite (``tests/test_gpu_compress.py``)."""
     if m % 64 or k % 32 or cusparselt_compressed_size(m, n, k, jnp.dtype(dtype_name), A_MK, b_layout) != \
             _cc.lt_compressed_bytes(m, k):
         return False
-    with jax.ensure_compile_time_eval():
-        return bool(_compressors_agree(jax.random.key(2024), m=m, n=n, k=k, dtype_name=dtype_name,
-                                       b_layout=b_layout))
+    return _fused_layout_check(dtype_name, b_layout, version)
 
 
 def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bool:
@@ -496,10 +520,11 @@ def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bo
     (``A_MK``), for the plan (m, n, k, dtype, ``b_layout``) bit for bit (bfloat16 only for now).
 
     cuSPARSELt does not document its compressed format. Ours follows what ``cusparseLtSpMMACompress``
-    writes (``xla_ffi/compress_layout.h``), and this function checks it once per plan on the GPU:
-    both compressors run on the same random 2:4 operand and the bytes are compared (at trace time, a
-    few milliseconds). On a mismatch (another cuSPARSELt version) it warns once and returns False,
-    and the GEMM paths fall back to ``cusparseLtSpMMACompress``.
+    writes (``xla_ffi/compress_layout.h``), and this function checks it on the GPU: the plan's
+    compressed size must be ours, and both compressors run on random 2:4 operands of a few probe
+    plans (:data:`LAYOUT_PROBES`, once per process) whose bytes must agree. On a mismatch (another
+    cuSPARSELt version) it warns once and returns False, and the GEMM paths fall back to
+    ``cusparseLtSpMMACompress``.
     """
     require_cusparselt()
     name = jnp.dtype(dtype).name
