@@ -85,7 +85,7 @@ HEADLINE = [  # (what, file, variant)
     ("LLaMA-1B-shaped layers (d 2048, 4 layers), one H100", "train_gpt_h100_llama-1b_l4_prepared.json", "srste"),
     ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
     ("GPT-2 124M-shaped (d 768, 12 layers), weights prepared once per step, one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
-    ("LLaMA-1B, full depth (16 layers), FSDP on 2 H200", "train_gpt_h200x2_llama-1b_l16_fsdp2.json", "srste"),
+    ("LLaMA-1B, full depth (16 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
 ]
 
 
@@ -146,17 +146,21 @@ def table_fp8_quality() -> str:
     return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
 
 
-NODE = "train_gpt_h200x2_llama-1b_l16_fsdp2.json"
+PEAK_TFLOPS = 989.4  # dense bf16 peak of an H100/H200 SXM (MFU as in benchmarks/bench_train_gpt.py)
+NODE = ["train_gpt_h200x2_llama-1b_l16_fsdp2.json", "train_gpt_h200x4_llama-1b_l16_fsdp4.json"]
 
 
 def table_node() -> str:
-    t = _throughput(NODE)
-    rows = [[r["variant"], f"{r['tokens_per_s']:,.0f}", _x(r["vs_dense"], 3), f"{r['model_tflops_per_gpu']:.0f}",
-             f"{r['compile_s']:.0f}"] for r in t["rows"]]
-    return (f"LLaMA-1B ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}), mesh `{t['mesh']}` over "
-            f"{t['n_devices']} GPUs, {t['tokens_per_step']:,} tokens per step, peak "
-            f"{t['peak_gib_per_device']:.1f} GiB per GPU:\n\n"
-            + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "compile (s)"], rows))
+    out = []
+    for name in NODE:
+        t = _throughput(name)
+        rows = [[r["variant"], f"{r['tokens_per_s']:,.0f}", _x(r["vs_dense"], 3), f"{r['model_tflops_per_gpu']:.0f}",
+                 f"{100 * r['model_tflops_per_gpu'] / PEAK_TFLOPS:.1f}%", f"{r['compile_s']:.0f}"] for r in t["rows"]]
+        out.append(f"LLaMA-1B ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}), mesh `{t['mesh']}` over "
+                   f"{t['n_devices']} GPUs ({load(name)['device'].split(': ')[-1]}), {t['tokens_per_step']:,} tokens per step, peak "
+                   f"{t['peak_gib_per_device']:.1f} GiB per GPU ([`{name[:-5]}.md`](../benchmarks/results/{name[:-5]}.md)):\n\n"
+                   + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "MFU", "compile (s)"], rows))
+    return "\n".join(out)
 
 
 def table_spmm() -> str:

@@ -380,15 +380,29 @@ if asked distckpt; then
     > "$OUT/logs/distckpt_b.log" 2>&1
   rc=$?; note "distckpt: resumed at step $(( steps / 2 )) on $half processes rc=$rc in $(( $(date +%s) - t0 )) s"
   [ $rc -eq 0 ] || { tail -30 "$OUT/logs/distckpt_b.log"; status=1; }
-  $PY - "$OUT/logs/distckpt_a_metrics.jsonl" "$run/metrics.jsonl" $(( steps / 2 )) <<'PYEOF' 2>&1 | tee -a "$OUT/logs/summary.txt"
+  $PY - "$OUT/logs/distckpt_a_metrics.jsonl" "$run/metrics.jsonl" $(( steps / 2 )) "$ngpu" "$half" \
+    "$OUT/distributed_resume_${GPU_TAG}x${ngpu}" "$common" <<'PYEOF' 2>&1 | tee -a "$OUT/logs/summary.txt"
 import json, sys
 def losses(p):
     return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, open(p))) if "loss" in r}
-a, b, half = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+a, b, half, n, n2, out, common = losses(sys.argv[1]), losses(sys.argv[2]), *map(int, sys.argv[3:6]), *sys.argv[6:8]
 after = sorted(s for s in a if s > half)
 rel = max(abs(b[s] - a[s]) / abs(a[s]) for s in after) if after and all(s in b for s in after) else float("nan")
+ok = rel <= 5e-3
 print(f"== distckpt: losses after the resume vs uninterrupted, steps {after}: max relative difference {rel:.2e}",
-      "OK" if rel <= 5e-3 else "MISMATCH", {s: (a[s], b.get(s)) for s in after})
+      "OK" if ok else "MISMATCH", {s: (a[s], b.get(s)) for s in after})
+res = dict(processes=n, resumed_on=n2, checkpoint_step=half, args=" ".join(common.split()), ok=ok,
+           max_rel_diff=rel, losses={s: [a[s], b.get(s)] for s in after})
+json.dump(res, open(out + ".json", "w"), indent=1)
+rows = "\n".join(f"| {s} | {a[s]:.6f} | {b[s]:.6f} | {abs(b[s] - a[s]) / abs(a[s]):.1e} |" for s in after if s in b)
+open(out + ".md", "w").write(
+    f"# One process per GPU, sharded checkpoint, resumed on fewer processes\n\n"
+    f"`bash scripts/gpu_check.sh distckpt`: `examples/launch.py --nproc {n} -- examples/train_gpt.py --distributed "
+    f"--mesh fsdp={n} {res['args']}`, then the same run resumed from its step-{half} checkpoint by "
+    f"`--nproc {n2} ... --mesh fsdp={n2} --resume-from {half}` (restored into the new mesh's shardings, "
+    f"no array gathered on one device).\n\n| step | loss, {n} processes | loss, resumed on {n2} | relative difference |\n"
+    f"|---|---|---|---|\n{rows}\n\nMax relative difference {rel:.1e} (bfloat16 GEMMs; another mesh sums in "
+    f"another order): {'OK' if ok else 'MISMATCH'} (limit 5e-3).\n")
 PYEOF
   rm -rf "$run"
 fi
