@@ -28,7 +28,7 @@ MARKER = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 # Flags of a recorded command that do not change what is measured (where it was written, its name, how
 # many programs compiled at once).
-_DROP = {"--out": 1, "--tag": 1, "--compile-workers": 1, "--runs": 1}
+_DROP = {"--out": 1, "--tag": 1, "--compile-workers": 1, "--runs": 1, "--dump-hlo": 1}
 
 
 def load(name: str) -> dict:
