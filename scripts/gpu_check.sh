@@ -33,7 +33,9 @@
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
 #   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
-#         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX)
+#         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX; NODE_PARK=none keeps every variant's state on
+#         the GPUs (LLaMA-7B with host parking on 4 x H200 compiled but did not finish timing within 6 minutes;
+#         moving three 107 GB states through host memory every round is the suspect)
 #   distckpt: one process per GPU (examples/launch.py, train_gpt.py --distributed, FSDP over every GPU), sharded
 #         checkpoints, resumed on half the processes; losses compared (DISTCKPT_SIZE, _LAYERS, _STEPS, _BATCH, _ARGS)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
@@ -352,7 +354,7 @@ if asked node; then
     tag="${GPU_TAG}x${ngpu}_${size}_l${layers}_${mesh//[=,]/}${NODE_TAG_SUFFIX:-}"; t0=$(date +%s)
     timeout ${NODE_TIMEOUT:-540} $PY benchmarks/bench_train_gpt.py --out "$OUT" --tag "$tag" --size "$size" \
       --n-layer "$layers" --mesh "$mesh" --batch-size "$batch" --vocab-size ${NODE_VOCAB:-32000} --quality-steps 0 \
-      --rounds ${NODE_ROUNDS:-3} --iters ${NODE_ITERS:-5} --warmup 2 --compile-workers 1 --park host \
+      --rounds ${NODE_ROUNDS:-3} --iters ${NODE_ITERS:-5} --warmup 2 --compile-workers 1 --park ${NODE_PARK:-host} \
       --recipes ${NODE_RECIPES:-dense,srste} ${remat:+--remat $remat} ${NODE_ARGS:-} > "$OUT/logs/node_$tag.log" 2>&1
     rc=$?; note "node $spec rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'compiled|tokens/s' "$OUT/logs/node_$tag.log" | tr '\n' ' ' | cut -c1-600)"
     [ $rc -eq 0 ] || { tail -25 "$OUT/logs/node_$tag.log"; status=1; }
