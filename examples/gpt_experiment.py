@@ -32,7 +32,7 @@ from jax_sparse24 import optim as s24optim
 from jax_sparse24.training import SparseTrainState
 
 from gpt_errors import CLIError
-from gpt_model import GPT, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
+from gpt_model import GPT, STACK, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
 
 #: recipe -> Sparse24Dense settings and optimizer extras.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -338,7 +338,13 @@ def build_experiment(hp: dict) -> Experiment:
         return path.endswith("/kernel") and path.rsplit("/", 1)[0] in sparse_set
 
     def wd_mask(params):
-        return jax.tree.map(lambda p: p.ndim >= 2, params)
+        # weight decay on kernels and embeddings (rank >= 2 per layer), not on biases and norm scales;
+        # a scanned stack's leaves carry one more (layer) axis
+        def decays(path, p):
+            stacked = cfg.layers == "scan" and getattr(path[0], "key", None) == STACK
+            return p.ndim - int(stacked) >= 2
+
+        return jax.tree_util.tree_map_with_path(decays, params)
 
     switch_step = None
     chain = [optax.clip_by_global_norm(hp["grad_clip"])] if hp["grad_clip"] > 0 else []
