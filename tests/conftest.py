@@ -1,9 +1,9 @@
 """Session-wide test setup.
 
-Eight host (CPU) devices for the sharding tests (tests/test_sharding.py). XLA reads
-``XLA_FLAGS`` when the CPU backend starts, which happens on first use anywhere in the pytest
-process, so the flag is set here — before any test module is collected. Single-device tests are
-unaffected: un-sharded computations still run on device 0.
+Eight host (CPU) devices for the sharding tests (tests/test_sharding.py), and XLA's CPU compiler at -O0.
+XLA reads ``XLA_FLAGS`` when the CPU backend starts, which happens on first use anywhere in the pytest
+process, so the flags are set here — before any test module is collected. Single-device tests are
+unaffected by the device count: un-sharded computations still run on device 0.
 """
 
 import os
@@ -13,6 +13,14 @@ import pytest
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+
+# XLA's CPU backend without LLVM's optimization passes: the tests' programs are tiny, their compilation is most of
+# the suite's time and -O0 compiles them in about half of it (every result is computed by the same jnp code;
+# comparisons between two programs compare programs compiled alike). Also inherited by the example runs that the
+# tests start as subprocesses. XLA_FLAGS with an --xla_backend_optimization_level of its own keeps that one.
+_OPT = "--xla_backend_optimization_level"
+if _OPT not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += f" {_OPT}=0"
 
 # Property-based tests (tests/test_properties.py): derandomized so CI runs the same examples every time;
 # no per-example deadline (the first example of a shape includes XLA compilation).

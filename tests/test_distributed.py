@@ -1,4 +1,4 @@
-"""Multi-device and multi-process runs of examples/train_gpt.py on the CPU (issue 37): FSDP and
+"""Multi-device and multi-process runs of examples/train_gpt.py on the CPU: FSDP and
 tensor parallel equal the single-device step without resharding activations inside a layer,
 checkpoints written on 4 devices resume on 2 processes (resharded, fingerprints verified) with the
 losses of an uninterrupted run, and examples/launch.py stops every process when one dies."""
@@ -32,7 +32,9 @@ TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "
 
 
 def _env(devices: int) -> dict:
-    return dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+    """The environment of a run on ``devices`` CPU devices (this session's other XLA flags kept)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    return dict(os.environ, XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]), JAX_PLATFORMS="cpu",
                 PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 

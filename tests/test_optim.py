@@ -319,11 +319,12 @@ def test_adamw_step_switch_between_t_min_and_t_max_constant_gradient(option, t_m
     phases = np.asarray(phases)
     assert int(step_state(state).switch_step) == expected
     np.testing.assert_array_equal(phases, (np.arange(1, n + 1) >= expected).astype(np.int32))
-    # Z_t is recorded exactly (all |Δv| equal, so both options agree); float32 vs the closed form
+    # Z_t is recorded exactly (all |Δv| equal, so both options agree); float32 vs the closed form: each Z is a
+    # difference of two float32 second moments near 1, exact to an ulp of 1 (eps) whatever the code generation
     zs = np.asarray(step_state(state).z_buffer)
     ts = np.arange(expected - 10 + 1, expected + 1)
     np.testing.assert_allclose(
-        np.sort(zs)[::-1], (1 - b2) * b2 ** (ts - 1.0), rtol=2e-4
+        np.sort(zs)[::-1], (1 - b2) * b2 ** (ts - 1.0), rtol=2e-4, atol=float(np.finfo(np.float32).eps)
     )
 
 

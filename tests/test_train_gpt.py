@@ -25,6 +25,13 @@ TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "
         "--batch-size", "8", "--eval-batches", "1", "--quiet", "--lr", "3e-3", "--warmup", "3"]
 
 
+def four_cpu_devices_env() -> dict:
+    """The environment of a subprocess on four CPU devices (this session's other XLA flags kept)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    return dict(os.environ, XLA_FLAGS=" ".join([*flags, "--xla_force_host_platform_device_count=4"]), JAX_PLATFORMS="cpu",
+                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def run(*argv) -> int:
     return train_gpt.main([*TINY, *map(str, argv)])
 
@@ -501,8 +508,7 @@ assert jax.device_count() == 4
 sys.exit(train_gpt.main({TINY!r} + ["--recipe", "srste", "--steps", "4", "--eval-every", "4", "--sparse-attn",
                                    "--mesh", "data=2,model=2", "--grad-accum", "2", "--out", {str(out)!r}]))
 """
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     vals = [r["val_loss"] for r in history(out) if "val_loss" in r]
@@ -843,8 +849,7 @@ train_gpt.s24.linear_plan = lambda t, i, o, *a, **k: seen.append((t, i, o)) or {
 train_gpt.kernel_plan(train_gpt.make_runtime(train_gpt.build_experiment(hp), train_gpt.parse_mesh("data=2,model=2")))
 print(json.dumps(seen))
 """
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = four_cpu_devices_env()
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     seen = json.loads(res.stdout.strip().splitlines()[-1])
