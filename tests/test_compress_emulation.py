@@ -10,6 +10,7 @@ XLA FFI headers. Both programs compile at once (about 15 s on 2 cores), cached b
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -69,6 +70,15 @@ def emulation_executables(tmp_path_factory):
     cache = os.path.join(tempfile.gettempdir(), "jax_sparse24_emulation", _build_key(nvcc, inc, flags))
     os.makedirs(cache, exist_ok=True)
     work = tmp_path_factory.mktemp("emulation")
+    # one build per key at a time: a second process (a pytest-xdist worker given this module's other test) waits
+    # for the first one's executables instead of compiling them again
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(nvcc, flags, cache, work)
+
+
+def _build(nvcc, flags, cache, work):
+    """The executables of _SOURCES in ``cache``, built (in ``work``) where missing."""
     result, builds = {}, {}
     for source in _SOURCES:
         exe = os.path.join(cache, os.path.splitext(source)[0])
