@@ -578,7 +578,7 @@ def test_masked_compress_many_errors_at_trace_time():
 
 
 # ------------------------------------------------------------------------------------------------
-# Special values (issue 41): the fused compressors keep what the documented rule keeps.
+# Special values: the fused compressors keep what the documented rule keeps.
 
 
 def _x_special(rng, shape, dtype):

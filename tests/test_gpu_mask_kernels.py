@@ -435,7 +435,7 @@ def test_handler_errors_name_the_constraint():
 
 
 # --------------------------------------------------------------------------------------------
-# Special values (issue 41): NaN, ±inf, ±0, subnormals and ties follow the one documented rule
+# Special values: NaN, ±inf, ±0, subnormals and ties follow the one documented rule
 # (reference.py module docstring) in every kernel, bit for bit on the masks.
 
 # NaN of both signs, ±inf, ±0, float32 subnormals (bf16 subnormals too; 0 in f16), float16
@@ -535,7 +535,7 @@ def test_transposable_mask24_special_values(dtype):
         kept_got, kept_want = (a * _blocks(got)).sum(-1), (a * _blocks(want)).sum(-1)
         np.testing.assert_allclose(kept_got, kept_want, rtol=1e-5, atol=0,
                                    err_msg=f"{shape} p={p}: a block's finite kept sum is not the optimal one")
-    # One NaN in a 4x4 block is kept, and the other 15 are still chosen optimally (issue 41's case).
+    # One NaN in a 4x4 block is kept, and the other 15 are still chosen optimally.
     rng = np.random.default_rng(41)
     x = rng.standard_normal((4, 4)).astype(np.float32)
     x[1, 2] = np.nan

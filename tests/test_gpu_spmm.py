@@ -793,7 +793,7 @@ def test_kernels_inside_shard_map_on_one_gpu():
     assert big[np.asarray(g) != 0].all(), f"seed={seed}"
 
 
-# --- issue 41: masks that are not 2:4 never reach the sparse kernels unnoticed --------------------------------
+# --- masks that are not 2:4 never reach the sparse kernels unnoticed --------------------------------
 
 @pytest.mark.parametrize("backend", ["cutlass", "cusparselt"])
 @pytest.mark.parametrize("case", ["ones", "axis -1", "in only + transposable"])

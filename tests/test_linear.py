@@ -159,7 +159,7 @@ def test_auto_backend_uses_the_exact_weight_grad_where_mvue_does_not_pay():
 
 def test_exact_weight_grad_materialises_its_operands():
     """The exact weight gradient's GEMM reads materialised operands (an optimization barrier): XLA
-    otherwise fused the producer of ∇y into a slow Triton GEMM fusion on the H100 (issue 20)."""
+    otherwise fused the producer of ∇y into a slow Triton GEMM fusion on the H100."""
     x, w, b, m = _setup()
 
     def dw(w):

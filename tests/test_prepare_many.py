@@ -1,4 +1,4 @@
-"""Batched weight preparation (issue 20): ``masked_compress_many`` and ``nn.prepare`` running the
+"""Batched weight preparation: ``masked_compress_many`` and ``nn.prepare`` running the
 compressions of all layers together, on the CPU.
 
 The many-tensor kernel itself is checked bit for bit against the one-tensor kernel on the GPU

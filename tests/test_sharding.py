@@ -1,4 +1,4 @@
-"""Sharding (issue 6): the 2:4 ops, sparse24_linear and a Sparse24Dense MLP on 8 host devices.
+"""Sharding: the 2:4 ops, sparse24_linear and a Sparse24Dense MLP on 8 host devices.
 
 Every case compares against the single-device run. "auto" = ``jit`` with ``NamedSharding``
 in/out shardings (the ops are ``custom_partitioning`` ops, Shardy and GSPMD); "explicit" =
@@ -708,7 +708,7 @@ def test_fp8_delayed_scaling_sharded():
 
 
 def test_fsdp_param_shardings_largest_axis_whole_groups_and_stacked_layers():
-    """FSDP (issue 37): every >=2-D leaf (params, masks, optimizer moments) sharded over `fsdp` on its
+    """FSDP: every >=2-D leaf (params, masks, optimizer moments) sharded over `fsdp` on its
     largest axis that leaves whole 4-groups (2:4 kernels and masks) and splits evenly, after the
     tensor-parallel rules; a stacked (L, in, out) kernel keeps its layer axis whole; 1-D leaves and
     leaves no axis of which fits stay replicated over fsdp."""

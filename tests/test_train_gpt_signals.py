@@ -1,4 +1,4 @@
-"""Ctrl-C anywhere in examples/train_gpt.py (issue 41): SIGINT at start-up, during the first compilation, during
+"""Ctrl-C anywhere in examples/train_gpt.py: SIGINT at start-up, during the first compilation, during
 training, during a checkpoint write and during an evaluation exits 130 with one line saying what was saved
 (no traceback, no segfault, no interrupt swallowed), and ``--resume`` continues the run.
 
@@ -100,7 +100,7 @@ def test_ctrl_c_anywhere_exits_130_with_one_line_and_resumes(tmp_path):
     # point -> (run, the stderr line to interrupt at)
     runs = {
         "startup": (Run(tmp_path / "startup", pause="startup"), r"test pause at startup"),
-        # while the first train step compiles (issue 41: SIGSEGV, the compilation went on as Python exited)
+        # while the first train step compiles (no SIGSEGV: the compilation must not go on as Python exits)
         "compile": (Run(tmp_path / "compile", pause="compile"), r"test pause at compile"),
         # the progress line at step 3: "...] 3/6 " plain, "...| 3/6 [" with tqdm (installed with tokenizers)
         "train": (Run(tmp_path / "train", cache=cache), r"[\]|] 3/6 "),

@@ -1,4 +1,4 @@
-"""jax_sparse24.training.SparseTrainState (issue 24): a train step written with it is the hand-wired one."""
+"""jax_sparse24.training.SparseTrainState: a train step written with it is the hand-wired one."""
 
 from __future__ import annotations
 
