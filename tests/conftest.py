@@ -70,8 +70,9 @@ def _cpu_count() -> int:
 
 
 # `-n auto` (pyproject.toml's addopts): one pytest-xdist worker per core, at most 4 (each worker holds its own JAX
-# runtime and compiled programs: up to ~5 GiB, ~10 GiB for the whole run with two); none where a GPU is visible: the GPU tests share one device
-# and their timings are read alone. `-n 0` runs in one process anywhere; PYTEST_XDIST_AUTO_NUM_WORKERS=N overrides.
+# runtime and compiled programs: up to ~5 GiB, ~10 GiB for the whole run with two); none where a GPU is visible:
+# the GPU tests share one device and their timings are read alone. `-n 0` runs in one process anywhere;
+# PYTEST_XDIST_AUTO_NUM_WORKERS=N overrides.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
     env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
