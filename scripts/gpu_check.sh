@@ -108,7 +108,7 @@ fi
 
 if want test; then
   t0=$(date +%s)
-  timeout ${TEST_TIMEOUT:-240} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
+  timeout ${TEST_TIMEOUT:-480} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
   rc=$?; note "gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_tests.log")"; [ $rc -eq 0 ] || status=1
   grep -E "^(FAILED|ERROR)" "$OUT/logs/gpu_tests.log" | head -30
 fi
