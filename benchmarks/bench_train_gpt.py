@@ -187,15 +187,29 @@ def _programs(exp, quality: bool):
     return sorted(need, key=str)
 
 
-def hlo_counts(exe) -> dict:
-    """Instructions of a compiled program's optimized HLO by kind (what a compile time scales with)."""
+def hlo_text(exe) -> str | None:
+    """A compiled program's optimized HLO, or None where the backend cannot print its executable."""
     try:
-        text = exe.as_text()
-    except Exception:  # noqa: BLE001 - not every backend can print its executable
+        return exe.as_text()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def hlo_counts(text: str | None) -> dict:
+    """Instructions of an optimized HLO text by kind (what a compile time scales with)."""
+    if text is None:
         return {}
     kinds = {"fusion": r" fusion\(", "custom-call": r"custom-call\(", "all-gather": r"all-gather(-start)?\(",
              "reduce-scatter": r"reduce-scatter\(", "all-reduce": r"all-reduce(-start)?\(", "while": r" while\("}
     return {k: len(re.findall(pat, text)) for k, pat in kinds.items()}
+
+
+def callbacks_since(before: dict, after: dict) -> tuple[int, float, dict]:
+    """Partitioner callbacks between two :func:`partition_callback_stats` readings:
+    (calls, seconds, {rule: (calls, seconds)} of the rules that were called)."""
+    by_rule = {r: (n - before.get(r, (0, 0.0))[0], round(sec - before.get(r, (0, 0.0))[1], 3))
+               for r, (n, sec) in after.items() if n > before.get(r, (0, 0.0))[0]}
+    return sum(n for n, _ in by_rule.values()), sum(sec for _, sec in by_rule.values()), by_rule
 
 
 def compile_options(pairs) -> dict:
@@ -244,10 +258,7 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
             pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
             log(f"  Python profile of the partitioner callbacks while compiling {k[0]}'s train program:\n"
                 + buf.getvalue())
-        cb1 = partition_callback_stats()
-        callbacks[k] = (cb1["calls"] - cb0["calls"], cb1["seconds"] - cb0["seconds"],
-                        {r: (n - cb0["by_rule"].get(r, (0, 0.0))[0], round(sec - cb0["by_rule"].get(r, (0, 0.0))[1], 3))
-                         for r, (n, sec) in cb1["by_rule"].items() if n > cb0["by_rule"].get(r, (0, 0.0))[0]})
+        callbacks[k] = callbacks_since(cb0, partition_callback_stats())
         return exe
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -262,14 +273,14 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
         rt.compile_detail = None
         if k in seconds:
             calls, cb_s, by_rule = callbacks[k]
+            text = hlo_text(exes[k])
             rt.compile_detail = {"lower_s": round(lower_s[k], 2), "compile_s": round(seconds[k], 2),
                                  "partition_callbacks": calls, "partition_callback_s": round(cb_s, 2),
-                                 "partition_callbacks_by_rule": by_rule,
-                                 "hlo": hlo_counts(exes[k])}
-            if dump_hlo:
+                                 "partition_callbacks_by_rule": by_rule, "hlo": hlo_counts(text)}
+            if dump_hlo and text is not None:
                 Path(dump_hlo).mkdir(parents=True, exist_ok=True)
                 with gzip.open(Path(dump_hlo) / f"{recipe.replace('/', '_')}_train.hlo.txt.gz", "wt") as f:
-                    f.write(exes[k].as_text())
+                    f.write(text)
             log(f"  {recipe} train program: lowered in {lower_s[k]:.1f}s, compiled in {seconds[k]:.1f}s "
                 f"({calls} partitioner callbacks, {cb_s:.1f}s{'' if workers == 1 else ', shared with concurrent compiles'}); "
                 f"optimized HLO {rt.compile_detail['hlo']}; callbacks by rule (calls, s): {by_rule}")

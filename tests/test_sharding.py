@@ -158,6 +158,33 @@ _MASK_OPS = {
 }
 
 
+def test_partition_callback_stats_count_a_compile_and_profile_it():
+    """The partitioner callbacks of a compile are counted per rule (the call and the tracing of the
+    per-shard function), and a profile set with profile_partition_callbacks sees them."""
+    import cProfile
+
+    from jax_sparse24._src import sharding as _shd
+
+    mesh = _mesh("data=2,model=4")
+    sh = NamedSharding(mesh, P("data", "model"))
+    x = _rand((32, 48), 1)  # a shape no other test compiles: the callbacks run again
+    before = _shd.partition_callback_stats()
+    prof = cProfile.Profile()
+    _shd.profile_partition_callbacks(prof)
+    cache = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)  # a cache hit would skip the partitioner
+    try:
+        jax.jit(lambda x: s24.mask24(x, axis=0), in_shardings=sh, out_shardings=sh).lower(x).compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache)
+        _shd.profile_partition_callbacks(None)
+    after = _shd.partition_callback_stats()
+    grew = {r for r, (n, _) in after.items() if n > before.get(r, (0, 0.0))[0]}
+    assert any(r.endswith(" (trace)") for r in grew) and any(not r.endswith(" (trace)") for r in grew), grew
+    assert all(after[r][1] >= before.get(r, (0, 0.0))[1] for r in grew)
+    assert prof.getstats(), "the profile saw no callback"
+
+
 @pytest.mark.parametrize("spec", [P("data", "model"), P(None, ("data", "model"))])
 @pytest.mark.parametrize("op", list(_MASK_OPS))
 def test_mask_ops_auto(partitioner, op, spec):

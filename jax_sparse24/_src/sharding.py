@@ -456,17 +456,16 @@ _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_part
 # :func:`partition_callback_stats` (the benchmarks split a compile time into these callbacks and the
 # rest); :func:`profile_partition_callbacks` adds a cProfile of them (they may run on XLA's threads,
 # where a profiler started around ``compile()`` does not see them).
-_CALLBACK_STATS = {"calls": 0, "seconds": 0.0, "by_rule": {}}
+_CALLBACK_STATS: dict[str, list] = {}  # rule name -> [calls, seconds]
 _CALLBACK_PROFILE: list = []  # [cProfile.Profile] while profiling
 
 
-def partition_callback_stats() -> dict:
-    """``{"calls": n, "seconds": s, "by_rule": {rule name: (calls, seconds)}}``: how often the
-    partitioner has called back into the 2:4 ops' sharding rules in this process (``partition``/
-    ``infer``, and the tracing of the per-shard function they return) and the wall time those
-    callbacks took (cumulative; take the difference around a ``compile()``)."""
-    return {"calls": _CALLBACK_STATS["calls"], "seconds": _CALLBACK_STATS["seconds"],
-            "by_rule": {k: tuple(v) for k, v in _CALLBACK_STATS["by_rule"].items()}}
+def partition_callback_stats() -> dict[str, tuple[int, float]]:
+    """``{rule name: (calls, seconds)}``: how often the partitioner has called back into each 2:4 op's
+    sharding rule in this process (``partition``/``infer``, and — named ``"<rule> (trace)"`` — the
+    tracing of the per-shard function they return) and the wall time those callbacks took
+    (cumulative; take the difference around a ``compile()``)."""
+    return {k: (n, sec) for k, (n, sec) in _CALLBACK_STATS.items()}
 
 
 def profile_partition_callbacks(profile=None):
@@ -488,12 +487,9 @@ def _timed_callback(name: str):
             finally:
                 if prof is not None:
                     prof.disable()
-                dt = time.perf_counter() - t0
-                _CALLBACK_STATS["calls"] += 1
-                _CALLBACK_STATS["seconds"] += dt
-                entry = _CALLBACK_STATS["by_rule"].setdefault(name, [0, 0.0])
+                entry = _CALLBACK_STATS.setdefault(name, [0, 0.0])
                 entry[0] += 1
-                entry[1] += dt
+                entry[1] += time.perf_counter() - t0
 
         return wrapper
 
