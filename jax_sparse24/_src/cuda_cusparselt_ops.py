@@ -488,12 +488,18 @@ def _compressors_agree(key, *, dtype_name: str, b_layout: int):
     return agree
 
 
+def _layout_fits(m: int, n: int, k: int, dtype_name: str, b_layout: int) -> bool:
+    """The plan's shape suits our layout (m a multiple of 64, k of 32) and cuSPARSELt's compressed
+    operand for it has our layout's size."""
+    return (m % 64 == 0 and k % 32 == 0
+            and cusparselt_compressed_size(m, n, k, jnp.dtype(dtype_name), A_MK, b_layout) == _cc.lt_compressed_bytes(m, k))
+
+
 @functools.lru_cache(maxsize=None)
 def _fused_layout_check(dtype_name: str, b_layout: int, version) -> bool:
     """Our compressor's bytes == the library's on :data:`LAYOUT_PROBES` (once per process, dtype,
     ``b_layout`` and library version; one small jitted program)."""
-    if any(cusparselt_compressed_size(m, n, k, jnp.dtype(dtype_name), A_MK, b_layout) != _cc.lt_compressed_bytes(m, k)
-           for m, n, k in LAYOUT_PROBES):
+    if not all(_layout_fits(m, n, k, dtype_name, b_layout) for m, n, k in LAYOUT_PROBES):
         return False
     with jax.ensure_compile_time_eval():
         return bool(_compressors_agree(jax.random.key(2024), dtype_name=dtype_name, b_layout=b_layout))
@@ -501,18 +507,14 @@ def _fused_layout_check(dtype_name: str, b_layout: int, version) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _fused_compress_check(m: int, n: int, k: int, dtype_name: str, b_layout: int, version) -> bool:
-    """Our compressed operand is cuSPARSELt's for this plan: the plan's compressed size is the one
-    our layout has, and the bytes agree on the probe plans (:func:`_fused_layout_check`).
+    """Our compressed operand is cuSPARSELt's for this plan: the plan fits our layout
+    (:func:`_layout_fits`) and the bytes agree on the probe plans (:func:`_fused_layout_check`).
 
     This runs at trace time, often inside the partitioner's callback while XLA compiles a sharded
-    program, so it must be cheap per plan: comparing bytes per plan compiled and ran a program per
-    plan (op by op, ~20 programs per plan: 36 s of a LLaMA-1B FSDP srste step's 42 s compile on
-    4 x H200; as one program per plan still 22 s). The bytes of every plan shape the library uses are
-    compared on the GPU by the test suite (``tests/test_gpu_compress.py``)."""
-    if m % 64 or k % 32 or cusparselt_compressed_size(m, n, k, jnp.dtype(dtype_name), A_MK, b_layout) != \
-            _cc.lt_compressed_bytes(m, k):
-        return False
-    return _fused_layout_check(dtype_name, b_layout, version)
+    program, so per plan it only asks the library for the compressed size; the bytes are compared
+    once per process on the probes (``tests/test_gpu_compress.py`` compares them on every plan shape
+    the library uses)."""
+    return _layout_fits(m, n, k, dtype_name, b_layout) and _fused_layout_check(dtype_name, b_layout, version)
 
 
 def fused_compress_ok(m: int, n: int, k: int, dtype, b_layout: int = B_NK) -> bool:
