@@ -1,8 +1,8 @@
 """The GPU's SM clock and power draw while a benchmark times something.
 
 A power-capped card (the H200 at ~690 W while a GPT-2 step trains) moves its SM clock with its
-temperature and with the kernels it runs (1650-1900 MHz within one run,
-``benchmarks/results/example_loop_h200_gpt2_sparse-attn_1500.md``), so two variants a few percent
+temperature and with the kernels it runs (1650-1900 MHz within one 1500-step GPT-2 run of the
+example), so two variants a few percent
 apart may differ by their clocks as much as by their programs. :class:`ClockSampler` reads
 ``nvidia-smi``'s samples in a background thread, stamps each with the host's clock, and gives the
 mean clock and power over the time windows a variant was timed in.

@@ -68,9 +68,26 @@ def _ratios(name: str) -> dict[str, float]:
     return {r["variant"]: r["vs_dense"] for r in _throughput(name)["rows"]}
 
 
+_SIZES = {"gpt2": "GPT-2 124M", "gpt2-medium": "GPT-2 350M", "llama-300m": "LLaMA-300M", "llama-1b": "LLaMA-1B",
+          "llama-7b": "LLaMA-7B"}
+
+
+def _option(name: str, flag: str) -> str | None:
+    """The value of ``flag`` in the recorded command of a result file (None if absent)."""
+    words = shlex.split(load(name)["command"])
+    return words[words.index(flag) + 1] if flag in words else None
+
+
+def _mfu(row: dict) -> str:
+    """Model FLOP utilization per GPU, with the benchmark's own peak (– where the file has no FLOP rate)."""
+    from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
+
+    tf = row.get("model_tflops_per_gpu")
+    return "–" if tf is None else f"{100 * tf / PEAK_TFLOPS:.1f}%"
+
+
 def _model(t: dict) -> str:
-    shape = {"gpt2": "GPT-2 124M", "gpt2-medium": "GPT-2 350M", "llama-300m": "LLaMA-300M",
-             "llama-1b": "LLaMA-1B", "llama-7b": "LLaMA-7B"}[t["size"]]
+    shape = _SIZES[t["size"]]
     default_d = {"gpt2": 768, "gpt2-medium": 1024, "llama-300m": 1024, "llama-1b": 2048, "llama-7b": 4096}
     if t["n_embd"] != default_d[t["size"]]:
         shape = "GPT" if t["size"].startswith("gpt") else "LLaMA"
@@ -86,12 +103,22 @@ HEADLINE = [  # (what, file, variant)
     ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
     ("GPT-2 124M-shaped (d 768, 12 layers), weights prepared once per step, one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
     ("LLaMA-1B, full depth (16 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
+    ("LLaMA-7B, full depth (32 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste"),
+    ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste+fp8"),
 ]
 
 
 def table_headline() -> str:
-    rows = [[what, f"**{_x(_ratios(f)[variant])}**", f"`{command(f)}`", f"[`{f[:-5]}.md`](benchmarks/results/{f[:-5]}.md)"]
-            for what, f, variant in HEADLINE]
+    """One row per (file, variant), with dense's MFU where the run measured it; a row from the same run as the
+    row above says so instead of repeating its command, file and MFU."""
+    rows, prev = [], None
+    for what, f, variant in HEADLINE:
+        same = f == prev
+        mfu = _mfu(next(r for r in _throughput(f)["rows"] if r["variant"] == "dense"))
+        rows.append([what + ("" if same or mfu == "–" else f", dense at {mfu} MFU"), f"**{_x(_ratios(f)[variant])}**",
+                     "same run" if same else f"`{command(f)}`",
+                     "same run" if same else f"[`{f[:-5]}.md`](benchmarks/results/{f[:-5]}.md)"])
+        prev = f
     return _table(["model", "tokens/s vs dense", "reproduce", "result"], rows)
 
 
@@ -108,7 +135,7 @@ def table_train_step() -> str:
     for f in TRAIN_STEP:
         t, r = _throughput(f), _ratios(f)
         rows.append([_model(t), f"{t['tokens_per_step']:,}", *(_x(r.get(v), 3) for v in
-                     ("srste", "srste/prepared", "sste", "ste", "step", "dense (control)")), f"`{f[:-5]}.md`"])
+                     ("srste", "srste/prepared", "sste", "ste", "step", "dense (control)")), f"`{f}`"])
     return _table(["model", "tokens / step", "srste", "srste, weights prepared", "sste", "ste", "step",
                    "dense control", "file"], rows)
 
@@ -129,7 +156,7 @@ def table_fp8_step() -> str:
             if r["variant"] == "dense":
                 continue
             rows.append([_FP8_LABELS.get(r["variant"], r["variant"]), f"{r['median_step_s'] * 1e3:.1f}",
-                         _x(r["vs_dense"], 3), f"`{f[:-5]}.md`"])
+                         _x(r["vs_dense"], 3), f"`{f}`"])
     return _table(["variant (LLaMA-7B-shaped, 4 layers, 16,384 tokens)", "step (ms)", "vs bf16 dense", "file"],
                   rows)
 
@@ -146,21 +173,29 @@ def table_fp8_quality() -> str:
     return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
 
 
-NODE = ["train_gpt_h200x2_llama-1b_l16_fsdp2.json", "train_gpt_h200x4_llama-1b_l16_fsdp4.json"]
+NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json"]
+
+
+def _callbacks_s(r: dict) -> str:
+    d = r.get("compile_detail")
+    return "–" if d is None else f"{d['partition_callback_s']:.1f}"
 
 
 def table_node() -> str:
-    from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
-
+    """Per file: the run's shape, then each variant's throughput, MFU and compile time (the seconds of it spent
+    in the 2:4 ops' partitioner callbacks: ``compile_detail``)."""
     out = []
     for name in NODE:
         t = _throughput(name)
         rows = [[r["variant"], f"{r['tokens_per_s']:,.0f}", _x(r["vs_dense"], 3), f"{r['model_tflops_per_gpu']:.0f}",
-                 f"{100 * r['model_tflops_per_gpu'] / PEAK_TFLOPS:.1f}%", f"{r['compile_s']:.0f}"] for r in t["rows"]]
-        out.append(f"LLaMA-1B ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}), mesh `{t['mesh']}` over "
+                 _mfu(r), f"{r['compile_s']:.1f}", _callbacks_s(r)] for r in t["rows"]]
+        remat = _option(name, "--remat")
+        out.append(f"{_SIZES[t['size']]} ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}"
+                   + (f", `--remat {remat}`" if remat else "") + f"), mesh `{t['mesh']}` over "
                    f"{t['n_devices']} GPUs ({load(name)['device'].split(': ')[-1]}), {t['tokens_per_step']:,} tokens per step, peak "
                    f"{t['peak_gib_per_device']:.1f} GiB per GPU ([`{name[:-5]}.md`](../benchmarks/results/{name[:-5]}.md)):\n\n"
-                   + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "MFU", "compile (s)"], rows))
+                   + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "MFU", "compile (s)",
+                             "of it, partitioner callbacks (s)"], rows))
     return "\n".join(out)
 
 
@@ -179,14 +214,18 @@ def table_fp8_gemm() -> str:
 
 
 BREAKDOWN = "step_breakdown_h100_llama-7b_l4.json"
+BREAKDOWN_FSDP = "step_breakdown_h200_llama-7b_l32x4_fsdp4.json"
 
 
-def table_breakdown() -> str:
-    d = load(BREAKDOWN)
+def table_breakdown(name: str = BREAKDOWN) -> str:
+    """Kernel time per category and recipe; the device span (first kernel start to last kernel end) and the wall
+    time below it (on several GPUs the kernel time exceeds the span: collectives overlap compute)."""
+    d = load(name)
     recipes = list(d["recipes"])
     cats = list(d["categories"])
     rows = [[c, *(f"{d['recipes'][r]['categories_ms'][c]:.1f}" for r in recipes)] for c in cats]
     rows.append(["**kernel time**", *(f"**{d['recipes'][r]['kernel_ms']:.1f}**" for r in recipes)])
+    rows.append(["device span per step", *(f"{d['recipes'][r]['span_ms']:.1f}" for r in recipes)])
     rows.append(["wall time per step", *(f"{d['recipes'][r]['wall_ms']:.1f}" for r in recipes)])
     return _table(["ms per step", *recipes], rows)
 
@@ -205,13 +244,14 @@ def table_quality() -> str:
             rows.append([_QUALITY_LABELS.get(k, k), f"{v['config']['sparse_lr_scale']:g}",
                          f"{v['final_val_loss']:.4f}",
                          "–" if k == "dense" else f"{round((v['final_val_loss'] / base - 1) * 100, 2) + 0.0:+.2f}%",
-                         f"{v['tokens_per_s'] / 1e3:.0f}k", f"{v['spike']:.2f}×", f"`{f[:-5]}.md`"])
+                         f"{v['tokens_per_s'] / 1e3:.0f}k", f"{v['spike']:.2f}×", f"`{f}`"])
     return _table(["recipe", "2:4 LR scale", "final val loss", "vs dense", "tokens/s", "largest loss spike", "file"],
                   rows)
 
 
 TABLES = {"headline": table_headline, "train-step": table_train_step, "fp8-step": table_fp8_step,
           "fp8-quality": table_fp8_quality, "node": table_node, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
+          "breakdown-fsdp": lambda: table_breakdown(BREAKDOWN_FSDP),
           "quality": table_quality}
 
 

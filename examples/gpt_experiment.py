@@ -50,11 +50,10 @@ SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
     "tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
                  ckpt_every=100, log_every=5, eval_batches=4),
     # prepare_weights "always" at both GPT-2 sizes: bench_train_gpt's interleaved rounds on the H200,
-    # srste vs dense prepared / per call: gpt2 1.016x / 0.987x (train_gpt_h200_gpt2_l12.md), gpt2-medium
-    # 1.063x / 1.041x (train_gpt_h200_gpt2-medium_l24.md); ste and step gain too, sste at gpt2 does not
-    # (0.983x prepared, train_gpt_h200_gpt2_l12_all-prepared.md, vs 1.003x per call). The example's own
-    # loop, one process per run, cannot decide it: the card is power-capped (~690 W, SM clocks
-    # 1650-1900 MHz) and a run's clocks depend on when it runs (example_loop_h200_gpt2_sparse-attn_1500.md)
+    # srste vs dense prepared / per call: gpt2 1.016x / 0.987x, gpt2-medium 1.063x / 1.041x; ste and step
+    # gain too, sste at gpt2 does not (0.983x prepared vs 1.003x per call). The example's own loop, one
+    # process per run, cannot decide it: the card is power-capped (~690 W, SM clocks 1650-1900 MHz within
+    # one 1500-step GPT-2 run) and a run's clocks depend on when it runs
     "gpt2": dict(steps=5000, batch_size=16, seq_len=1024, lr=6e-4, warmup=200, eval_every=250,
                  ckpt_every=1000, log_every=10, eval_batches=4, prepare_weights="always"),
     "gpt2-medium": dict(steps=5000, batch_size=8, seq_len=1024, lr=3e-4, warmup=200,
@@ -78,12 +77,11 @@ def default_sparse_lr_scale(size: str, recipe: str, finetune_fraction: float = 1
     """``--sparse-lr-scale`` when not given (measured on real text).
 
     2 (= 1/density) on the tiny sizes for every recipe: at the dense learning rate the tiny model's
-    2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x, ``quality_tiny_cpu_realtext.md``).
+    2:4 FFNs lag and the loss spikes (srste 2.30x, sste 1.94x, ``quality_tiny_cpu_realtext.json``).
     At the GPT-2 and LLaMA sizes (GPT-2 124M, 100M tokens):
 
     * srste with its default short dense fine-tune (``finetune_fraction`` <= 1/4): 2 -- +0.30% from
-      dense on the validation windows (+0.46% on 1M val tokens); 1 ended +0.97% (+0.48%)
-      (``quality_gpt2_h200_realtext_100m_srste_lr1.md``);
+      dense on the validation windows (+0.46% on 1M val tokens); 1 ended +0.97% (+0.48%) on the H200;
     * srste with a long dense tail (``finetune_fraction`` > 1/4, e.g. the quality benchmark's
       dense-tail, 1/2 dense): 1 -- +0.39% (-0.17% on 1M val tokens) where 2 ended +1.73%;
     * sste and ste: 1 -- +0.35% / 0.00% where 2 ended +2.33% / +3.32%

@@ -11,11 +11,11 @@ with ``method`` chosen by the recipe; everything else (embeddings, head, LayerNo
 
 The SwiGLU option is plain ``jnp`` (one fused ``d → 2h`` GEMM, then ``silu(a)·b``): XLA fuses the
 gate into memory-bound passes at 0.81-0.84 of copy bandwidth on the H100, so a custom fused kernel
-could gain at most ~3% of the FFN (benchmarks/results/gated_ffn.md) and there is none.
+could gain at most ~3% of the FFN (measured by ``benchmarks/bench_gated_ffn.py``) and there is none.
 
 Attention is ``jax.nn.dot_product_attention`` with ``GPTConfig.attention``: ``"cudnn"`` (flash
 attention; GPU, bf16/fp16), ``"xla"``, or ``"auto"`` (cuDNN where it applies). On the H100 cuDNN
-cuts the GPT-2 step's kernel time from 63 to 26 ms (benchmarks/results/profile_step_gpt2_h100.md).
+cuts the GPT-2 step's kernel time from 63 to 26 ms (a profiled train step).
 
 Parameter tree (``layers="scan"``, the default: one stack ``h`` of all blocks)::
 
@@ -336,8 +336,8 @@ class OneHotEmbed(nn.Embed):
 
     Its gradient is then a GEMM instead of a scatter-add of every token's gradient into the table:
     with the 256-byte vocabulary, 16k tokens pile onto 256 rows, and on the H100 that scatter took
-    14 ms of a 78 ms GPT-2 train step (benchmarks/results/profile_step_gpt2_h100.md,
-    ``input_scatter_fusion``). For small vocabularies only: the one-hot array is tokens × vocab.
+    14 ms of a 78 ms GPT-2 train step (``input_scatter_fusion`` in its profile). For small vocabularies
+    only: the one-hot array is tokens × vocab.
     """
 
     def __call__(self, inputs):

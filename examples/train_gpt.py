@@ -38,11 +38,11 @@ inputs per output, so at the dense learning rate its output moves half as far pe
 default is 2 for srste (with its default short dense fine-tune) and for every recipe on the tiny
 sizes: there the FFNs lag, attention takes over and the loss spikes (srste 2.30x the running loss
 at step 29 of the tiny model on real text, +3.3% final val loss vs dense; with the factor 2: no
-spike, +0.6%; ``benchmarks/results/quality_tiny_cpu_realtext.md``). It is 1 for sste and ste at the GPT-2 and
+spike, +0.6%; ``benchmarks/results/quality_tiny_cpu_realtext.json``). It is 1 for sste and ste at the GPT-2 and
 LLaMA sizes: on GPT-2 124M (100M tokens of real text) the factor 2 cost them 2-3 points (sste
 +2.33%, ste +3.32% against +0.35%, 0.00% with 1; ``quality_gpt2_h100_realtext_100m_lr1.md``), and 1
 for srste with a long dense tail there (``--finetune-fraction`` above 1/4: half dense ended +1.73%
-with 2, +0.39% with 1; ``quality_gpt2_h200_realtext_100m_srste_lr1.md``).
+with 2, +0.39% with 1).
 
 Data (``--data``): a text file whose bytes are the tokens (vocabulary 256; default: the bundled real,
 public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``, 20.4 MB / 1.8 MB, sources

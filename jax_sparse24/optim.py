@@ -331,7 +331,7 @@ def sparse_lr_scale(
     the 2:4 FFNs lag (layer-0 FFN output rms 0.046 at step 27 vs 0.115 dense), attention takes
     over and one Adam step of the layer-0 attention then doubles the loss (srste 2.30×, sste
     1.94× the running loss); with ``factor=2`` no recipe spikes and the final losses come within
-    1% of dense (``benchmarks/results/quality_tiny_cpu_realtext.md``). It is not always the better
+    1% of dense (``benchmarks/results/quality_tiny_cpu_realtext.json``). It is not always the better
     choice: GPT-2 124M over 100M tokens (learning rate 6e-4, no spike either way) ended S-STE and
     STE +2.33% / +3.32% from dense with ``factor=2`` and +0.35% / 0.00% with 1
     (``benchmarks/results/quality_gpt2_h100_realtext_100m_lr1.md``); SR-STE there: +0.30% with 2.

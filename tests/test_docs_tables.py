@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -59,3 +60,36 @@ def test_headline_commands_drop_only_output_flags():
     cmd = mdt.command("train_gpt_h100_llama-7b_l4_prepared.json")
     assert cmd.startswith("python benchmarks/bench_train_gpt.py ") and "--size llama-7b" in cmd
     assert "--out" not in cmd and "--tag" not in cmd and "--compile-workers" not in cmd
+
+
+@pytest.mark.parametrize("name", sorted({f for _, f, _ in mdt.HEADLINE} | set(mdt.NODE)))
+def test_reproduce_commands_are_the_recorded_ones(name):
+    """The README's command of a result is the one in its JSON, flag for flag (e.g. ``--park``, ``--remat``),
+    less only the output flags of ``_DROP``."""
+    def flags(cmd: str) -> dict[str, str]:
+        words = shlex.split(cmd)
+        return {w: (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "")
+                for i, w in enumerate(words) if w.startswith("--")}
+
+    recorded = {k: v for k, v in flags(mdt.load(name)["command"]).items() if k not in mdt._DROP}
+    assert flags(mdt.command(name)) == recorded
+    if name in {f for _, f, _ in mdt.HEADLINE}:
+        assert f"`{mdt.command(name)}`" in (ROOT / "README.md").read_text()
+
+
+def test_headline_row_of_the_same_run_refers_to_the_row_above():
+    lines = mdt.table_headline().splitlines()[2:]
+    for (_, f, _), (_, prev, _), line in zip(mdt.HEADLINE[1:], mdt.HEADLINE, lines[1:]):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if f == prev:
+            assert cells[2:] == ["same run", "same run"], line
+        else:
+            assert cells[2] == f"`{mdt.command(f)}`" and f[:-5] in cells[3], line
+
+
+def test_node_table_has_every_variant_with_its_compile_time():
+    text = mdt.table_node()
+    for name in mdt.NODE:
+        for r in mdt._throughput(name)["rows"]:
+            assert f"| {r['variant']} | {r['tokens_per_s']:,.0f} |" in text
+            assert f"| {r['compile_s']:.1f} |" in text

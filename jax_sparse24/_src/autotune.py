@@ -85,9 +85,9 @@ def lookup(m: int, n: int, k: int, dtype):
 
 #: Cost of preparing one 2:4 operand of a weight (:func:`~jax_sparse24._src.prepared_weight.prepare_many`),
 #: relative to the per-call compression the table's ``speedup_with_compress`` counts, by how the
-#: preparation runs. Measured on the H100 at GPT-2's 48 weights (``prepare_gpt2.md``, kernel time):
-#: a per-call compression of one operand 6.4 µs per weight; the batched pass over all layers 2.5 µs
-#: per weight for one operand (0.39), 1.8 µs per operand for both (0.28). Per layer, a preparation
+#: preparation runs. Measured on the H100 at GPT-2's 48 weights (kernel time, ``bench_layer.py --sections
+#: prepare``): a per-call compression of one operand 6.4 µs per weight; the batched pass over all layers
+#: 2.5 µs per weight for one operand (0.39), 1.8 µs per operand for both (0.28). Per layer, a preparation
 #: is one compressor launch per operand like a per-call one (1.0; one launch writing both operands
 #: of a layer, 4.0 µs per operand, is not counted). The planner decides each GEMM on its own, so it
 #: takes the one-operand shares; and the per-call cost in the layer table is larger than its kernel
@@ -172,7 +172,7 @@ def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
 
 
 #: ``auto`` takes a sparse path only where the table's speedup exceeds this: run-to-run noise of a
-#: dense GEMM at GPT-2 FFN shapes on the H100 is about ±3% (the "control" column of layer.md).
+#: dense GEMM at GPT-2 FFN shapes on the H100 is about ±3% (``bench_layer.py``'s dense-vs-dense control).
 MIN_GAIN = 1.03
 
 
@@ -193,7 +193,7 @@ def _fused_lt_available(m: int, n: int, k: int, dtype, *, b_kn: bool = False) ->
 #: ``auto`` takes cuSPARSELt only where the nearest measured shape is within this factor in every
 #: dimension: its advantage does not carry to other sizes — at gpt2-medium with 4 micro-batches of
 #: 2048 tokens, cuSPARSELt chosen from the 8192-token measurements made every 2:4 recipe 4–5% slower
-#: than CUTLASS there (``train_gpt_h100_gpt2-medium_accum4_prepared_lt8192.md`` vs ``..._prepared.md``).
+#: than CUTLASS there (measured on an H100).
 CUSPARSELT_RADIUS = 1.5
 
 
