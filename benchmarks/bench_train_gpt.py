@@ -65,6 +65,7 @@ import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 from jax_sparse24._src.sharding import partition_callback_stats, profile_partition_callbacks  # noqa: E402
+from jax_sparse24.sharding import weight_gather  # noqa: E402
 
 ALL = ["dense", "srste", "sste", "step", "ste"]
 
@@ -108,8 +109,12 @@ FP8_DELAYED = "+fp8-delayed"
 #: --fp8-dense flax``: ``nn.Dense(dot_general_cls=Fp8DirectDotGeneralOp)``, all three GEMMs fp8) — the
 #: fp8 dense baseline a Flax user writes. Dense recipe only.
 FP8_FLAX = "+fp8-flax"
+#: Last suffix of a ``--recipes`` entry: the recipe's 2:4 GEMMs gather FSDP-sharded weights the way XLA
+#: does without the library's packed gather (weight and bool mask, 1.5x the bf16 weight's bytes instead of
+#: 0.5625x; ``jax_sparse24.sharding.weight_gather("dense")``), e.g. ``srste,srste/dense-gather``.
+DENSE_GATHER = "/dense-gather"
 #: The form of a ``--recipes`` entry.
-LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}|{FP8_DELAYED}|{FP8_FLAX}][{PER_CALL}|{PREPARED}]"
+LABEL_FORM = f"RECIPE[{AT_BACKEND}BACKEND][{FP8}|{FP8_DELAYED}|{FP8_FLAX}][{PER_CALL}|{PREPARED}][{DENSE_GATHER}]"
 
 
 class Label(NamedTuple):
@@ -119,11 +124,15 @@ class Label(NamedTuple):
     prepare_weights: str | None  # --prepare-weights (None: on)
     fp8_scaling: str = "current"  # --fp8-scaling
     fp8_dense: str = "sparse24"  # --fp8-dense
+    weight_gather: str = "packed"  # jax_sparse24.sharding.weight_gather while tracing
 
 
 def _split_label(label: str) -> Label:
-    """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared]`` -> :class:`Label`; ``ValueError`` saying what is
-    wrong for an unknown recipe or backend, or both suffixes."""
+    """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared][/dense-gather]`` -> :class:`Label`;
+    ``ValueError`` saying what is wrong for an unknown recipe or backend, or both prepare suffixes."""
+    gather = "packed"
+    if label.endswith(DENSE_GATHER):
+        label, gather = label[: -len(DENSE_GATHER)], "dense"
     found = [suffix for suffix in PREPARE_SUFFIXES if suffix in label]
     if len(found) > 1:
         raise ValueError(f"{label!r}: {' and '.join(found)} exclude each other (each sets --prepare-weights)")
@@ -142,7 +151,7 @@ def _split_label(label: str) -> Label:
         raise ValueError(f"{label!r}: unknown backend {backend!r} (one of {list(train_gpt.s24.BACKENDS)})")
     if fp8_dense == "flax" and recipe != "dense":
         raise ValueError(f"{label!r}: {FP8_FLAX} is Flax's fp8 dense layer, for the dense recipe only")
-    return Label(recipe, backend or None, fp8, prepare, scaling, fp8_dense)
+    return Label(recipe, backend or None, fp8, prepare, scaling, fp8_dense, gather)
 
 
 def label_errors(labels) -> list[str]:
@@ -238,7 +247,8 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
         for kind, sparse in _programs(rt.exp, quality):
             fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
             t = time.perf_counter()
-            lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
+            with weight_gather(_split_label(recipe).weight_gather):  # read while tracing
+                lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
             lower_s[(recipe, kind, sparse)] = time.perf_counter() - t
     t0 = time.perf_counter()
     seconds, callbacks = {}, {}
@@ -544,7 +554,8 @@ def main(argv=None) -> int:
                          "per step, batched, also without --grad-accum; no change for dense and +fp8), "
                          f"RECIPE{AT_BACKEND}BACKEND with --sparse-backend BACKEND (e.g. srste@cutlass), RECIPE{FP8} "
                          "with the example's --fp8 (dense+fp8: the fp8 dense baseline, XLA's fp8 GEMMs with the "
-                         "same current scaling)")
+                         f"same current scaling), RECIPE{DENSE_GATHER}: FSDP-sharded 2:4 weights gathered with their "
+                         "bool masks by XLA instead of packed by the library (jax_sparse24.sharding.weight_gather)")
     ap.add_argument("--quick", action="store_true", help="half batch, at most 512 tokens, fewer rounds and steps")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the size's (halved with --quick)")
     ap.add_argument("--seq-len", type=int, default=None, help="default: the size's (<= 512 with --quick)")

@@ -354,8 +354,13 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     assert exp.cfg.fp8 and exp.hp["prepare_weights"] == "always" and not prepares(exp)
     assert not prepares(bench_train_gpt._experiment("tiny", "dense/prepared", 4, 32, 10, []))
     assert bench_train_gpt._split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always", "current",
-                                                                       "sparse24")
-    assert bench_train_gpt._split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed", "sparse24")
+                                                                       "sparse24", "packed")
+    assert bench_train_gpt._split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed", "sparse24",
+                                                                 "packed")
+    # /dense-gather (last): FSDP weights gathered with their masks by XLA, combinable with the others
+    assert bench_train_gpt._split_label("srste+fp8/per-call/dense-gather") == ("srste", None, True, "off", "current",
+                                                                               "sparse24", "dense")
+    assert bench_train_gpt._split_label("srste/dense-gather").weight_gather == "dense"
     exp = bench_train_gpt._experiment("tiny", "dense+fp8-delayed", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.fp8_scaling == "delayed" and exp.hp["fp8_scaling"] == "delayed"
     assert exp.cfg.fp8_dense == "sparse24"

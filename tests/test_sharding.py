@@ -764,30 +764,40 @@ def test_fsdp_param_shardings_largest_axis_whole_groups_and_stacked_layers():
         shd.param_shardings(tree, mesh, fsdp="zero")
 
 
-def test_fsdp_linear_gathers_the_weight_not_the_tokens():
+@pytest.mark.parametrize("gather", ["packed", "dense"])
+@pytest.mark.parametrize("wspec", [P("fsdp", None), P(None, "fsdp")], ids=["in", "out"])
+def test_fsdp_linear_gathers_the_weight_not_the_tokens(gather, wspec):
     """A 2:4 linear whose tokens and weight are both split over one axis (FSDP): the GEMMs keep the
-    tokens sharded and gather the weight (Rule.tokens_first); before, the weight-first rule moved
-    the activations to match the weight (an all-to-all) and psummed the output. Same result and
-    gradients as one device."""
+    tokens sharded and gather the weight (Rule.tokens_first) instead of moving the activations to
+    match the weight (an all-to-all) and psumming the output. ``packed`` (the default): the op
+    gathers the packed weight -- kept values (half the rows) and mask bits (uint8, an eighth of the
+    rows) -- never the weight or its bool mask; ``dense``: XLA gathers weight and mask. Same result
+    and gradients as one device either way, the weight split along ``in`` or ``out``."""
     mesh = shd.make_mesh("fsdp=4", devices=CPUS[:4])
     k1, k2 = jax.random.split(jax.random.key(0))
     x = jax.random.normal(k1, (64, 32))
     w = jax.random.normal(k2, (32, 48))
-    m = s24.mask24(w, axis=0)
+    m = s24.transposable_mask24(w)
 
-    def loss(x, w):
-        return jnp.sum(s24.sparse24_linear(x, w, m) ** 2)
+    def loss(x, w, m):
+        return jnp.sum(s24.sparse24_linear(x, w, m, transposable=True) ** 2)
 
-    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w)
-    xs, ws = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, P("fsdp", None))
-    f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), in_shardings=(xs, ws),
+    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w, m)
+    xs, ws = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, wspec)
+    f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), in_shardings=(xs, ws, ws),
                 out_shardings=(NamedSharding(mesh, P()), (xs, ws)))
-    got = f(x, w)
+    with shd.weight_gather(gather):
+        lowered = f.lower(x, w, m)
+    compiled = lowered.compile()
+    got = compiled(x, w, m)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-5)
     for a, b in zip(got[1], ref[1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
-    hlo = f.lower(x, w).compile().as_text()
+    hlo = compiled.as_text()
     assert "all-to-all" not in hlo
-    gathered = re.findall(r"= (\S+) all-gather(?:-start)?\(", hlo)
-    assert any(s.startswith("f32[32,48]") for s in gathered), gathered  # the weight, gathered whole
+    gathered = [s.split("{")[0] for s in re.findall(r"= (\S+) all-gather(?:-start)?\(", hlo)]
     assert not any(s.startswith("f32[64,") for s in gathered), gathered  # never the tokens
+    if gather == "packed":
+        assert set(gathered) == {"f32[16,48]", "u8[4,48]"}, gathered  # values and mask bits, forward and backward
+    else:
+        assert set(gathered) == {"f32[32,48]", "pred[32,48]"}, gathered  # the weight and its mask, whole

@@ -58,6 +58,8 @@ inside the same ``custom_jvp``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -73,7 +75,7 @@ from jax.experimental.custom_partitioning import ArrayMapping, SdyShardingRule, 
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_sparse24._src import ffi
+from jax_sparse24._src import ffi, packed24
 from jax_sparse24._src.ffi import _varying_axes, vary_to_union  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -89,9 +91,34 @@ __all__ = [
     "eval_shape",
     "partition_callback_stats",
     "profile_partition_callbacks",
+    "weight_gather",
+    "WEIGHT_GATHERS",
 ]
 
 GROUP = 4  # a 2:4 group: 4 consecutive elements along the contraction axis
+
+
+#: How a 2:4 GEMM gathers an FSDP-sharded weight: ``"packed"`` (values + mask bits, by the op) or
+#: ``"dense"`` (the weight and its ``bool`` mask, by XLA before the op).
+WEIGHT_GATHERS = ("packed", "dense")
+_WEIGHT_GATHER = contextvars.ContextVar("jax_sparse24_weight_gather", default="packed")
+
+
+@contextlib.contextmanager
+def weight_gather(mode: str):
+    """Within the block, 2:4 GEMMs *traced* gather a weight sharded over their token axes (FSDP) as
+    ``mode``: ``"packed"`` (the default: each device packs its shard of ``w ⊙ mask`` -- kept values
+    and mask bits, 0.5625 of the bfloat16 weight's bytes -- the op all-gathers that and unpacks it;
+    exact) or ``"dense"`` (XLA all-gathers the weight and its ``bool`` mask before the op: 1.5 times
+    the bfloat16 weight's bytes). Read when the op is traced (``jit``'s tracing or ``lower``), so
+    wrap the tracing, not the call of a compiled function."""
+    if mode not in WEIGHT_GATHERS:
+        raise ValueError(f"weight_gather: mode must be one of {WEIGHT_GATHERS}, got {mode!r}")
+    token = _WEIGHT_GATHER.set(mode)
+    try:
+        yield
+    finally:
+        _WEIGHT_GATHER.reset(token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,6 +152,11 @@ class Rule:
         over one axis) is gathered for the op -- instead of the activations being resharded to
         match the weight (an all-to-all of activations and a psum of the output). Weights still
         decide every other factor (Megatron's column/row split over an axis the tokens do not use).
+      gathered_weight: ``(w, mask)`` operand positions of a 2:4 weight ``(..., i, o)`` and its mask.
+        Where the weight is sharded over a mesh axis the op needs it whole on (FSDP: the axis went
+        to the tokens), the per-shard function gathers it itself, packed
+        (:mod:`jax_sparse24._src.packed24`: 0.5625 of the bfloat16 weight's bytes instead of 1.5 for
+        weight and mask), unless :func:`weight_gather` says ``"dense"`` when the op is traced.
     """
 
     name: str
@@ -137,6 +169,7 @@ class Rule:
     fold_key: tuple[int, int] | None = None
     tangent: Callable | None = dataclasses.field(default=None, compare=False)
     tokens_first: tuple[str, ...] = ()
+    gathered_weight: tuple[int, int] | None = None
 
     def multiple(self, factor: str) -> int:
         return dict(self.multiple_of).get(factor, 1)
@@ -212,7 +245,8 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     gives per-shard partial sums and a ``psum`` (row parallel); tokens sharded stay sharded (data
     parallel; ``weight_grad`` then ends with the data-parallel ``psum``). A mesh axis that shards
     both the tokens and the weight (FSDP) stays on the tokens and the weight is gathered over it
-    (``Rule.tokens_first``). ``align`` is the
+    (``Rule.tokens_first``) -- packed, by the per-shard function (``Rule.gathered_weight``,
+    :func:`weight_gather`). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
     ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
@@ -231,14 +265,17 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
         extra = extras[prepared]
         return dataclasses.replace(base, name=base.name + f" (prepared {prepared} weight)",
                                    operands=base.operands + extra, contract=(),
-                                   replicated=("i", "o") + tuple(d for dims in extra for d in dims))
+                                   replicated=("i", "o") + tuple(d for dims in extra for d in dims),
+                                   gathered_weight=None)
     if kind == "forward":
         return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
-                    contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0), tokens_first=("t",))
+                    contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0), tokens_first=("t",),
+                    gathered_weight=(1, 2))
     if kind == "input_grad":
         mult = (("i", align), ("o", align)) if transposable else (("i", align),)
         return Rule("sparse24 input-gradient GEMM", (("t", "o"), ("i", "o"), ("i", "o")), (("t", "i"),),
-                    contract=("o",), multiple_of=mult, priority=(1, 2, 0), tokens_first=("t",))
+                    contract=("o",), multiple_of=mult, priority=(1, 2, 0), tokens_first=("t",),
+                    gathered_weight=(1, 2))
     if kind == "weight_grad":
         return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
@@ -327,6 +364,51 @@ def _assign_axes(rule: Rule, mesh, operand_labels, operand_shapes, operand_specs
         assign[lab] = axes
         used.update(axes)
     return assign
+
+
+def _packed_gathers(rule: Rule, mesh, shapes, arg_specs, assign) -> dict[int, tuple[str, ...]]:
+    """The mesh axes, per dimension of ``rule.gathered_weight``'s weight, over which the per-shard
+    function gathers the weight itself (packed): the axes of the proposed sharding that the plan
+    did not give the weight's factors (they went to the tokens). Only where the packed shards
+    concatenate into the packed whole: the mask sharded as the weight, the gathered axes the minor
+    part of a dimension's sharding, and whole 8-row blocks (:data:`packed24.PACK_ROWS`) per shard of
+    the packed axis ``i``. Otherwise ``{}``: XLA gathers weight and mask before the op."""
+    wpos, mpos = rule.gathered_weight
+    labels, shape = rule.operands[wpos], shapes[wpos]
+    if rule.operands[mpos] != labels or shapes[mpos] != shape or len(shape) < 2:
+        return {}
+    mesh_shape = dict(mesh.shape)
+    gathers: dict[int, tuple[str, ...]] = {}
+    for d, lab in enumerate(labels):
+        proposed = tuple(a for a in _spec_axes(arg_specs[wpos], d) if a in mesh_shape)
+        if proposed != tuple(a for a in _spec_axes(arg_specs[mpos], d) if a in mesh_shape):
+            return {}
+        kept = assign.get(lab, ())
+        if proposed[:len(kept)] != kept:
+            return {}  # the plan moves the weight's sharding: leave that to XLA
+        extra = proposed[len(kept):]
+        if extra:
+            if d < len(shape) - 2:
+                return {}  # only the weight's own two axes are gathered here
+            gathers[d] = extra
+    if not gathers:
+        return {}
+    rows = shape[-2] // math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], len(shape) - 2)
+                                  if a in mesh_shape)
+    cols_split = math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], len(shape) - 1) if a in mesh_shape)
+    if not packed24.packable(rows) or shape[-1] % cols_split:
+        return {}
+    return gathers
+
+
+def _gather_packed(w, mask, gathers: Mapping[int, tuple[str, ...]]):
+    """The per-shard side of :func:`_packed_gathers`: pack this device's block of ``w ⊙ mask``,
+    all-gather the packed arrays over each dimension's axes, unpack."""
+    values, bits = packed24.pack24(w, mask)
+    for d, axes in sorted(gathers.items()):
+        values = lax.all_gather(values, axes, axis=d, tiled=True)
+        bits = lax.all_gather(bits, axes, axis=d, tiled=True)
+    return packed24.unpack24(values, bits)
 
 
 def _specs_for(labels_list, assign):
@@ -553,10 +635,17 @@ def _cp_call(rule: Rule, impl: Callable, *args):
 
     shapes = [tuple(np.shape(a)) for a in args]
 
+    gather_packed = rule_x.gathered_weight is not None and _WEIGHT_GATHER.get() == "packed"
+
     def plan(mesh, arg_specs, res_specs):
         """Final operand/result specs and the per-shard function for proposed shardings."""
         assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, res_specs, strict=True)
         in_specs = _specs_for(rule_x.operands, assign)
+        gathers = _packed_gathers(rule_x, mesh, shapes, arg_specs, assign) if gather_packed else {}
+        if gathers:  # the weight and its mask stay as proposed: lower_fn gathers them packed
+            for pos in rule_x.gathered_weight:
+                in_specs[pos] = P(*(_entry(assign.get(l, ()) + gathers.get(d, ()))
+                                    for d, l in enumerate(rule_x.operands[pos])))
         out_specs = _specs_for(rule_x.results, assign)
         psum_axes = tuple(a for f in rule_x.contract for a in assign.get(f, ()))
         fold_axes = ()
@@ -569,6 +658,9 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         @_timed_callback(rule.name + " (trace)")  # traced by JAX inside the partitioner's callback, after ``partition`` returns
         def lower_fn(*flat):
             flat = rewrap(flat)
+            if gathers:
+                wpos, mpos = rule_x.gathered_weight
+                flat[wpos], flat[mpos] = _gather_packed(flat[wpos], flat[mpos], gathers)
             if fold_axes:
                 kpos = rule_x.fold_key[0]
                 flat[kpos] = _fold(flat[kpos], _block_index(fold_axes, mesh_sizes))

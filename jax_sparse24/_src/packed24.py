@@ -1,0 +1,78 @@
+"""A compact encoding of a 2:4 masked weight, for moving it between devices.
+
+``pack24(w, mask)`` encodes ``(w ⊙ mask, mask)`` of a weight ``(..., I, O)`` whose mask keeps at most
+two elements of each group of 4 along ``I`` (axis -2, the forward GEMM's contraction axis):
+
+* ``values (..., I/2, O)``: per group, the kept elements in order (the first kept, then the second;
+  a zero where a group keeps fewer than two);
+* ``bits (..., I/8, O)`` ``uint8``: the mask, one bit per element, 8 consecutive rows per byte
+  (bit ``j`` of byte ``r`` is row ``8r + j``).
+
+That is 0.5625 of the bfloat16 weight's bytes, against 1.5 for the weight plus a ``bool`` mask.
+``unpack24`` gives back ``(w ⊙ mask, mask)`` exactly. Both are plain elementwise ``jnp`` (XLA fuses
+each into one pass) and work on any block of rows that is a multiple of 8: a device packs its own
+shard, and the shards' packed arrays concatenate along ``I`` or ``O`` into the packed whole weight —
+which is how the sharding rules gather an FSDP-sharded 2:4 weight
+(:func:`jax_sparse24._src.sharding.weight_gather`).
+
+A group with more than two kept elements (not a 2:4 mask) keeps its first two, as the fused
+compressors do.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS"]
+
+#: ``I`` (per shard) must be a multiple of this: 4-groups, and 8 mask bits per byte.
+PACK_ROWS = 8
+
+
+def packable(rows: int) -> bool:
+    """Whether a block of ``rows`` rows (axis -2) can be packed."""
+    return rows > 0 and rows % PACK_ROWS == 0
+
+
+def _ranks(m4):
+    """Per element of a group (axis -2 of ``m4 (..., G, 4, O)``): 1 for the first kept, 2 for the second."""
+    m = m4.astype(jnp.int8)
+    c = jnp.cumsum(m, axis=-2, dtype=jnp.int8)
+    return jnp.where(m4, c, 0)
+
+
+def pack24(w, mask):
+    """``(values, bits)`` of ``w ⊙ mask`` (module docstring). ``w (..., I, O)``, ``mask`` its shape, ``I % 8 == 0``."""
+    *lead, i, o = w.shape
+    if not packable(i):
+        raise ValueError(f"pack24: axis -2 of w must be a positive multiple of {PACK_ROWS}, got shape {w.shape}")
+    if mask.shape != w.shape:
+        raise ValueError(f"pack24: mask shape {mask.shape} differs from w's {w.shape}")
+    mask = mask.astype(jnp.bool_)
+    w4 = w.reshape(*lead, i // 4, 4, o)
+    r = _ranks(mask.reshape(*lead, i // 4, 4, o))
+    zero = jnp.zeros((), w.dtype)
+    first = jnp.sum(jnp.where(r == 1, w4, zero), axis=-2)
+    second = jnp.sum(jnp.where(r == 2, w4, zero), axis=-2)
+    values = jnp.stack([first, second], axis=-2).reshape(*lead, i // 2, o)
+    m8 = mask.reshape(*lead, i // 8, 8, o).astype(jnp.uint8)
+    weights = (jnp.uint8(1) << jnp.arange(8, dtype=jnp.uint8))[:, None]
+    bits = jnp.sum(m8 * weights, axis=-2, dtype=jnp.uint8)
+    return values, bits
+
+
+def unpack24(values, bits):
+    """``(w ⊙ mask, mask)`` from :func:`pack24`'s ``(values, bits)``."""
+    *lead, i2, o = values.shape
+    i = 2 * i2
+    if bits.shape != (*lead, i // 8, o) or bits.dtype != jnp.uint8:
+        raise ValueError(f"unpack24: bits must be uint8 of shape {(*lead, i // 8, o)} for values {values.shape}, "
+                         f"got {bits.dtype} {bits.shape}")
+    shifts = jnp.arange(8, dtype=jnp.uint8)[:, None]
+    mask = ((bits[..., :, None, :] >> shifts) & jnp.uint8(1)).astype(jnp.bool_).reshape(*lead, i, o)
+    r = _ranks(mask.reshape(*lead, i // 4, 4, o))
+    v = values.reshape(*lead, i // 4, 2, o)
+    first, second = v[..., 0:1, :], v[..., 1:2, :]
+    zero = jnp.zeros((), values.dtype)
+    w = jnp.where(r == 1, first, jnp.where(r == 2, second, zero)).reshape(*lead, i, o)
+    return w, mask

@@ -1,0 +1,70 @@
+"""The packed encoding of a 2:4 masked weight (jax_sparse24/_src/packed24.py) that FSDP gathers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_sparse24 as s24
+from jax_sparse24._src.packed24 import pack24, packable, unpack24
+
+
+def _weight(shape, dtype=jnp.bfloat16, seed=0):
+    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+@pytest.mark.parametrize("shape", [(16, 8), (3, 64, 24)])
+def test_round_trip_exact_and_sizes(shape, dtype):
+    w = _weight(shape, dtype)
+    m = s24.mask24(w, axis=-2)
+    values, bits = pack24(w, m)
+    assert values.shape == shape[:-2] + (shape[-2] // 2, shape[-1]) and values.dtype == dtype
+    assert bits.shape == shape[:-2] + (shape[-2] // 8, shape[-1]) and bits.dtype == jnp.uint8
+    w2, m2 = unpack24(values, bits)
+    np.testing.assert_array_equal(np.asarray(m2), np.asarray(m))
+    np.testing.assert_array_equal(np.asarray(w2, np.float32), np.asarray(jnp.where(m, w, 0), np.float32))
+    # bytes against the weight plus a bool mask (bf16): 0.5625 / 1.5
+    if dtype == jnp.bfloat16:
+        packed = values.size * 2 + bits.size
+        assert packed == 0.5625 * w.size * 2 and packed / (w.size * 3) == 0.375
+
+
+def test_groups_keeping_fewer_or_more_than_two():
+    """Fewer than two kept: zeros fill the empty value slots and unpack keeps exactly the mask. More
+    than two (not a 2:4 mask): the first two kept survive, as in the fused compressors."""
+    w = jnp.arange(1, 17, dtype=jnp.float32).reshape(16, 1) * jnp.array([1.0, -1.0])
+    rows = [[0, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 1], [1, 1, 1, 0]]
+    m = jnp.asarray(np.repeat(np.array(rows, bool).reshape(16, 1), 2, axis=1))
+    values, bits = pack24(w, m)
+    np.testing.assert_array_equal(np.asarray(values[:, 0]), [0, 0, 6, 0, 9, 12, 13, 14])
+    w2, m2 = unpack24(values, bits)
+    np.testing.assert_array_equal(np.asarray(m2), np.asarray(m))  # the mask itself travels as bits
+    np.testing.assert_array_equal(np.asarray(w2[:12]), np.asarray(jnp.where(m[:12], w[:12], 0)))
+    np.testing.assert_array_equal(np.asarray(w2[12:, 0]), [13, 14, 0, 0])  # the first two of 13, 14, 15
+
+
+@pytest.mark.parametrize("axis", [-2, -1])
+def test_shards_concatenate_into_the_packed_whole(axis):
+    """Packing each device's block and concatenating along ``in`` or ``out`` gives the packed whole
+    weight: what the all-gather inside the sharded GEMM relies on."""
+    w = _weight((2, 64, 48), seed=1)
+    m = s24.transposable_mask24(w[0])[None].repeat(2, axis=0)
+    whole = pack24(w, m)
+    parts = [pack24(a, b) for a, b in zip(jnp.split(w, 4, axis=axis), jnp.split(m, 4, axis=axis))]
+    for j in range(2):
+        np.testing.assert_array_equal(np.asarray(jnp.concatenate([p[j] for p in parts], axis=axis), np.float32),
+                                      np.asarray(whole[j], np.float32))
+
+
+def test_bad_shapes_are_errors():
+    assert packable(8) and packable(64) and not packable(4) and not packable(0)
+    w = _weight((12, 8))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        pack24(w, jnp.ones(w.shape, bool))
+    w = _weight((16, 8))
+    with pytest.raises(ValueError, match="mask shape"):
+        pack24(w, jnp.ones((16, 4), bool))
+    values, bits = pack24(w, s24.mask24(w, axis=0))
+    with pytest.raises(ValueError, match="bits must be uint8"):
+        unpack24(values, bits.astype(jnp.int32))
