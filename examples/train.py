@@ -4,12 +4,20 @@
     python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
     python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
 
-On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer::
+On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer (LLaMA-1B's
+shape: at LLaMA-300M's width, d 1024, the sparse GEMMs gain less and the dense 32000-token head
+and attention take a larger share of the step)::
 
     python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
         --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-    python examples/train.py --data data/realtext --size llama-300m --steps 300 \\
-        --compare dense,srste --out runs/llama-300m
+    python examples/train.py --data data/realtext --size llama-1b --steps 300 \\
+        --compare dense,srste --out runs/llama-1b
+
+The table's ``tokens/s`` is the training steps' rate in the recipe's main phase -- srste's 2:4 steps,
+not its dense fine-tune -- in the steady state: compilation, evaluations and the first span of steps
+(up to the first evaluation) are not timed. ``whole run`` compares every training step's rate
+(srste's dense fine-tune included). Each step masks (on a GPU also compresses) the 2:4 weights once,
+all layers together (``SparseTrainState.prepare``); on a GPU the train state is updated in place (donated).
 
 It reads top to bottom: flags, data, model, optimizer and train state, the jitted steps, the loop,
 the summary. Recipes (``--recipe``; the FFN linears are 2:4, at the LLaMA sizes the attention
@@ -119,7 +127,6 @@ def train(args, recipe: str, data) -> dict:
                     dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto",
                     layers="scan" if gpu else "unroll")  # scan: one block compiled for all; unrolled: faster on a CPU
     model = GPT(cfg)
-    variables = jax.jit(model.init)(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
 
     # The optimizer: AdamW with warm-up and cosine decay, plus the recipe's 2:4 transforms.
     dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # dense fine-tune
@@ -137,45 +144,66 @@ def train(args, recipe: str, data) -> dict:
     if sparse_kernels and lr_scale != 1:  # a 2:4 layer's output moves half as far per Adam step
         chain.append(s24.optim.sparse_lr_scale(lr_scale, where=is_sparse_kernel, active_until=dense_after))
 
-    # The train state: params, masks ("sparsity"), optimizer state and the key of the MVUE gradient.
-    state = SparseTrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.chain(*chain),
-                                    sparsity=variables.get("sparsity", {}),
-                                    rng=jax.random.key(args.seed + 1) if cfg.mvue else None)
-
     # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
+    # On a GPU the state's buffers are donated: the step updates them in place (no second copy).
     def loss_fn(params, state, tokens, sparse):
         logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
-    @functools.partial(jax.jit, static_argnames="sparse")
+    donate = (0,) if gpu else ()
+
+    @functools.partial(jax.jit, static_argnames="sparse", donate_argnums=donate)
     def train_step(state, tokens, sparse):
+        if sparse and sparse_kernels:  # the 2:4 weights masked and compressed once, all layers together
+            state = state.prepare(tokens[:, :-1], sparse=True)
         loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
         # masked decay, the AdamW update, step + 1 (the masks are refreshed below, in their own program)
         return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
 
     eval_step = jax.jit(lambda state, tokens, sparse: loss_fn(state.params, state, tokens, sparse),
                         static_argnames="sparse")
-    refresh = jax.jit(lambda state: state.refresh_masks())  # srste: new 2:4 masks from the weights
-    periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
+    refresh = jax.jit(lambda state: state.refresh_masks(), donate_argnums=donate)  # srste: new 2:4 masks
+
+    # The train state: params, masks ("sparsity"), optimizer state and the key of the MVUE gradient.
+    init = jax.jit(model.init)
+
+    def fresh_state():
+        variables = init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
+        return SparseTrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.chain(*chain),
+                                       sparsity=variables.get("sparsity", {}),
+                                       rng=jax.random.key(args.seed + 1) if cfg.mvue else None)
 
     def evaluate(state, sparse, batches) -> float:
         return float(np.mean([eval_step(state, jnp.asarray(b), sparse) for b in batches]))
 
-    # Compile every program (and on a GPU pick its kernels) before the clock starts.
+    # Compile every program (and on a GPU pick its kernels) by running it once on a throw-away state,
+    # before the clock starts; training starts from a fresh one (the same, as the init is seeded).
     t = time.perf_counter()
-    phases = [True] if dense_after is None else [True, False]
-    for sparse in phases:
-        jax.block_until_ready(train_step(state, jnp.asarray(data.batch(0)), sparse))
+    state = fresh_state()
+    periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
+    for sparse in [True] if dense_after is None else [True, False]:
+        state, _ = train_step(state, jnp.asarray(data.batch(0)), sparse)
     if periods:
-        jax.block_until_ready(refresh(state))
+        state = refresh(state)
+    jax.block_until_ready(state)
+    del state  # its buffers are free before the fresh state's are allocated
+    state = fresh_state()
     leaves = jax.tree_util.tree_leaves_with_path(state.params)
     n_params = sum(x.size for _, x in leaves)
     n_sparse = sum(x.size for path, x in leaves if "/".join(k.key for k in path) in sparse_kernels)
     print(f"{PROG}: {recipe}: {n_params / 1e6:.1f}M params ({n_sparse / n_params:.0%} in 2:4 layers), compiled in "
           f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+    if gpu and sparse_kernels:  # which kernel each GEMM of a 2:4 layer runs (backend="auto": the measured table)
+        shapes = dict.fromkeys(x.shape[-2:] for path, x in leaves if "/".join(k.key for k in path) in sparse_kernels)
+        plans = {s: s24.linear_plan(B * T, *s, cfg.dtype, transposable=cfg.method == "srste", mvue=cfg.mvue,
+                                    reuse=1, batched=True) for s in shapes}  # prepared once per step, batched
+        print(f"{PROG}: {recipe}: kernels (in x out: forward, input gradient, weight gradient): " + "; ".join(
+            f"{i}x{o}: {', '.join(p.values())}" for (i, o), p in plans.items()), file=sys.stderr)
 
-    # The loop. Tokens/s counts the training steps only (not the evaluations).
-    history, train_time, losses, train_loss = [], 0.0, [], []
+    # The loop. The clock counts training steps only: it stops for the evaluations and at the switch to
+    # the dense fine-tune, so each span between two device syncs runs one program.
+    history, losses, train_loss = [], [], []
+    spans, last = [], 0  # spans: (2:4 phase?, steps, seconds); spans[last:]: those since the last evaluation
     clock = time.perf_counter()
     for step in range(steps):
         sparse = dense_after is None or step < dense_after
@@ -183,20 +211,31 @@ def train(args, recipe: str, data) -> dict:
         if sparse and s24.nn.refresh_due(periods, step + 1):
             state = refresh(state)
         losses.append(loss)
-        if (step + 1) % args.eval_every == 0 or step + 1 == steps:
-            train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
-            train_time += time.perf_counter() - clock
-            loss = float(np.mean(train_loss[-len(losses):]))
-            val = evaluate(state, sparse, data.val_batches)
+        due = (step + 1) % args.eval_every == 0 or step + 1 == steps
+        if not (due or step + 1 == dense_after):
+            continue
+        train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
+        spans.append((sparse, len(losses), time.perf_counter() - clock))
+        losses = []
+        if due:
+            n = sum(s[1] for s in spans[last:])
+            rate, last = B * T * n / sum(s[2] for s in spans[last:]), len(spans)
+            loss, val = float(np.mean(train_loss[-n:])), evaluate(state, sparse, data.val_batches)
             history.append({"step": step + 1, "loss": loss, "val_loss": val})
             print(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  "
-                  f"{(step + 1) * B * T / train_time:9,.0f} tokens/s  {train_time:6.1f} s", flush=True)
-            losses, clock = [], time.perf_counter()
+                  f"{rate:9,.0f} tokens/s  {sum(s[2] for s in spans):6.1f} s", flush=True)
+        clock = time.perf_counter()
 
+    # Tokens/s: the steady state of the main phase (the 2:4 steps of a 2:4 recipe, every step of dense),
+    # without its first span (the first steps after compiling); the whole run's rate includes the fine-tune.
+    main = [s for s in spans if s[0]] or spans
+    main = main[1:] if len(main) > 1 else main
+    train_time = sum(s[2] for s in spans)
     final = evaluate(state, sparse, data.final_val_batches(16 * B * T))  # more windows than the curve's
-    return {"recipe": recipe, "final_val_loss": final, "tokens_per_s": steps * B * T / train_time,
-            "train_time_s": train_time, "dense_after": dense_after, "sparse_lr_scale": lr_scale,
-            "history": history, "train_loss": train_loss}
+    return {"recipe": recipe, "final_val_loss": final,
+            "tokens_per_s": B * T * sum(s[1] for s in main) / sum(s[2] for s in main),
+            "run_tokens_per_s": steps * B * T / train_time, "train_time_s": train_time,
+            "dense_after": dense_after, "sparse_lr_scale": lr_scale, "history": history, "train_loss": train_loss}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,11 +244,13 @@ def train(args, recipe: str, data) -> dict:
 
 def table(runs: list[dict]) -> str:
     base = next((s for s in runs if s["recipe"] == "dense"), None)
-    lines = ["| recipe | tokens/s | vs dense | final val loss | vs dense |", "|---|---|---|---|---|"]
+    lines = ["| recipe | tokens/s | vs dense | whole run | final val loss | vs dense |", "|---|---|---|---|---|---|"]
     for s in runs:
         speed = f"{s['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
+        run = f"{s['run_tokens_per_s'] / base['run_tokens_per_s']:.2f}x" if base else f"{s['run_tokens_per_s']:,.0f}"
         loss = f"{100 * (s['final_val_loss'] / base['final_val_loss'] - 1):+.2f}%" if base else "-"
-        lines.append(f"| {s['recipe']} | {s['tokens_per_s']:,.0f} | {speed} | {s['final_val_loss']:.4f} | {loss} |")
+        lines.append(f"| {s['recipe']} | {s['tokens_per_s']:,.0f} | {speed} | {run} | {s['final_val_loss']:.4f} "
+                     f"| {loss} |")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,17 +44,32 @@ def test_compare_writes_summary_plot_and_table(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert run("--compare", "dense,srste", "--steps", 6, "--eval-every", 3, "--out", out) == 0
     stdout = capsys.readouterr().out
-    assert "| recipe | tokens/s | vs dense | final val loss | vs dense |" in stdout
+    assert "| recipe | tokens/s | vs dense | whole run | final val loss | vs dense |" in stdout
     assert "| dense |" in stdout and "1.00x" in stdout and "+0.00%" in stdout
     srste = next(line for line in stdout.splitlines() if line.startswith("| srste |"))
-    assert srste.count("|") == 6 and srste.rstrip(" |").endswith("%")
+    assert srste.count("|") == 7 and srste.rstrip(" |").endswith("%")
     summary = json.loads((out / "summary.json").read_text())
     assert [r["recipe"] for r in summary["runs"]] == ["dense", "srste"]
     for r in summary["runs"]:
-        assert r["final_val_loss"] > 0 and r["tokens_per_s"] > 0
+        assert r["final_val_loss"] > 0 and r["tokens_per_s"] > 0 and r["run_tokens_per_s"] > 0
+        assert r["run_tokens_per_s"] == pytest.approx(6 * 8 * 32 / r["train_time_s"])
         assert [h["step"] for h in r["history"]] == [3, 6] and len(r["train_loss"]) == 6
     assert summary["runs"][1]["dense_after"] == 5  # the last sixth of 6 steps runs dense
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tokens_per_s_times_the_steady_2to4_steps(tmp_path, monkeypatch):
+    # a clock that moves 1 s per reading: every span between two device syncs lasts 1 s
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    out = tmp_path / "clock"
+    assert run("--compare", "dense,srste", "--steps", 6, "--eval-every", 3, "--out", out) == 0
+    dense, srste = json.loads((out / "summary.json").read_text())["runs"]
+    tokens = 8 * 32  # per step
+    # dense: spans of steps 1-3 and 4-6; the first (just after compiling) is not timed
+    assert dense["tokens_per_s"] == 3 * tokens and dense["run_tokens_per_s"] == 6 * tokens / 2
+    # srste: 2:4 steps 1-3 and 4-5, then the dense fine-tune (step 6): tokens/s of steps 4-5 only
+    assert srste["tokens_per_s"] == 2 * tokens and srste["run_tokens_per_s"] == 6 * tokens / 3
 
 
 def test_single_run_and_no_overwrite(tmp_path, capsys):
