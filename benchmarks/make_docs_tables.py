@@ -103,7 +103,7 @@ HEADLINE = [  # (what, file, variant)
     ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
     ("GPT-2 124M-shaped (d 768, 12 layers), weights prepared once per step, one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
     ("LLaMA-1B, full depth (16 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
-    ("LLaMA-7B, full depth (32 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste"),
+    ("LLaMA-7B, full depth (32 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-7b_l32_fsdp4.json", "srste"),
     ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste+fp8"),
 ]
 
@@ -173,7 +173,8 @@ def table_fp8_quality() -> str:
     return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
 
 
-NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json"]
+NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h200x4_llama-7b_l32_fsdp4.json",
+        "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json"]
 
 
 def _callbacks_s(r: dict) -> str:
@@ -197,6 +198,23 @@ def table_node() -> str:
                    + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "MFU", "compile (s)",
                              "of it, partitioner callbacks (s)"], rows))
     return "\n".join(out)
+
+
+EXAMPLE_GPU = "example_train_h200_llama-1b.json"
+
+
+def table_example_gpu() -> str:
+    """The README's GPU command (examples/train.py --compare): its summary.json."""
+    d = load(EXAMPLE_GPU)
+    base = d["runs"][0]
+    rows = [[r["recipe"], f"{r['tokens_per_s']:,.0f}", _x(r["tokens_per_s"] / base["tokens_per_s"]),
+             _x(r["run_tokens_per_s"] / base["run_tokens_per_s"]), f"{r['final_val_loss']:.4f}",
+             "–" if r is base else f"{round((r['final_val_loss'] / base['final_val_loss'] - 1) * 100, 2) + 0.0:+.2f}%"]
+            for r in d["runs"]]
+    return (f"{d['size']}, {d['steps']} steps of {d['batch_size']} x {d['seq_len']} tokens, vocabulary "
+            f"{d['vocab_size']:,}, one {d['device']} ([`{EXAMPLE_GPU}`](benchmarks/results/{EXAMPLE_GPU})):\n\n"
+            + _table(["recipe", "tokens/s (steady)", "vs dense", "whole run vs dense", "final val loss", "vs dense"],
+                     rows))
 
 
 def table_spmm() -> str:
@@ -250,7 +268,7 @@ def table_quality() -> str:
 
 
 TABLES = {"headline": table_headline, "train-step": table_train_step, "fp8-step": table_fp8_step,
-          "fp8-quality": table_fp8_quality, "node": table_node, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
+          "fp8-quality": table_fp8_quality, "node": table_node, "example-gpu": table_example_gpu, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
           "breakdown-fsdp": lambda: table_breakdown(BREAKDOWN_FSDP),
           "quality": table_quality}
 
