@@ -127,12 +127,17 @@ class Label(NamedTuple):
     weight_gather: str = "packed"  # jax_sparse24.sharding.weight_gather while tracing
 
 
+def weight_gather_of(label: str) -> str:
+    """The ``jax_sparse24.sharding.weight_gather`` mode of a ``--recipes`` entry (also of the labels other
+    harnesses build on this one's, e.g. bench_step_breakdown's ``RECIPE@ATTENTION``)."""
+    return "dense" if label.endswith(DENSE_GATHER) else "packed"
+
+
 def _split_label(label: str) -> Label:
     """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared][/dense-gather]`` -> :class:`Label`;
     ``ValueError`` saying what is wrong for an unknown recipe or backend, or both prepare suffixes."""
-    gather = "packed"
-    if label.endswith(DENSE_GATHER):
-        label, gather = label[: -len(DENSE_GATHER)], "dense"
+    gather = weight_gather_of(label)
+    label = label.removesuffix(DENSE_GATHER)
     found = [suffix for suffix in PREPARE_SUFFIXES if suffix in label]
     if len(found) > 1:
         raise ValueError(f"{label!r}: {' and '.join(found)} exclude each other (each sets --prepare-weights)")
@@ -247,7 +252,7 @@ def compile_all(rts: dict, quality: bool, workers: int, log, options: dict | Non
         for kind, sparse in _programs(rt.exp, quality):
             fn = rt.train_step(sparse) if kind == "train" else rt.eval_step(sparse)
             t = time.perf_counter()
-            with weight_gather(_split_label(recipe).weight_gather):  # read while tracing
+            with weight_gather(weight_gather_of(recipe)):  # read while tracing
                 lowered[(recipe, kind, sparse)] = fn.lower(st, tok)
             lower_s[(recipe, kind, sparse)] = time.perf_counter() - t
     t0 = time.perf_counter()
