@@ -764,6 +764,29 @@ def test_fsdp_param_shardings_largest_axis_whole_groups_and_stacked_layers():
         shd.param_shardings(tree, mesh, fsdp="zero")
 
 
+def test_weight_gather_mode_is_part_of_the_jit_cache_key():
+    """One jitted function, traced under each mode in turn: each call gathers as its mode says (the
+    mode is a jit-cache-sensitive context, not a value read once at the first trace); a bad mode is
+    an error naming the modes."""
+    mesh = shd.make_mesh("fsdp=4", devices=CPUS[:4])
+    w = jax.random.normal(jax.random.key(1), (32, 48))
+    m = s24.mask24(w, axis=0)
+    xs, ws = NamedSharding(mesh, P("fsdp", None)), NamedSharding(mesh, P("fsdp", None))
+    f = jax.jit(lambda x, w, m: jnp.sum(s24.sparse24_linear(x, w, m, check_mask=False) ** 2),
+                in_shardings=(xs, ws, ws))
+    x = jax.random.normal(jax.random.key(0), (64, 32))
+
+    def gathered_mask(mode):
+        with shd.weight_gather(mode):
+            hlo = f.lower(x, w, m).compile().as_text()
+        return bool(re.search(r"= pred\[32,48\]\S* all-gather", hlo))
+
+    assert [gathered_mask(mode) for mode in ("packed", "dense", "packed")] == [False, True, False]
+    with pytest.raises(ValueError, match=r"mode must be one of \('packed', 'dense'\)"):
+        with shd.weight_gather("compressed"):
+            pass
+
+
 @pytest.mark.parametrize("gather", ["packed", "dense"])
 @pytest.mark.parametrize("wspec", [P("fsdp", None), P(None, "fsdp")], ids=["in", "out"])
 def test_fsdp_linear_gathers_the_weight_not_the_tokens(gather, wspec):

@@ -59,7 +59,6 @@ inside the same ``custom_jvp``.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -101,24 +100,22 @@ GROUP = 4  # a 2:4 group: 4 consecutive elements along the contraction axis
 #: How a 2:4 GEMM gathers an FSDP-sharded weight: ``"packed"`` (values + mask bits, by the op) or
 #: ``"dense"`` (the weight and its ``bool`` mask, by XLA before the op).
 WEIGHT_GATHERS = ("packed", "dense")
-_WEIGHT_GATHER = contextvars.ContextVar("jax_sparse24_weight_gather", default="packed")
+# A jit-cache-sensitive context: a function traced under one mode is traced again under the other.
+_WEIGHT_GATHER = jax.make_user_context(default_value="packed")
 
 
 @contextlib.contextmanager
 def weight_gather(mode: str):
-    """Within the block, 2:4 GEMMs *traced* gather a weight sharded over their token axes (FSDP) as
-    ``mode``: ``"packed"`` (the default: each device packs its shard of ``w ⊙ mask`` -- kept values
-    and mask bits, 0.5625 of the bfloat16 weight's bytes -- the op all-gathers that and unpacks it;
-    exact) or ``"dense"`` (XLA all-gathers the weight and its ``bool`` mask before the op: 1.5 times
-    the bfloat16 weight's bytes). Read when the op is traced (``jit``'s tracing or ``lower``), so
-    wrap the tracing, not the call of a compiled function."""
+    """Within the block, 2:4 GEMMs gather a weight sharded over their token axes (FSDP) as ``mode``:
+    ``"packed"`` (the default: each device packs its shard of ``w ⊙ mask`` -- kept values and mask
+    bits, 0.5625 of the bfloat16 weight's bytes -- the op all-gathers that and unpacks it; exact) or
+    ``"dense"`` (XLA all-gathers the weight and its ``bool`` mask before the op: 1.5 times the
+    bfloat16 weight's bytes). The mode is part of ``jax.jit``'s cache key: a jitted function called
+    (or lowered) inside the block is traced for that mode."""
     if mode not in WEIGHT_GATHERS:
         raise ValueError(f"weight_gather: mode must be one of {WEIGHT_GATHERS}, got {mode!r}")
-    token = _WEIGHT_GATHER.set(mode)
-    try:
+    with _WEIGHT_GATHER(mode):
         yield
-    finally:
-        _WEIGHT_GATHER.reset(token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -635,7 +632,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
 
     shapes = [tuple(np.shape(a)) for a in args]
 
-    gather_packed = rule_x.gathered_weight is not None and _WEIGHT_GATHER.get() == "packed"
+    gather_packed = rule_x.gathered_weight is not None and _WEIGHT_GATHER.value == "packed"
 
     def plan(mesh, arg_specs, res_specs):
         """Final operand/result specs and the per-shard function for proposed shardings."""
