@@ -36,6 +36,8 @@
 #         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX; NODE_PARK=none keeps every variant's state on
 #         the GPUs (LLaMA-7B with host parking on 4 x H200 compiled but did not finish timing within 6 minutes;
 #         moving three 107 GB states through host memory every round is the suspect)
+#   scaling: weak scaling, the same model and tokens per GPU on 1, 2, 4 GPUs (SCALING_SPEC="size:layers:batch_per_gpu[:remat]",
+#         SCALING_GPUS, SCALING_RECIPES; FSDP over the GPUs of each count)
 #   distckpt: one process per GPU (examples/launch.py, train_gpt.py --distributed, FSDP over every GPU), sharded
 #         checkpoints, resumed on half the processes; losses compared (DISTCKPT_SIZE, _LAYERS, _STEPS, _BATCH, _ARGS)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
@@ -358,6 +360,26 @@ if asked node; then
       --recipes ${NODE_RECIPES:-dense,srste} ${remat:+--remat $remat} ${NODE_ARGS:-} > "$OUT/logs/node_$tag.log" 2>&1
     rc=$?; note "node $spec rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'compiled|tokens/s' "$OUT/logs/node_$tag.log" | tr '\n' ' ' | cut -c1-600)"
     [ $rc -eq 0 ] || { tail -25 "$OUT/logs/node_$tag.log"; status=1; }
+  done
+fi
+
+if asked scaling; then
+  # Weak scaling: the same model and tokens per GPU on 1, 2, 4 ... of the visible GPUs (FSDP over them; one
+  # GPU: no mesh), dense vs the recipes in one run per GPU count: SCALING_SPEC="size:layers:batch_per_gpu[:remat]"
+  # (default llama-1b:16:4), SCALING_GPUS (default "1 2 4" up to the visible count), SCALING_RECIPES
+  # (default dense,srste); tags <gpu>x<n>_<size>_l<layers>_scaling
+  ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 0)
+  IFS=: read -r size layers per remat <<< "${SCALING_SPEC:-llama-1b:16:4}"
+  for n in ${SCALING_GPUS:-1 2 4}; do
+    [ "$n" -le "$ngpu" ] || continue
+    tag="${GPU_TAG}x${n}_${size}_l${layers}_scaling"; t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $(( n - 1 ))) timeout ${SCALING_TIMEOUT:-300} $PY benchmarks/bench_train_gpt.py \
+      --out "$OUT" --tag "$tag" --size "$size" --n-layer "$layers" $([ "$n" -gt 1 ] && echo --mesh "fsdp=$n") \
+      --batch-size $(( per * n )) --vocab-size ${NODE_VOCAB:-32000} --quality-steps 0 --rounds ${NODE_ROUNDS:-3} \
+      --iters ${NODE_ITERS:-5} --warmup 2 --compile-workers 1 --park none --recipes ${SCALING_RECIPES:-dense,srste} \
+      ${remat:+--remat $remat} > "$OUT/logs/scaling_$tag.log" 2>&1
+    rc=$?; note "scaling $n GPU(s) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/scaling_$tag.log" | tr '\n' ' ' | cut -c1-400)"
+    [ $rc -eq 0 ] || { tail -25 "$OUT/logs/scaling_$tag.log"; status=1; }
   done
 fi
 
