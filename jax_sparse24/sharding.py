@@ -22,7 +22,8 @@ builds those shardings:
 * :func:`shard_batch` — put a (per-process) batch on the mesh, sharded on its leading axis.
 * :func:`weight_gather` — how a 2:4 GEMM gathers an FSDP-sharded weight: ``"packed"`` (default; the
   op gathers the kept values and the mask bits, 0.5625 of the bfloat16 weight's bytes) or
-  ``"dense"`` (XLA gathers the weight and its ``bool`` mask: 1.5 times its bytes). Exact either way.
+  ``"dense"`` (XLA gathers the weight and its ``bool`` mask: 1.5 times its bytes). The same result
+  either way for 2:4 masks.
 
 >>> import jax, jax.numpy as jnp
 >>> from jax.sharding import PartitionSpec as P

@@ -44,6 +44,20 @@ def test_groups_keeping_fewer_or_more_than_two():
     np.testing.assert_array_equal(np.asarray(w2[12:, 0]), [13, 14, 0, 0])  # the first two of 13, 14, 15
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+def test_values_travel_by_their_bits(dtype):
+    """-0.0, subnormals, inf and NaN come back bit for bit (the values are moved as integers, never
+    added: a sum would turn a kept -0.0 into +0.0 and, on CPUs that flush them, subnormals into 0)."""
+    special = [-0.0, float(jnp.finfo(dtype).smallest_subnormal), float("inf"), float("nan")]
+    w = jnp.asarray(np.tile(np.array(special, np.float32).reshape(4, 1), (4, 3)), dtype)
+    w = w.at[:, 1].set(w[::-1, 1])
+    m = jnp.asarray(np.tile(np.array([[1, 0, 1], [1, 1, 0], [0, 1, 0], [0, 0, 1]], bool), (4, 1)))
+    w2, m2 = unpack24(*pack24(w, m))
+    expect = np.where(np.asarray(m), np.asarray(w), np.zeros((), np.asarray(w).dtype))
+    np.testing.assert_array_equal(np.asarray(w2).view(np.uint8), expect.view(np.uint8))
+    np.testing.assert_array_equal(np.asarray(m2), np.asarray(m))
+
+
 @pytest.mark.parametrize("axis", [-2, -1])
 def test_shards_concatenate_into_the_packed_whole(axis):
     """Packing each device's block and concatenating along ``in`` or ``out`` gives the packed whole

@@ -787,6 +787,25 @@ def test_weight_gather_mode_is_part_of_the_jit_cache_key():
             pass
 
 
+def test_packed_gather_falls_back_where_shards_cannot_pack(partitioner):
+    """Uneven shards (68 rows over 8 devices) or shards of rows not a multiple of 8 (4 over 8
+    devices): the weight and mask are gathered by XLA as without the packed gather, with the same
+    result as one device, under both partitioners."""
+    mesh = shd.make_mesh("fsdp=8", devices=CPUS[:8])
+    x = jax.random.normal(jax.random.key(0), (64, 72))
+    w = jax.random.normal(jax.random.key(1), (72, 48))
+    m = s24.mask24(w, axis=0)
+    sh = NamedSharding(mesh, P("fsdp", None))
+    for rows in (68, 32):  # 68 / 8 is uneven; 32 / 8 = 4 rows per shard, not a multiple of 8
+        def loss(x, w, m):
+            return jnp.sum(s24.sparse24_linear(x[:, :rows], w[:rows], m[:rows], check_mask=False) ** 2)
+
+        f = jax.jit(loss, in_shardings=(sh, sh, sh))
+        np.testing.assert_allclose(f(x, w, m), jax.jit(loss)(x, w, m), rtol=1e-5)
+        hlo = f.lower(x, w, m).compile().as_text()
+        assert not re.search(r"= u8\[\S* all-gather", hlo), rows  # no packed mask bits gathered
+
+
 @pytest.mark.parametrize("gather", ["packed", "dense"])
 @pytest.mark.parametrize("wspec", [P("fsdp", None), P(None, "fsdp")], ids=["in", "out"])
 def test_fsdp_linear_gathers_the_weight_not_the_tokens(gather, wspec):

@@ -195,7 +195,8 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         ones 1.4x: ``benchmarks/bench_mask_check.py``); ``"nan"`` checks a traced mask on the device
         without it: the output is all NaN when the mask is not 2:4 (a loss that turns NaN, no
         message), else unchanged. ``False`` skips the traced check: a mask that is not 2:4 then
-        gives an undefined result on the sparse kernels.
+        gives an undefined result on the sparse kernels, and on any backend where an FSDP-sharded
+        weight is gathered packed (:func:`jax_sparse24.sharding.weight_gather`).
 
     Returns:
       ``(..., out)`` array.

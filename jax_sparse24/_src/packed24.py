@@ -9,7 +9,7 @@ two elements of each group of 4 along ``I`` (axis -2, the forward GEMM's contrac
   (bit ``j`` of byte ``r`` is row ``8r + j``).
 
 That is 0.5625 of the bfloat16 weight's bytes, against 1.5 for the weight plus a ``bool`` mask.
-``unpack24`` gives back ``(w ⊙ mask, mask)`` exactly. Both are plain elementwise ``jnp`` (XLA fuses
+``unpack24`` gives back ``(w ⊙ mask, mask)`` bit for bit (for a 2:4 mask). Both are plain elementwise ``jnp`` (XLA fuses
 each into one pass) and work on any block of rows that is a multiple of 8: a device packs its own
 shard, and the shards' packed arrays concatenate along ``I`` or ``O`` into the packed whole weight —
 which is how the sharding rules gather an FSDP-sharded 2:4 weight
@@ -21,12 +21,15 @@ compressors do.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 __all__ = ["pack24", "unpack24", "packable", "PACK_ROWS"]
 
 #: ``I`` (per shard) must be a multiple of this: 4-groups, and 8 mask bits per byte.
 PACK_ROWS = 8
+#: The unsigned integer type of each float width, to move values by their bits.
+_BITS = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
 
 
 def packable(rows: int) -> bool:
@@ -49,12 +52,15 @@ def pack24(w, mask):
     if mask.shape != w.shape:
         raise ValueError(f"pack24: mask shape {mask.shape} differs from w's {w.shape}")
     mask = mask.astype(jnp.bool_)
-    w4 = w.reshape(*lead, i // 4, 4, o)
+    # the kept elements' bits, selected as integers: no arithmetic on the values (-0.0 and subnormals
+    # come back as they went in)
+    bits_dtype = _BITS[jnp.dtype(w.dtype).itemsize]
+    w4 = jax.lax.bitcast_convert_type(w, bits_dtype).reshape(*lead, i // 4, 4, o)
     r = _ranks(mask.reshape(*lead, i // 4, 4, o))
-    zero = jnp.zeros((), w.dtype)
-    first = jnp.sum(jnp.where(r == 1, w4, zero), axis=-2)
-    second = jnp.sum(jnp.where(r == 2, w4, zero), axis=-2)
-    values = jnp.stack([first, second], axis=-2).reshape(*lead, i // 2, o)
+    zero = jnp.zeros((), bits_dtype)
+    first = jnp.sum(jnp.where(r == 1, w4, zero), axis=-2, dtype=bits_dtype)
+    second = jnp.sum(jnp.where(r == 2, w4, zero), axis=-2, dtype=bits_dtype)
+    values = jax.lax.bitcast_convert_type(jnp.stack([first, second], axis=-2), w.dtype).reshape(*lead, i // 2, o)
     m8 = mask.reshape(*lead, i // 8, 8, o).astype(jnp.uint8)
     weights = (jnp.uint8(1) << jnp.arange(8, dtype=jnp.uint8))[:, None]
     bits = jnp.sum(m8 * weights, axis=-2, dtype=jnp.uint8)
@@ -74,5 +80,5 @@ def unpack24(values, bits):
     v = values.reshape(*lead, i // 4, 2, o)
     first, second = v[..., 0:1, :], v[..., 1:2, :]
     zero = jnp.zeros((), values.dtype)
-    w = jnp.where(r == 1, first, jnp.where(r == 2, second, zero)).reshape(*lead, i, o)
+    w = jnp.where(r == 1, first, jnp.where(r == 2, second, zero)).reshape(*lead, i, o)  # selects: exact
     return w, mask

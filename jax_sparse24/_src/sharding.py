@@ -111,7 +111,9 @@ def weight_gather(mode: str):
     bits, 0.5625 of the bfloat16 weight's bytes -- the op all-gathers that and unpacks it; exact) or
     ``"dense"`` (XLA all-gathers the weight and its ``bool`` mask before the op: 1.5 times the
     bfloat16 weight's bytes). The mode is part of ``jax.jit``'s cache key: a jitted function called
-    (or lowered) inside the block is traced for that mode."""
+    (or lowered) inside the block is traced for that mode; like JAX's own contexts it holds for the
+    thread that entered the block. Both modes give the same result for a 2:4 mask; a mask that keeps
+    more than two of a group (possible only with ``check_mask=False``) keeps its first two when packed."""
     if mode not in WEIGHT_GATHERS:
         raise ValueError(f"weight_gather: mode must be one of {WEIGHT_GATHERS}, got {mode!r}")
     with _WEIGHT_GATHER(mode):
@@ -390,11 +392,10 @@ def _packed_gathers(rule: Rule, mesh, shapes, arg_specs, assign) -> dict[int, tu
             gathers[d] = extra
     if not gathers:
         return {}
-    rows = shape[-2] // math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], len(shape) - 2)
-                                  if a in mesh_shape)
-    cols_split = math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], len(shape) - 1) if a in mesh_shape)
-    if not packed24.packable(rows) or shape[-1] % cols_split:
-        return {}
+    rows_split, cols_split = (math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], d) if a in mesh_shape)
+                              for d in (len(shape) - 2, len(shape) - 1))
+    if shape[-2] % rows_split or not packed24.packable(shape[-2] // rows_split) or shape[-1] % cols_split:
+        return {}  # uneven shards, or rows a shard cannot pack
     return gathers
 
 
@@ -606,6 +607,14 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             args[k] = jax.random.key_data(a)
             extra = tuple(f"kd{k}_{j}" for j in range(np.ndim(args[k]) - len(labels[k])))
             labels[k] = labels[k] + extra
+    # The packed gather changes only the partition callback, not the program before partitioning, which a
+    # persistent compilation cache keys on (with the callback's address, which Python reuses): in packed
+    # mode the op takes one more operand, a replicated scalar it ignores, so the two modes' programs differ.
+    gather_packed = rule.gathered_weight is not None and _WEIGHT_GATHER.value == "packed"
+    n_real = len(args)
+    if gather_packed:
+        args.append(jnp.zeros((), jnp.uint8))
+        labels.append(())
     replicated = set(rule.replicated) | {l for k in key_impls for l in labels[k][len(rule.operands[k]):]}
     # Shardy numbers the factors in order of first appearance and wants need_replication in that
     # order ("indices of special factors must be sorted"), not by name.
@@ -621,7 +630,7 @@ def _cp_call(rule: Rule, impl: Callable, *args):
                              f"{len(labels[k])} dimensions {labels[k]}")
 
     def rewrap(flat):
-        flat = list(flat)
+        flat = list(flat)[:n_real]  # without the packed-mode marker
         for k, impl_name in key_impls.items():
             flat[k] = jax.random.wrap_key_data(flat[k], impl=impl_name)
         return flat
@@ -631,8 +640,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         return impl(*rewrap(flat))
 
     shapes = [tuple(np.shape(a)) for a in args]
-
-    gather_packed = rule_x.gathered_weight is not None and _WEIGHT_GATHER.value == "packed"
 
     def plan(mesh, arg_specs, res_specs):
         """Final operand/result specs and the per-shard function for proposed shardings."""
