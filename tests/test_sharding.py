@@ -375,6 +375,29 @@ def test_linear_explicit_axes_mesh():
         jax.jit(lambda w: s24.mask24(w, axis=0))(w)
 
 
+@pytest.mark.parametrize("wspec", [P("fsdp", None), P("model", "fsdp")], ids=["fsdp", "fsdp_model"])
+def test_linear_explicit_axes_fsdp_gradients(wspec):
+    """FSDP with sharding in types: tokens and weight split over one Explicit axis (and the weight
+    over ``model`` too). The gradients have their primals' shardings -- a custom_vjp cotangent must,
+    there (before, the GEMM's replicated weight gradient was refused) -- and equal one device's."""
+    explicit = (jax.sharding.AxisType.Explicit,) * 2
+    mesh = jax.make_mesh((4, 2), ("fsdp", "model"), axis_types=explicit, devices=CPUS[:8])
+    k1, k2 = jax.random.split(jax.random.key(0))
+    x, w = jax.random.normal(k1, (64, 32)), jax.random.normal(k2, (32, 48))
+    m = s24.transposable_mask24(w)
+
+    def loss(x, w, m):
+        return jnp.sum(jnp.sin(s24.sparse24_linear(x, w, m, transposable=True, check_mask=False)))
+
+    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w, m)
+    xa = jax.device_put(x, NamedSharding(mesh, P("fsdp", None)))
+    wa, ma = (jax.device_put(a, NamedSharding(mesh, wspec)) for a in (w, m))
+    out = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(xa, wa, ma)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):  # another summation order than one device
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    assert out[1][0].sharding.spec == xa.sharding.spec and out[1][1].sharding.spec == wspec
+
+
 # ----------------------------------------------------------------------------------------------
 # A 2-layer Sparse24Dense MLP train step
 # ----------------------------------------------------------------------------------------------

@@ -128,6 +128,8 @@ def _linear_bwd(cfg: _Config, res, g):
         # the "gradient" of the delayed-scaling state is its new value (Flax's overwrite-with-gradient)
         amaxes = dict(amaxes, output_grad=fp8_math.amax(g2.astype(jnp.result_type(g2, w))))
         new_meta = fp8_math.meta_update(meta, {"input": s_x, "kernel": s_w, "output_grad": s_g}, amaxes)
+    # with Explicit mesh axes the cotangents must carry their primals' shardings
+    dx, dw, db = (sharding.like_primal(c, p) for c, p in ((dx, x), (dw, w), (db, bias)))
     return dx, dw, None, db, None, None, new_meta
 
 

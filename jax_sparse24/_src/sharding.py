@@ -470,6 +470,23 @@ def _explicit_mesh(args):
     return None
 
 
+def like_primal(ct, primal):
+    """``ct`` with ``primal``'s sharding where that is part of its type (``Explicit`` mesh axes): a
+    ``custom_vjp`` cotangent must have its primal's type there (a weight gradient that the GEMM's
+    per-shard function returns replicated is resharded to the weight's FSDP sharding, i.e. reduced
+    and sliced). ``None`` and arrays without explicit axes pass through."""
+    if ct is None or primal is None:
+        return ct
+    sh = getattr(jax.typeof(primal), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    if mesh is None or getattr(mesh, "empty", True) or not getattr(mesh, "explicit_axes", ()) \
+            or getattr(mesh, "manual_axes", ()):
+        return ct
+    if getattr(jax.typeof(ct), "sharding", None) == sh:
+        return ct
+    return jax.sharding.reshard(ct, sh)
+
+
 def _vmapped_mesh_axes() -> set:
     """Explicit mesh axes taken by an enclosing ``vmap(..., spmd_axis_name=...)`` (private API)."""
     try:
