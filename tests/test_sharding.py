@@ -787,6 +787,29 @@ def test_fsdp_param_shardings_largest_axis_whole_groups_and_stacked_layers():
         shd.param_shardings(tree, mesh, fsdp="zero")
 
 
+def test_fsdp_under_vmap_gathers_the_weight_not_the_batch():
+    """``vmap`` over a batch axis split over ``fsdp``, the weight split over ``fsdp`` too: the vmapped
+    axis is one of the activations' token axes (``Rule.batched`` adds it to ``tokens_first``), so the
+    weight is gathered (packed) and the batch stays where it is -- before, the activations were
+    gathered and moved by an all-to-all. Same values and gradients as one device."""
+    mesh = shd.make_mesh("fsdp=4", devices=CPUS[:4])
+    x = jax.random.normal(jax.random.key(0), (8, 16, 32))
+    w = jax.random.normal(jax.random.key(1), (32, 48))
+    m = s24.mask24(w, axis=0)
+
+    def loss(x, w, m):
+        return jnp.sum(jax.vmap(lambda xb: s24.sparse24_linear(xb, w, m, check_mask=False))(x) ** 2)
+
+    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w, m)
+    xs, ws = NamedSharding(mesh, P("fsdp", None, None)), NamedSharding(mesh, P("fsdp", None))
+    f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), in_shardings=(xs, ws, ws))
+    for a, b in zip(jax.tree.leaves(f(x, w, m)), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    hlo = f.lower(x, w, m).compile().as_text()
+    assert set(re.findall(r"= ([a-z0-9]+\[[0-9,]*\])\S* all-gather", hlo)) == {"f32[16,48]", "u8[4,48]"}
+    assert "all-to-all" not in hlo
+
+
 def test_weight_gather_mode_is_part_of_the_jit_cache_key():
     """One jitted function, traced under each mode in turn: each call gathers as its mode says (the
     mode is a jit-cache-sensitive context, not a value read once at the first trace); a bad mode is

@@ -174,15 +174,19 @@ class Rule:
         return dict(self.multiple_of).get(factor, 1)
 
     def batched(self, flags: Sequence[bool]) -> "Rule":
-        """The rule of ``vmap`` of this op: batched operands and all results gain a leading factor."""
+        """The rule of ``vmap`` of this op: batched operands and all results gain a leading factor. Where
+        an activation (an operand with a ``tokens_first`` factor) is batched, the new factor is one of
+        its token axes too: a mesh axis splitting it stays there and a weight split over it is gathered."""
         used = {f for dims in self.operands + self.results for f in dims}
         k = 0
         while f"vb{k}" in used:
             k += 1
         b = f"vb{k}"
         ops = tuple((b,) + dims if flag else dims for dims, flag in zip(self.operands, flags))
+        batched_tokens = any(flag and set(dims) & set(self.tokens_first) for dims, flag in zip(self.operands, flags))
         return dataclasses.replace(self, operands=ops, results=tuple((b,) + d for d in self.results),
-                                   tangent=None)
+                                   tangent=None,
+                                   tokens_first=self.tokens_first + ((b,) if batched_tokens else ()))
 
 
 def grouped_rule(name: str, ndim: int, axis: int, n_results: int = 1) -> Rule:
