@@ -78,6 +78,11 @@ def _option(name: str, flag: str) -> str | None:
     return words[words.index(flag) + 1] if flag in words else None
 
 
+def _vs(loss: float, base: float) -> str:
+    """``loss`` against ``base`` in percent, signed, two decimals (never "-0.00%")."""
+    return f"{round((loss / base - 1) * 100, 2) + 0.0:+.2f}%"
+
+
 def _mfu(row: dict) -> str:
     """Model FLOP utilization per GPU, with the benchmark's own peak (– where the file has no FLOP rate)."""
     from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
@@ -168,7 +173,7 @@ def table_fp8_quality() -> str:
     runs = load(FP8_QUALITY)["runs"]
     base = runs["dense"]["final_val_loss"]
     rows = [[k, f"{v['final_val_loss']:.4f}",
-             "–" if k == "dense" else f"{round((v['final_val_loss'] / base - 1) * 100, 2) + 0.0:+.2f}%",
+             "–" if k == "dense" else _vs(v["final_val_loss"], base),
              f"{v['tokens_per_s'] / 1e3:.0f}k"] for k, v in runs.items()]
     return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
 
@@ -209,7 +214,7 @@ def table_example_gpu() -> str:
     base = d["runs"][0]
     rows = [[r["recipe"], f"{r['tokens_per_s']:,.0f}", _x(r["tokens_per_s"] / base["tokens_per_s"]),
              _x(r["run_tokens_per_s"] / base["run_tokens_per_s"]), f"{r['final_val_loss']:.4f}",
-             "–" if r is base else f"{round((r['final_val_loss'] / base['final_val_loss'] - 1) * 100, 2) + 0.0:+.2f}%"]
+             "–" if r is base else _vs(r["final_val_loss"], base["final_val_loss"])]
             for r in d["runs"]]
     return (f"{d['size']}, {d['steps']} steps of {d['batch_size']} x {d['seq_len']} tokens, vocabulary "
             f"{d['vocab_size']:,}, one {d['device']} ([`{EXAMPLE_GPU}`](benchmarks/results/{EXAMPLE_GPU})):\n\n"
@@ -261,7 +266,7 @@ def table_quality() -> str:
         for k, v in load(f)["runs"].items():
             rows.append([_QUALITY_LABELS.get(k, k), f"{v['config']['sparse_lr_scale']:g}",
                          f"{v['final_val_loss']:.4f}",
-                         "–" if k == "dense" else f"{round((v['final_val_loss'] / base - 1) * 100, 2) + 0.0:+.2f}%",
+                         "–" if k == "dense" else _vs(v["final_val_loss"], base),
                          f"{v['tokens_per_s'] / 1e3:.0f}k", f"{v['spike']:.2f}×", f"`{f}`"])
     return _table(["recipe", "2:4 LR scale", "final val loss", "vs dense", "tokens/s", "largest loss spike", "file"],
                   rows)

@@ -381,10 +381,14 @@ def _packed_gathers(rule: Rule, mesh, shapes, arg_specs, assign) -> dict[int, tu
     if rule.operands[mpos] != labels or shapes[mpos] != shape or len(shape) < 2:
         return {}
     mesh_shape = dict(mesh.shape)
+
+    def axes(pos: int, d: int) -> tuple[str, ...]:  # the mesh axes proposed for dimension d of operand pos
+        return tuple(a for a in _spec_axes(arg_specs[pos], d) if a in mesh_shape)
+
     gathers: dict[int, tuple[str, ...]] = {}
     for d, lab in enumerate(labels):
-        proposed = tuple(a for a in _spec_axes(arg_specs[wpos], d) if a in mesh_shape)
-        if proposed != tuple(a for a in _spec_axes(arg_specs[mpos], d) if a in mesh_shape):
+        proposed = axes(wpos, d)
+        if proposed != axes(mpos, d):
             return {}
         kept = assign.get(lab, ())
         if proposed[:len(kept)] != kept:
@@ -396,8 +400,7 @@ def _packed_gathers(rule: Rule, mesh, shapes, arg_specs, assign) -> dict[int, tu
             gathers[d] = extra
     if not gathers:
         return {}
-    rows_split, cols_split = (math.prod(mesh_shape[a] for a in _spec_axes(arg_specs[wpos], d) if a in mesh_shape)
-                              for d in (len(shape) - 2, len(shape) - 1))
+    rows_split, cols_split = (math.prod(mesh_shape[a] for a in axes(wpos, d)) for d in (len(shape) - 2, len(shape) - 1))
     if shape[-2] % rows_split or not packed24.packable(shape[-2] // rows_split) or shape[-1] % cols_split:
         return {}  # uneven shards, or rows a shard cannot pack
     return gathers
@@ -479,16 +482,10 @@ def like_primal(ct, primal):
     ``custom_vjp`` cotangent must have its primal's type there (a weight gradient that the GEMM's
     per-shard function returns replicated is resharded to the weight's FSDP sharding, i.e. reduced
     and sliced). ``None`` and arrays without explicit axes pass through."""
-    if ct is None or primal is None:
+    if ct is None or primal is None or _explicit_mesh([primal]) is None:
         return ct
-    sh = getattr(jax.typeof(primal), "sharding", None)
-    mesh = getattr(sh, "mesh", None)
-    if mesh is None or getattr(mesh, "empty", True) or not getattr(mesh, "explicit_axes", ()) \
-            or getattr(mesh, "manual_axes", ()):
-        return ct
-    if getattr(jax.typeof(ct), "sharding", None) == sh:
-        return ct
-    return jax.sharding.reshard(ct, sh)
+    sh = jax.typeof(primal).sharding
+    return ct if jax.typeof(ct).sharding == sh else jax.sharding.reshard(ct, sh)
 
 
 def _vmapped_mesh_axes() -> set:
