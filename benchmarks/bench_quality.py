@@ -135,6 +135,14 @@ def _val_series(history):
     return [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
 
 
+def best_val_loss(history: list[dict]) -> tuple[float, int] | tuple[None, None]:
+    """``(lowest validation loss, its step)`` over the run's evaluations after step 0. When the budget covers
+    the corpus several times the final value also measures memorisation (it rises again); the lowest one
+    compares the recipes as early stopping would."""
+    s = [(v, t) for t, v in _val_series(history) if t > 0]
+    return min(s) if s else (None, None)
+
+
 def plot(res: dict, path: Path) -> None:
     try:
         import matplotlib
@@ -195,9 +203,12 @@ def to_markdown(res: dict) -> str:
              f"{res['steps']} steps x {res['batch_size']} x {res['seq_len']} = {res['tokens']:,} training tokens per "
              f"recipe, seed {res['seed']} (same init, same batches); val loss over {res['eval_batches']} x "
              f"{res['batch_size']} windows of {res['val_name']}; jax {res['jax']}.", "",
-             f"| recipe | flags | final val loss | vs dense | full val | vs dense "
+             f"| recipe | flags | final val loss | vs dense | full val | vs dense | best val loss (M tokens) | vs dense "
              f"| train loss, last {100 * TAIL_FRACTION:g}% of steps | vs dense | tokens/s | spike (step) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    seen = res.get("train_tokens") or res.get("train_bytes")
+    if seen:
+        lines[-2:-2] = [f"The budget covers the training text {res['tokens'] / seen:.1f} times.", ""]
     dense = res["runs"].get("dense")
     dense_tail = None if dense is None else tail_train_loss(dense["history"])
 
@@ -209,6 +220,9 @@ def to_markdown(res: dict) -> str:
         full = r.get("final_val_loss_full")
         vs_full = "-" if not dense or label == "dense" else ratio(full, dense.get("final_val_loss_full"))
         full_s = "-" if full is None else f"{full:.4f}"
+        best, at = best_val_loss(r["history"])
+        best_s = "-" if best is None else f"{best:.4f} ({at * res['batch_size'] * res['seq_len'] / 1e6:.1f})"
+        vs_best = "-" if not dense or label == "dense" else ratio(best, best_val_loss(dense["history"])[0])
         tail = tail_train_loss(r["history"])
         vs_tail = "-" if not dense or label == "dense" else ratio(tail, dense_tail)
         flags = " ".join([r["recipe"], *r["extra"]])
@@ -216,12 +230,16 @@ def to_markdown(res: dict) -> str:
         sp = f"{r['spike']:.2f}" + ("" if r["spike_step"] is None else f" ({r['spike_step']})")
         tail_s = "-" if tail is None else f"{tail:.4f}"
         lines.append(f"| {label} | `{flags}` | {r['final_val_loss']:.4f} | {vs} | {full_s} | {vs_full} | "
+                     f"{best_s} | {vs_best} | "
                      f"{tail_s} | {vs_tail} | "
                      f"{tps} | {sp} |")
     toks = sorted({r.get("final_eval_tokens") for r in res["runs"].values()} - {None})
     lines += ["", "`full val`: one more evaluation after the last step on "
               + (f"{', '.join(f'{t:,}' for t in toks)} val tokens" if toks else "many more val tokens")
               + " (non-overlapping windows over the val text; `--final-eval-tokens`); `-`: a run without it.",
+              "", "`best val loss`: the lowest of the run's evaluations and when it came (millions of training "
+              "tokens) — where the budget covers the text more than once the final loss rises again as the model "
+              "memorises, and the best one compares the recipes as early stopping would.",
               "", f"`train loss, last {100 * TAIL_FRACTION:g}%`: the mean train loss of the last "
               f"{100 * TAIL_FRACTION:g}% of the steps — the same batches for every recipe, so a paired comparison "
               "over far more tokens than the validation windows (but a train loss: it also counts memorisation "

@@ -110,6 +110,8 @@ HEADLINE = [  # (what, file, variant)
     ("LLaMA-1B, full depth (16 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
     ("LLaMA-7B, full depth (32 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-7b_l32_fsdp4.json", "srste"),
     ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste+fp8"),
+    ("LLaMA-7B, full depth, FSDP on 4 H200, GEMM outputs kept (`--remat dots`)",
+     "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "srste"),
 ]
 
 
@@ -179,7 +181,7 @@ def table_fp8_quality() -> str:
 
 
 NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h200x4_llama-7b_l32_fsdp4.json",
-        "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json"]
+        "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json"]
 
 
 def _callbacks_s(r: dict) -> str:
@@ -272,10 +274,33 @@ def table_quality() -> str:
                   rows)
 
 
+QUALITY_BPE = "quality_gpt2_h100_bpe32k_100m.json"
+
+
+def _best_val(history: list[dict]) -> tuple[float, int]:
+    """The lowest validation loss after step 0 and its step (bench_quality.best_val_loss's definition)."""
+    return min((h["val_loss"], h["step"]) for h in history if "val_loss" in h and h["step"] > 0)
+
+
+def table_quality_bpe() -> str:
+    """The subword-tokenizer run: final and best validation loss of every recipe against dense."""
+    d = load(QUALITY_BPE)
+    runs, tok_step = d["runs"], d["batch_size"] * d["seq_len"]
+    dense_final, dense_best = runs["dense"]["final_val_loss"], _best_val(runs["dense"]["history"])[0]
+    rows = []
+    for k, v in runs.items():
+        best, at = _best_val(v["history"])
+        rows.append([k, f"{v['final_val_loss']:.4f}", "–" if k == "dense" else _vs(v["final_val_loss"], dense_final),
+                     f"{best:.4f} ({at * tok_step / 1e6:.1f}M)", "–" if k == "dense" else _vs(best, dense_best),
+                     f"{v['tokens_per_s'] / 1e3:.0f}k"])
+    return _table(["recipe", "final val loss (100M tokens)", "vs dense", "best val loss (at tokens)", "vs dense",
+                   "tokens/s"], rows)
+
+
 TABLES = {"headline": table_headline, "train-step": table_train_step, "fp8-step": table_fp8_step,
           "fp8-quality": table_fp8_quality, "node": table_node, "example-gpu": table_example_gpu, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
           "breakdown-fsdp": lambda: table_breakdown(BREAKDOWN_FSDP),
-          "quality": table_quality}
+          "quality": table_quality, "quality-bpe": table_quality_bpe}
 
 
 def render(text: str) -> str:

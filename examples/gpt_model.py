@@ -29,7 +29,8 @@ prepared weights, fp8 scaling state — is stacked the same way, with a distinct
 ``layers="unroll"``: one block ``h_<i>`` per layer (``h_<i>/attn/qkv/kernel`` of shape ``(d, 3d)``), as
 before. :func:`convert_layout` converts params, collections, optimizer and train states between the
 two. ``remat`` rematerialises each block in the backward pass (``jax.checkpoint``): ``"dots"`` keeps
-the GEMM outputs (no batch dimensions) and recomputes the rest, ``"full"`` keeps only the block's
+the GEMM outputs (no batch dimensions; the 2:4 GEMMs' through :func:`jax_sparse24.checkpoint_policy`)
+and recomputes the rest, ``"full"`` keeps only the block's
 input.
 
 (``arch="llama"``: no ``wpe``, RMSNorm ``{scale}`` only, no ``bias``, ``lm_head`` always.)
@@ -53,7 +54,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
-
+from jax_sparse24 import checkpoint_policy
 from jax_sparse24.distill import Sparse24LowRankDense
 from jax_sparse24.nn import FP8_META, PREPARED, SPARSITY, Sparse24Dense
 
@@ -398,7 +399,9 @@ _SCANNED_COLLECTIONS = ("params", SPARSITY, PREPARED, FP8_META)
 
 
 def _remat_policy(remat: str):
-    return {"dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable, "full": None}[remat]
+    # "dots": every GEMM output kept, the 2:4 layers' too (their GPU GEMMs are custom calls, which JAX's own
+    # dots policy would recompute in the backward pass)
+    return {"dots": checkpoint_policy("dots"), "full": None}[remat]
 
 
 def _blocks(cfg: GPTConfig, x, sparse):

@@ -9,7 +9,8 @@ Public API:
   :func:`soft_threshold24`, :func:`soft_threshold_beta`, :func:`mvue24`, :func:`flip_rate`;
 * the sparse linear op: :func:`sparse24_linear` (``jax.custom_vjp``; a mask that is not 2:4 raises
   :class:`MaskCheckError`, under ``jit`` from the device check), :func:`prepare_weight` (its
-  weight work once per optimizer step), :func:`linear_plan`; ``fp8=True`` runs its forward and
+  weight work once per optimizer step), :func:`linear_plan`,
+  :func:`checkpoint_policy` (``jax.checkpoint`` policies that keep the 2:4 GEMM outputs); ``fp8=True`` runs its forward and
   input-gradient GEMMs in float8_e4m3fn (:mod:`jax_sparse24.fp8`: the quantization math);
 * compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
 * :mod:`jax_sparse24.nn` (Flax linen ``Sparse24Dense``; :mod:`jax_sparse24.masks`: its ``"sparsity"``
@@ -25,6 +26,7 @@ Public API:
 from jax_sparse24._src.ffi import cuda_kernels_available
 from jax_sparse24._src.linear import BACKENDS, linear_plan, prepare_weight, sparse24_linear
 from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
+from jax_sparse24._src.remat import CHECKPOINT_NAME, checkpoint_policy
 from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
 from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
 from jax_sparse24._src.validation import MaskCheckError
@@ -35,9 +37,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
+    "CHECKPOINT_NAME",
     "MVUE_EPS",
     "MaskCheckError",
     "Sparse24Array",
+    "checkpoint_policy",
     "cuda_kernels_available",
     "flip_rate",
     "linear",

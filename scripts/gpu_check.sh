@@ -22,7 +22,8 @@
 #            1.6x GEMM ceiling) for BREAKDOWN_SPECS="size[:n_layer] ..." (default "llama-300m llama-7b:4"),
 #            BREAKDOWN_RECIPES (default dense,srste), BREAKDOWN_ARGS (more flags, e.g. "--baseline
 #            dense+fp8-flax"); results tagged <gpu>_<size>[_l<n_layer>]<BREAKDOWN_TAG_SUFFIX> (gpu: h100, h200)
-#   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_SIZE,
+#   quality: benchmarks/bench_quality.py on the real corpus carried in runs/data/ (QUALITY_DATA: the text, or
+#            a token directory of prepare_data.py; QUALITY_PARALLEL=1: one recipe per GPU; QUALITY_SIZE,
 #            QUALITY_TOKENS, QUALITY_RECIPES, QUALITY_SEED, QUALITY_FLAGS (bench_quality's --flags),
 #            QUALITY_RUNS = the --runs directory, returned as
 #            $OUT/quality_runs.tgz: merge the runs of several calls here with --report-only)
@@ -37,7 +38,7 @@
 #         the GPUs (LLaMA-7B with host parking on 4 x H200 compiled but did not finish timing within 6 minutes;
 #         moving three 107 GB states through host memory every round is the suspect)
 #   scaling: weak scaling, the same model and tokens per GPU on 1, 2, 4 GPUs (SCALING_SPEC="size:layers:batch_per_gpu[:remat]",
-#         SCALING_GPUS, SCALING_RECIPES; FSDP over the GPUs of each count)
+#         SCALING_GPUS, SCALING_RECIPES; FSDP over the GPUs of each count; benchmarks/weak_scaling.py makes one table)
 #   distckpt: one process per GPU (examples/launch.py, train_gpt.py --distributed, FSDP over every GPU), sharded
 #         checkpoints, resumed on half the processes; losses compared (DISTCKPT_SIZE, _LAYERS, _STEPS, _BATCH, _ARGS)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
@@ -326,14 +327,31 @@ if asked launch; then
 fi
 
 if asked quality; then
+  # QUALITY_DATA: a text file (bytes are the tokens; QUALITY_VAL validates) or a token directory of
+  # examples/prepare_data.py (its tokenizer; carry it). QUALITY_PARALLEL=1: one process per recipe, each on
+  # its own GPU (more recipes than GPUs: the next starts when a GPU is free); they share the --runs
+  # directory, merge the table here with --report-only.
   t0=$(date +%s); runs=${QUALITY_RUNS:-runs/bq_${QUALITY_SIZE:-gpt2}}
-  timeout ${QUALITY_TIMEOUT:-560} $PY benchmarks/bench_quality.py --size ${QUALITY_SIZE:-gpt2} --tokens ${QUALITY_TOKENS:-100e6} \
-    --data runs/data/realtext_train.txt --val-data runs/data/realtext_val.txt --runs "$runs" \
-    --recipes "${QUALITY_RECIPES:-dense,srste}" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
-    --seed ${QUALITY_SEED:-0} ${QUALITY_FLAGS:+--flags "$QUALITY_FLAGS"} \
-    > "$OUT/logs/bench_quality.log" 2>&1
-  rc=$?; note "bench_quality[${QUALITY_RECIPES:-dense,srste}] rc=$rc in $(( $(date +%s) - t0 )) s"
-  [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_quality.log"; status=1; }
+  data=${QUALITY_DATA:-runs/data/realtext_train.txt}
+  if [ -d "$data" ]; then dargs=(--data "$data"); else dargs=(--data "$data" --val-data "${QUALITY_VAL:-runs/data/realtext_val.txt}"); fi
+  quality_run() {  # recipes, log name
+    timeout ${QUALITY_TIMEOUT:-560} $PY benchmarks/bench_quality.py --size ${QUALITY_SIZE:-gpt2} --tokens ${QUALITY_TOKENS:-100e6} \
+      "${dargs[@]}" --runs "$runs" --recipes "$1" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
+      --seed ${QUALITY_SEED:-0} ${QUALITY_FLAGS:+--flags "$QUALITY_FLAGS"} > "$OUT/logs/$2.log" 2>&1
+    rc=$?; note "bench_quality[$1] rc=$rc in $(( $(date +%s) - t0 )) s"
+    [ $rc -eq 0 ] || { tail -20 "$OUT/logs/$2.log"; return 1; }
+  }
+  if [ "${QUALITY_PARALLEL:-0}" = 1 ]; then
+    ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 1)
+    IFS=, read -r -a recs <<< "${QUALITY_RECIPES:-dense,srste}"; pids=(); i=0
+    for r in "${recs[@]}"; do
+      g=$(( i % ngpu )); [ -n "${pids[$g]:-}" ] && { wait "${pids[$g]}" || status=1; }
+      CUDA_VISIBLE_DEVICES=$g quality_run "$r" "bench_quality_${r//[^A-Za-z0-9_-]/_}" & pids[$g]=$!; i=$(( i + 1 ))
+    done
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+  else
+    quality_run "${QUALITY_RECIPES:-dense,srste}" bench_quality || status=1
+  fi
   tar -C "$(dirname "$runs")" -czf "$OUT/quality_runs.tgz" "$(basename "$runs")" 2>/dev/null
 fi
 
@@ -381,6 +399,10 @@ if asked scaling; then
     rc=$?; note "scaling $n GPU(s) rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tokens/s' "$OUT/logs/scaling_$tag.log" | tr '\n' ' ' | cut -c1-400)"
     [ $rc -eq 0 ] || { tail -25 "$OUT/logs/scaling_$tag.log"; status=1; }
   done
+  # one table of every GPU count: weak_scaling_<gpu>_<size>_l<layers>.json/.md (efficiency per variant)
+  files=$(ls "$OUT"/train_gpt_${GPU_TAG}x*_${size}_l${layers}_scaling.json 2>/dev/null)
+  [ -n "$files" ] && $PY benchmarks/weak_scaling.py $files --out "$OUT" --tag "${GPU_TAG}_${size}_l${layers}" \
+    > "$OUT/logs/weak_scaling.log" 2>&1 || { note "weak_scaling.py failed"; tail -5 "$OUT/logs/weak_scaling.log"; status=1; }
 fi
 
 if asked distckpt; then

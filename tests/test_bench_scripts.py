@@ -292,6 +292,13 @@ def test_bench_quality_tiny(tmp_path):
                      / bench_quality.tail_train_loss(runs["dense"]["history"]) - 1)
     assert f"| {runs['srste']['final_val_loss_full']:.4f} | {full_vs:+.2f}% |" in md and f"| {tail_vs:+.2f}% |" in md
     assert "3,840 val tokens" in md
+    # the lowest evaluation after step 0 and when it came; the budget over the text's size
+    best = {k: min(h["val_loss"] for h in r["history"] if "val_loss" in h and h["step"] > 0) for k, r in runs.items()}
+    assert bench_quality.best_val_loss(runs["srste"]["history"])[0] == best["srste"]
+    assert f"| {best['srste']:.4f} (" in md and f"| {100 * (best['srste'] / best['dense'] - 1):+.2f}% |" in md
+    assert f"covers the training text {6 * 4 * 32 / 30000:.1f} times" in md
+    assert bench_quality.best_val_loss([{"step": 0, "val_loss": 1.0}, {"step": 5, "val_loss": 2.0},
+                                        {"step": 9, "val_loss": 1.5}]) == (1.5, 9)
     # the tail is the mean of the last 5% of the logged steps (at least one)
     assert bench_quality.tail_train_loss([{"step": i, "loss": float(i)} for i in range(40)]) == 38.5
     assert bench_quality.tail_train_loss([{"step": 0, "val_loss": 1.0}]) is None
@@ -415,3 +422,31 @@ def test_probe_fp8_step_shapes_and_shape_flag():
             probe_fp8.parse_shapes(bad)
     with pytest.raises(SystemExit, match="unknown size"):
         probe_fp8.step_shapes("gpt5")
+
+
+def _scaling_result(path, n, dense, srste):
+    rows = [{"variant": v, "tokens_per_s": t, "vs_dense": t / dense, "model_tflops_per_gpu": 400.0}
+            for v, t in (("dense", dense), ("srste", srste), ("dense (control)", dense))]
+    t = {"size": "llama-1b", "n_layer": 16, "tokens_per_step": 8192 * n, "n_devices": n, "vocab_size": 32000,
+         "mesh": None if n == 1 else f"fsdp={n}", "rows": rows}
+    path.write_text(json.dumps({"device": "gpu: H", "command": f"cmd {n}", "throughput": [t]}))
+    return path
+
+
+def test_weak_scaling_table(tmp_path):
+    """Efficiency per variant relative to its own one-GPU rate; mismatched or incomplete inputs are refused."""
+    import weak_scaling
+
+    files = [_scaling_result(tmp_path / f"r{n}.json", n, d, s)
+             for n, d, s in ((1, 100.0, 110.0), (2, 190.0, 200.0), (4, 380.0, 396.0))]
+    assert weak_scaling.main([*map(str, files), "--out", str(tmp_path), "--tag", "t"]) == 0
+    res = json.loads((tmp_path / "weak_scaling_t.json").read_text())
+    four = res["rows"][2]["variants"]
+    assert four["dense"]["efficiency"] == pytest.approx(0.95) and four["srste"]["efficiency"] == pytest.approx(0.9)
+    assert "dense (control)" not in four and res["rows"][2]["control_vs_dense"] == 1.0
+    md = (tmp_path / "weak_scaling_t.md").read_text()
+    assert "| 4 | fsdp=4 | 32,768 | 380 | 95.0% | 396 | 90.0% | 1.042x | 1.000x | 40.4% |" in md
+    assert weak_scaling.main([str(files[1]), str(files[2]), "--out", str(tmp_path), "--tag", "u"]) == 2  # no 1 GPU
+    other = _scaling_result(tmp_path / "o.json", 2, 1.0, 1.0)
+    other.write_text(other.read_text().replace('"n_layer": 16', '"n_layer": 8'))
+    assert weak_scaling.main([str(files[0]), str(other), "--out", str(tmp_path), "--tag", "v"]) == 2

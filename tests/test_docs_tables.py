@@ -35,8 +35,7 @@ def test_check_fails_when_a_json_changes(tmp_path, monkeypatch):
     """A changed result moves the generated table: --check reports the doc, a rewrite fixes it."""
     results = tmp_path / "results"
     shutil.copytree(mdt.RESULTS, results, ignore=shutil.ignore_patterns("*.png", "quality_*"))
-    for name in ("quality_gpt2_h100_realtext_100m.json", "quality_gpt2_h100_realtext_100m_lr1.json",
-                 "quality_gpt2_h100_realtext_100m_fp8.json"):
+    for name in (*mdt.QUALITY, mdt.FP8_QUALITY, mdt.QUALITY_BPE):  # the quality files the tables read
         shutil.copy(mdt.RESULTS / name, results / name)
     data = json.loads((results / "spmm.json").read_text())
     data["records"][0]["best_speedup"] = 9.99

@@ -891,3 +891,34 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
             a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
             rel = np.linalg.norm(a - b) / np.linalg.norm(b)
             assert np.isfinite(a).all() and rel < tol, f"{wspec}: relative error {rel:.3g} seed={seed}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", [False, True])
+def test_checkpoint_policy_keeps_the_sparse_forward_gemm_out_of_the_backward_pass(fp8):
+    """Under jax.checkpoint the 2:4 forward GEMM (a custom call) runs once with s24.checkpoint_policy,
+    as without remat, and twice with JAX's own dots policy (which keeps only dot_general outputs)."""
+    import jax_sparse24 as s24
+
+    rng, seed = _rng()
+    x = jnp.asarray(rng.standard_normal((2048, 1024)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((1024, 2048)), jnp.bfloat16)
+    m = s24.transposable_mask24(w)
+
+    def block(x, w, m):
+        y = s24.sparse24_linear(x, w, m, transposable=True, backend="cutlass", fp8=fp8, check_mask=False)
+        return jnp.sum(jnp.tanh(y.astype(jnp.float32)) ** 2)
+
+    def n_calls(f):  # value_and_grad: with grad alone XLA drops the forward pass whose residuals remat recomputes
+        hlo = jax.jit(jax.value_and_grad(f, argnums=(0, 1))).lower(x, w, m).compile().as_text()
+        return hlo.count('custom_call_target="jax_sparse24_')
+
+    plain = n_calls(block)
+    ours = n_calls(jax.checkpoint(block, policy=s24.checkpoint_policy("dots")))
+    jaxs = n_calls(jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable))
+    assert ours == plain < jaxs, (plain, ours, jaxs, seed)
+    want = jax.jit(jax.grad(block, argnums=(0, 1)))(x, w, m)
+    got = jax.jit(jax.grad(jax.checkpoint(block, policy=s24.checkpoint_policy("dots")), argnums=(0, 1)))(x, w, m)
+    for a, b in zip(got, want):  # the same GEMMs on the same operands; elementwise recomputation may fuse otherwise
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.isfinite(a).all() and np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(b), f"seed={seed}"

@@ -25,10 +25,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
 from jax_sparse24._src import fp8 as fp8_math
 from jax_sparse24._src import sharding
+from jax_sparse24._src.remat import CHECKPOINT_NAME
 from jax_sparse24._src import validation as v
 
 __all__ = ["sparse24_linear", "fp8_dense_linear", "prepare_weight", "linear_plan", "BACKENDS"]
@@ -87,7 +89,8 @@ def _linear_fwd(x, w, mask, bias, key, prepared, meta, cfg: _Config):
         y2 = jnp.dot(x2.astype(wm.dtype), wm, precision=cfg.precision)
     if bias is not None:
         y2 = y2 + bias.astype(y2.dtype)
-    y = y2.reshape(x.shape[:-1] + (w.shape[1],))
+    # named so that checkpoint_policy keeps it: the GPU GEMM is a custom call, which JAX's dots policies recompute
+    y = checkpoint_name(y2.reshape(x.shape[:-1] + (w.shape[1],)), CHECKPOINT_NAME)
     return y, (x, w, mask, bias, key, prepared, meta, scales)
 
 
