@@ -540,6 +540,15 @@ def to_markdown(res: dict) -> str:
             sw = "-" if r["phase_switch_step"] is None else str(r["phase_switch_step"])
             lines.append(f"| {name} | {r['final_val_loss']:.4f} | {vs} | {r['final_train_loss']:.4f} | {sw} |")
         lines.append("")
+    for f in res.get("failed", []):
+        lines += [f"## Not timed: {f['size']}" + (f", mesh `{f['mesh']}`" if f.get("mesh") else "") + f" ({f['stage']} "
+                  f"failed: `{f['error']}`)", "", "| variant | compile (s) | of it, partitioner callbacks (s) |",
+                  "|---|---|---|"]
+        for r, c in f["compiled"].items():
+            d = c.get("compile_detail") or {}
+            cs = "-" if c.get("compile_s") is None else f"{c['compile_s']:.1f}"
+            lines.append(f"| {r} | {cs} | {d.get('partition_callback_s', '-')} |")
+        lines.append("")
     lines.append("`spread` = (max − min) / median of the per-round step times; `dense (control)` is a second "
                  "dense state timed in the same rounds (its ratio to dense is the noise floor). `vs dense` compares "
                  "medians; `vs dense (mean of rounds)` compares means, which keep the slow rounds (a large spread) "
@@ -674,7 +683,17 @@ def main(argv=None) -> int:
         exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)
         t0 = time.perf_counter()
-        tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
+        try:
+            tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
+        except jax.errors.JaxRuntimeError as e:  # e.g. out of memory with every state resident: keep the compile
+            res.setdefault("failed", []).append(
+                {"size": size, "mesh": a.mesh, "stage": "timing", "error": str(e).strip().splitlines()[0][:400],
+                 "compiled": {r: {"compile_s": rt.compile_s, "compile_detail": rt.compile_detail}
+                              for r, rt in rts.items()}})
+            write()
+            log(f"{size}: the timing failed after compiling ({res['failed'][-1]['error'][:200]}); the compile times "
+                f"are in {a.out / f'train_gpt_{tag}.json'}")
+            return 1
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg

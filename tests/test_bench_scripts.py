@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 import sys
@@ -450,3 +451,22 @@ def test_weak_scaling_table(tmp_path):
     other = _scaling_result(tmp_path / "o.json", 2, 1.0, 1.0)
     other.write_text(other.read_text().replace('"n_layer": 16', '"n_layer": 8'))
     assert weak_scaling.main([str(files[0]), str(other), "--out", str(tmp_path), "--tag", "v"]) == 2
+
+
+def test_bench_train_gpt_keeps_the_compile_times_when_the_timing_fails(tmp_path, monkeypatch):
+    """An error while timing (out of memory with every state resident) still writes the compile times, exit 1."""
+    import bench_train_gpt
+
+    def oom(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 30.72GiB")
+
+    monkeypatch.setattr(bench_train_gpt, "throughput", oom)
+    argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "0", *SHAPE,
+            "--out", str(tmp_path), "--tag", "f"]
+    assert bench_train_gpt.main(argv) == 1
+    res = json.loads((tmp_path / "train_gpt_f.json").read_text())
+    (f,) = res["failed"]
+    assert f["stage"] == "timing" and f["error"].startswith("RESOURCE_EXHAUSTED") and res["throughput"] == []
+    assert set(f["compiled"]) == {"dense", "srste"} and all(c["compile_s"] > 0 for c in f["compiled"].values())
+    md = (tmp_path / "train_gpt_f.md").read_text()
+    assert "## Not timed: tiny" in md and f"| srste | {f['compiled']['srste']['compile_s']:.1f} |" in md
