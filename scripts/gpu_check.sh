@@ -32,6 +32,7 @@
 #        GPT_ITERS (10), GPT_WORKERS (concurrent compilations, 8), GPT_TIMEOUT (240 s per spec), GPT_ARGS (more
 #        bench_train_gpt.py flags, e.g. "--park host")
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
+#   loader: benchmarks/bench_loader.py (the example's loader vs a fixed batch in one train step; LOADER_DATA, LOADER_SIZE)
 #   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
 #   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
 #         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX; NODE_PARK=none keeps every variant's state on
@@ -353,6 +354,17 @@ if asked quality; then
     quality_run "${QUALITY_RECIPES:-dense,srste}" bench_quality || status=1
   fi
   tar -C "$(dirname "$runs")" -czf "$OUT/quality_runs.tgz" "$(basename "$runs")" 2>/dev/null
+fi
+
+if asked loader; then
+  # the example's loader against a fixed batch in the same train step (benchmarks/bench_loader.py; LOADER_DATA: a
+  # carried token directory of prepare_data.py, LOADER_SIZE (gpt2), LOADER_ARGS)
+  t0=$(date +%s)
+  timeout ${LOADER_TIMEOUT:-240} $PY benchmarks/bench_loader.py --data ${LOADER_DATA:-runs/data/realtext_bpe32k} \
+    --size ${LOADER_SIZE:-gpt2} --out "$OUT" --tag "${GPU_TAG}_${LOADER_SIZE:-gpt2}" ${LOADER_ARGS:-} \
+    > "$OUT/logs/bench_loader.log" 2>&1
+  rc=$?; note "bench_loader rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (loader|fixed)' "$OUT/logs/bench_loader.log" | tr '\n' ' ')"
+  [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_loader.log"; status=1; }
 fi
 
 if asked maskcheck; then
