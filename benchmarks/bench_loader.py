@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_loader.py: error: {e}", file=sys.stderr)
         return 2
     try:
-        extra = a.flags.split()
+        extra = shlex.split(a.flags)
         rt = train_gpt.make_runtime(bench_train_gpt._experiment(a.size, a.recipe, batch, seq, 10**6, extra,
                                                                 data.vocab_size), None)
         exes = bench_train_gpt.compile_all({a.recipe: rt}, False, 1, log)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -208,7 +209,9 @@ def to_markdown(res: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     seen = res.get("train_tokens") or res.get("train_bytes")
     if seen:
-        lines[-2:-2] = [f"The budget covers the training text {res['tokens'] / seen:.1f} times.", ""]
+        passes = res["tokens"] / seen
+        lines[-2:-2] = [f"The budget covers the training text {passes:.1f} times." if passes >= 1 else
+                        f"The budget covers {100 * passes:.2g}% of the training text.", ""]
     dense = res["runs"].get("dense")
     dense_tail = None if dense is None else tail_train_loss(dense["history"])
 
@@ -373,8 +376,10 @@ def main(argv=None) -> int:
             res["n_params"] = s["n_params"]
             if a.runs is not None:
                 header = {k: v for k, v in res.items() if k != "runs"}
-                (runs_dir / _dir_name(label) / RESULT).write_text(
-                    json.dumps({"setup": header, "run": res["runs"][label]}, indent=1) + "\n")
+                # atomically: processes sharing --runs merge each other's results when they finish
+                tmp_file = runs_dir / _dir_name(label) / (RESULT + ".tmp")
+                tmp_file.write_text(json.dumps({"setup": header, "run": res["runs"][label]}, indent=1) + "\n")
+                os.replace(tmp_file, runs_dir / _dir_name(label) / RESULT)
             log(f"  {label:<12s} val {s['final_val_loss']:.4f}  spike {sp:.2f} (step {at})  "
                 f"{s['tokens_per_s'] or 0:,.0f} tokens/s")
     if hasattr(data, "close"):  # TokenData: its prefetch thread
@@ -382,7 +387,10 @@ def main(argv=None) -> int:
     res["total_time_s"] = time.perf_counter() - t_start
     log(f"trained {len(entries)} recipe(s) in {res['total_time_s']:.0f}s")
     if a.runs is not None:  # the table of every recipe in the runs directory (earlier processes too)
-        merged = load_runs(a.runs, None, expect=res)
+        try:
+            merged = load_runs(a.runs, None, expect=res)
+        except ValueError as e:  # another process's result that does not fit: this run's own is saved
+            return fail(f"{e} (this run's results are saved in {a.runs}; merge with --report-only)")
         merged["tag"] = tag
         res = merged
     return write_report(res, a.out)

@@ -687,7 +687,7 @@ def main(argv=None) -> int:
             tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
         except jax.errors.JaxRuntimeError as e:  # e.g. out of memory with every state resident: keep the compile
             res.setdefault("failed", []).append(
-                {"size": size, "mesh": a.mesh, "stage": "timing", "error": str(e).strip().splitlines()[0][:400],
+                {"size": size, "mesh": a.mesh, "stage": "timing", "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:400],
                  "compiled": {r: {"compile_s": rt.compile_s, "compile_detail": rt.compile_detail}
                               for r, rt in rts.items()}})
             write()

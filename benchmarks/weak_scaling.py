@@ -13,23 +13,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
+
+from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
 
 CONTROL = "dense (control)"
 
 
-def load(paths: list[Path]) -> dict:
-    """``{n_devices: (throughput entry, command, device)}`` of the result files; one model, one entry each."""
+#: bench_train_gpt.py flags that must agree across the GPU counts (besides the model read from the results)
+SAME_FLAGS = ("--recipes", "--remat", "--seq-len", "--vocab-size", "--park", "--layers", "--attention")
+
+
+def _flags(command: str) -> dict:
+    words = shlex.split(command)
+    return {f: words[words.index(f) + 1] if f in words[:-1] else None for f in SAME_FLAGS}
+
+
+def load(paths: list[Path], log=None) -> dict:
+    """``{n_devices: (throughput entry, command, device)}`` of the result files; one model and the same flags, one
+    entry each. A file whose timing failed (no throughput entry: bench_train_gpt.py's ``failed``) is left out
+    with a line to ``log``."""
     runs, model = {}, None
     for p in paths:
         d = json.loads(Path(p).read_text())
+        if not d.get("throughput") and d.get("failed"):
+            if log:
+                log(f"{p}: not timed ({d['failed'][0].get('error', '?')}), left out")
+            continue
         if len(d.get("throughput") or []) != 1:
             raise ValueError(f"{p}: expected one throughput entry of bench_train_gpt.py, got {len(d.get('throughput') or [])}")
         t = d["throughput"][0]
-        key = (t["size"], t["n_layer"], t["tokens_per_step"] // t["n_devices"], t.get("vocab_size"))
+        key = (t["size"], t["n_layer"], t["tokens_per_step"] // t["n_devices"], t.get("vocab_size"),
+               tuple(sorted(_flags(d["command"]).items())))
         if model is not None and key != model:
-            raise ValueError(f"{p}: another model or tokens per GPU ({key}, not {model})")
+            raise ValueError(f"{p}: another model, tokens per GPU or flags ({key}, not {model})")
         model = key
         if t["n_devices"] in runs:
             raise ValueError(f"{p}: a second result on {t['n_devices']} GPU(s)")
@@ -48,7 +67,7 @@ def table(runs: dict) -> dict:
         rows.append({"n_devices": n, "mesh": t.get("mesh") or "-", "tokens_per_step": t["tokens_per_step"],
                      "variants": {v: {"tokens_per_s": r["tokens_per_s"], "vs_dense": r["vs_dense"],
                                       "efficiency": r["tokens_per_s"] / (n * one[v]) if v in one else None,
-                                      "mfu": r.get("model_tflops_per_gpu", 0) / 989.0}
+                                      "mfu": r.get("model_tflops_per_gpu", 0) / PEAK_TFLOPS}
                                   for v, r in by.items()},
                      "control_vs_dense": next((r["vs_dense"] for r in t["rows"] if r["variant"] == CONTROL), None),
                      "peak_gib_per_device": t.get("peak_gib_per_device")})
@@ -87,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", required=True, help="results file name: weak_scaling_<tag>.json/.md")
     a = ap.parse_args(argv)
     try:
-        runs = load(a.results)
+        runs = load(a.results, log=lambda m: print(m, file=sys.stderr))
     except (OSError, ValueError, KeyError) as e:
         print(f"weak_scaling.py: error: {e}", file=sys.stderr)
         return 2

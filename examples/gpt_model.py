@@ -54,6 +54,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
+
 from jax_sparse24 import checkpoint_policy
 from jax_sparse24.distill import Sparse24LowRankDense
 from jax_sparse24.nn import FP8_META, PREPARED, SPARSITY, Sparse24Dense

@@ -329,13 +329,14 @@ fi
 
 if asked quality; then
   # QUALITY_DATA: a text file (bytes are the tokens; QUALITY_VAL validates) or a token directory of
-  # examples/prepare_data.py (its tokenizer; carry it). QUALITY_PARALLEL=1: one process per recipe, each on
-  # its own GPU (more recipes than GPUs: the next starts when a GPU is free); they share the --runs
-  # directory, merge the table here with --report-only.
-  t0=$(date +%s); runs=${QUALITY_RUNS:-runs/bq_${QUALITY_SIZE:-gpt2}}
+  # examples/prepare_data.py (its tokenizer; carry it). QUALITY_PARALLEL=1: one process per recipe, recipe i on
+  # GPU i mod (GPU count) (with more recipes than GPUs, recipe i waits for recipe i - GPU count); they share the
+  # --runs directory, and one --report-only run makes the table of all of them at the end.
+  runs=${QUALITY_RUNS:-runs/bq_${QUALITY_SIZE:-gpt2}}
   data=${QUALITY_DATA:-runs/data/realtext_train.txt}
   if [ -d "$data" ]; then dargs=(--data "$data"); else dargs=(--data "$data" --val-data "${QUALITY_VAL:-runs/data/realtext_val.txt}"); fi
   quality_run() {  # recipes, log name
+    local t0; t0=$(date +%s)
     timeout ${QUALITY_TIMEOUT:-560} $PY benchmarks/bench_quality.py --size ${QUALITY_SIZE:-gpt2} --tokens ${QUALITY_TOKENS:-100e6} \
       "${dargs[@]}" --runs "$runs" --recipes "$1" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
       --seed ${QUALITY_SEED:-0} ${QUALITY_FLAGS:+--flags "$QUALITY_FLAGS"} > "$OUT/logs/$2.log" 2>&1
@@ -350,6 +351,8 @@ if asked quality; then
       CUDA_VISIBLE_DEVICES=$g quality_run "$r" "bench_quality_${r//[^A-Za-z0-9_-]/_}" & pids[$g]=$!; i=$(( i + 1 ))
     done
     for p in "${pids[@]}"; do wait "$p" || status=1; done
+    $PY benchmarks/bench_quality.py --report-only --runs "$runs" --out "$OUT/results" --tag "${QUALITY_TAG:-quality_gpu}" \
+      > "$OUT/logs/bench_quality_report.log" 2>&1 || { note "bench_quality --report-only failed"; tail -5 "$OUT/logs/bench_quality_report.log"; status=1; }
   else
     quality_run "${QUALITY_RECIPES:-dense,srste}" bench_quality || status=1
   fi
@@ -413,8 +416,10 @@ if asked scaling; then
   done
   # one table of every GPU count: weak_scaling_<gpu>_<size>_l<layers>.json/.md (efficiency per variant)
   files=$(ls "$OUT"/train_gpt_${GPU_TAG}x*_${size}_l${layers}_scaling.json 2>/dev/null)
-  [ -n "$files" ] && $PY benchmarks/weak_scaling.py $files --out "$OUT" --tag "${GPU_TAG}_${size}_l${layers}" \
-    > "$OUT/logs/weak_scaling.log" 2>&1 || { note "weak_scaling.py failed"; tail -5 "$OUT/logs/weak_scaling.log"; status=1; }
+  if [ -n "$files" ]; then
+    $PY benchmarks/weak_scaling.py $files --out "$OUT" --tag "${GPU_TAG}_${size}_l${layers}" > "$OUT/logs/weak_scaling.log" 2>&1 \
+      || { note "weak_scaling.py failed"; tail -5 "$OUT/logs/weak_scaling.log"; status=1; }
+  fi
 fi
 
 if asked distckpt; then

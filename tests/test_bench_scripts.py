@@ -297,7 +297,7 @@ def test_bench_quality_tiny(tmp_path):
     best = {k: min(h["val_loss"] for h in r["history"] if "val_loss" in h and h["step"] > 0) for k, r in runs.items()}
     assert bench_quality.best_val_loss(runs["srste"]["history"])[0] == best["srste"]
     assert f"| {best['srste']:.4f} (" in md and f"| {100 * (best['srste'] / best['dense'] - 1):+.2f}% |" in md
-    assert f"covers the training text {6 * 4 * 32 / 30000:.1f} times" in md
+    assert "The budget covers 2.6% of the training text." in md  # 6 x 4 x 32 of 30,000 bytes
     assert bench_quality.best_val_loss([{"step": 0, "val_loss": 1.0}, {"step": 5, "val_loss": 2.0},
                                         {"step": 9, "val_loss": 1.5}]) == (1.5, 9)
     # the tail is the mean of the last 5% of the logged steps (at least one)
@@ -430,7 +430,8 @@ def _scaling_result(path, n, dense, srste):
             for v, t in (("dense", dense), ("srste", srste), ("dense (control)", dense))]
     t = {"size": "llama-1b", "n_layer": 16, "tokens_per_step": 8192 * n, "n_devices": n, "vocab_size": 32000,
          "mesh": None if n == 1 else f"fsdp={n}", "rows": rows}
-    path.write_text(json.dumps({"device": "gpu: H", "command": f"cmd {n}", "throughput": [t]}))
+    path.write_text(json.dumps({"device": "gpu: H", "command": f"bench --batch-size {4 * n} --recipes dense,srste",
+                                "throughput": [t]}))
     return path
 
 
@@ -446,11 +447,20 @@ def test_weak_scaling_table(tmp_path):
     assert four["dense"]["efficiency"] == pytest.approx(0.95) and four["srste"]["efficiency"] == pytest.approx(0.9)
     assert "dense (control)" not in four and res["rows"][2]["control_vs_dense"] == 1.0
     md = (tmp_path / "weak_scaling_t.md").read_text()
-    assert "| 4 | fsdp=4 | 32,768 | 380 | 95.0% | 396 | 90.0% | 1.042x | 1.000x | 40.4% |" in md
+    mfu = 100 * 400.0 / weak_scaling.PEAK_TFLOPS
+    assert f"| 4 | fsdp=4 | 32,768 | 380 | 95.0% | 396 | 90.0% | 1.042x | 1.000x | {mfu:.1f}% |" in md
     assert weak_scaling.main([str(files[1]), str(files[2]), "--out", str(tmp_path), "--tag", "u"]) == 2  # no 1 GPU
     other = _scaling_result(tmp_path / "o.json", 2, 1.0, 1.0)
     other.write_text(other.read_text().replace('"n_layer": 16', '"n_layer": 8'))
     assert weak_scaling.main([str(files[0]), str(other), "--out", str(tmp_path), "--tag", "v"]) == 2
+    # other flags (here --remat) across the counts: refused; a count whose timing failed: left out
+    other = _scaling_result(tmp_path / "o2.json", 2, 1.0, 1.0)
+    other.write_text(other.read_text().replace("--recipes", "--remat dots --recipes"))
+    assert weak_scaling.main([str(files[0]), str(other), "--out", str(tmp_path), "--tag", "w"]) == 2
+    failed = tmp_path / "f.json"
+    failed.write_text(json.dumps({"device": "gpu: H", "command": "c", "throughput": [], "failed": [{"error": "OOM"}]}))
+    assert weak_scaling.main([str(files[0]), str(failed), str(files[2]), "--out", str(tmp_path), "--tag", "x"]) == 0
+    assert [r["n_devices"] for r in json.loads((tmp_path / "weak_scaling_x.json").read_text())["rows"]] == [1, 4]
 
 
 def test_bench_train_gpt_keeps_the_compile_times_when_the_timing_fails(tmp_path, monkeypatch):

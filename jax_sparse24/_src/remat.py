@@ -3,7 +3,8 @@
 JAX's policies decide what a rematerialised function keeps by primitive: ``dots_with_no_batch_dims_saveable``
 keeps the outputs of ``dot_general``. On a GPU the 2:4 GEMMs are XLA FFI custom calls, not ``dot_general``,
 so under such a policy a dense layer's output is kept while a sparse layer's forward GEMM runs a second time
-in the backward pass. :func:`sparse24_linear` names its output :data:`CHECKPOINT_NAME`
+in the backward pass. :func:`sparse24_linear` (and the fp8 dense layer built on the same op,
+``fp8_dense_linear``) names its output :data:`CHECKPOINT_NAME`
 (``jax.ad_checkpoint.checkpoint_name``); :func:`checkpoint_policy` keeps those outputs besides whatever the
 base policy keeps, so a sparse layer is rematerialised exactly as a dense one.
 """
@@ -16,7 +17,8 @@ import jax
 
 __all__ = ["CHECKPOINT_NAME", "checkpoint_policy"]
 
-#: the ``checkpoint_name`` of every ``sparse24_linear`` output (Sparse24Dense, the NNX layer, distillation)
+#: the ``checkpoint_name`` of every ``sparse24_linear`` output (Sparse24Dense, the NNX layer, distillation; also
+#: ``fp8_dense_linear``'s, which runs through the same op)
 CHECKPOINT_NAME = "sparse24_linear"
 
 _BASES = {
