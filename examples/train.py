@@ -80,6 +80,8 @@ def parse_args(argv):
     ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe (default: srste)")
     ap.add_argument("--compare", metavar="R1,R2,...",
                     help="train these recipes one after another on the same data and print a table")
+    ap.add_argument("--n-layer", type=int, help="transformer blocks (default: the size's; fewer keep its width, e.g. "
+                                                "--size llama-7b --n-layer 4 on one GPU)")
     ap.add_argument("--steps", type=int, help="optimizer steps (default: per size)")
     ap.add_argument("--batch-size", type=int, help="sequences per step (default: per size)")
     ap.add_argument("--lr", type=float, help="peak learning rate (default: per size)")
@@ -99,7 +101,8 @@ def parse_args(argv):
     for flag in ("steps", "batch_size", "lr"):
         setattr(args, flag, d[flag] if getattr(args, flag) is None else getattr(args, flag))
     args.eval_every = max(1, args.steps // 10) if args.eval_every is None else args.eval_every
-    for flag in ("steps", "batch_size", "lr", "eval_every"):
+    args.n_layer = SIZES[args.size]["n_layer"] if args.n_layer is None else args.n_layer
+    for flag in ("n_layer", "steps", "batch_size", "lr", "eval_every"):
         if not getattr(args, flag) > 0:
             ap.error(f"--{flag.replace('_', '-')} must be > 0")
     args.out = args.out or Path("runs") / args.size
@@ -121,7 +124,7 @@ def train(args, recipe: str, data) -> dict:
     gpu = jax.default_backend() == "gpu"
 
     # The model: Sparse24Dense layers where the recipe's method is not "dense".
-    cfg = GPTConfig(**dict(SIZES[args.size], block_size=T), vocab_size=data.vocab_size or 256,
+    cfg = GPTConfig(**dict(SIZES[args.size], block_size=T, n_layer=args.n_layer), vocab_size=data.vocab_size or 256,
                     method=r["method"], mvue=r.get("mvue", False),
                     sparse_attn=SIZE_DEFAULTS[args.size].get("sparse_attn", False),
                     dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto",
@@ -232,7 +235,7 @@ def train(args, recipe: str, data) -> dict:
     main = main[1:] if len(main) > 1 else main
     train_time = sum(s[2] for s in spans)
     final = evaluate(state, sparse, data.final_val_batches(16 * B * T))  # more windows than the curve's
-    return {"recipe": recipe, "final_val_loss": final,
+    return {"recipe": recipe, "n_params": n_params, "final_val_loss": final,
             "tokens_per_s": B * T * sum(s[1] for s in main) / sum(s[2] for s in main),
             "run_tokens_per_s": steps * B * T / train_time, "train_time_s": train_time,
             "dense_after": dense_after, "sparse_lr_scale": lr_scale, "history": history, "train_loss": train_loss}
@@ -287,14 +290,14 @@ def main(argv=None) -> int:
         return 2
     device = jax.devices()[0].device_kind
     print(f"{PROG}: {len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
-          f"{args.size}, {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {device}", file=sys.stderr)
+          f"{args.size} ({args.n_layer} layers), {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {device}", file=sys.stderr)
     try:
         runs = [train(args, recipe, data) for recipe in args.recipes]
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted: no results written", file=sys.stderr)
         return 130
 
-    summary = {"size": args.size, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
+    summary = {"size": args.size, "n_layer": args.n_layer, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
                "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": device,
                "runs": runs}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -55,6 +55,7 @@ def test_compare_writes_summary_plot_and_table(tmp_path, capsys):
         assert r["run_tokens_per_s"] == pytest.approx(6 * 8 * 32 / r["train_time_s"])
         assert [h["step"] for h in r["history"]] == [3, 6] and len(r["train_loss"]) == 6
     assert summary["runs"][1]["dense_after"] == 5  # the last sixth of 6 steps runs dense
+    assert summary["n_layer"] == SIZE["n_layer"]
     assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -92,6 +93,7 @@ def test_single_run_and_no_overwrite(tmp_path, capsys):
     (["--recipe", "nope"], "invalid choice"),
     (["--steps", "0"], "--steps must be > 0"),
     (["--eval-every", "0"], "--eval-every must be > 0"),
+    (["--n-layer", "0"], "--n-layer must be > 0"),
     (["--steps", "x"], "invalid int value"),
     (["--data", "/nonexistent/corpus.txt"], "no such file"),
 ])
@@ -129,3 +131,15 @@ def test_train_gpt_help_is_grouped_with_examples_that_parse():
         argv = shlex.split(c)
         if "train_gpt.py" in c:
             ap.parse_args(argv[argv.index(next(a for a in argv if a.endswith("train_gpt.py"))) + 1:])
+
+
+def test_n_layer_overrides_the_size_depth(tmp_path):
+    out = tmp_path / "deep"
+    params = {}
+    for n in (1, 2):  # the second block adds one block's parameters
+        assert run("--recipe", "srste", "--n-layer", n, "--steps", 2, "--out", out, "--overwrite") == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["n_layer"] == n and summary["runs"][0]["final_val_loss"] > 0
+        params[n] = summary["runs"][0]["n_params"]
+    d = SIZE["n_embd"]
+    assert params[2] - params[1] >= 12 * d * d  # attention 4 d^2 + MLP 8 d^2, besides norms and biases
