@@ -7,7 +7,7 @@ step time on a fixed, already-placed batch within 1%.
 Both modes run the same compiled train program of the example (``Runtime.run_step``, as
 ``train_gpt.py`` runs it) on one train state, interleaved: a round of ``--iters`` steps that take each
 step's batch as the training loop does (``data.batch(step)`` from the prefetch queue, then
-``Runtime.put`` to the devices), then a round on four batches placed before the round (cycled), and so
+``Runtime.put`` to the devices), then a round on four batches placed before the rounds (cycled), and so
 on for ``--rounds`` rounds after ``--warmup`` steps; one sync per round. The table gives the median step
 time of each mode and their ratio; a second fixed-batch column (``fixed (control)``) is the noise floor.
 
@@ -38,31 +38,26 @@ from gpt_data import load_data  # noqa: E402
 MODES = ("loader", "fixed", "fixed (control)")
 
 
-def measure(rt, exe, data, sparse, warmup: int, iters: int, rounds: int, log) -> dict:
-    """Median seconds per step of each mode in :data:`MODES` over interleaved rounds (the order rotates)."""
-    state = rt.init()
-    rt.warm_host_programs(state)
-    fixed = [rt.put(data.batch(10_000 + i)) for i in range(4)]
-    step = 0
-    for _ in range(warmup):
-        state, _ = rt.run_step(state, rt.put(data.batch(step)), step, sparse, train=exe)
-        step += 1
-    jax.block_until_ready(state)
+def measure(rt, exes, recipe: str, data, warmup: int, iters: int, rounds: int, log) -> dict:
+    """Seconds per step of each mode in :data:`MODES` over interleaved rounds (the order rotates), after
+    ``bench_train_gpt``'s warm-up (which also places the four fixed batches); the fixed rounds are its
+    ``timed_steps``."""
+    exe, state, fixed, _ = bench_train_gpt.warmed_up(rt, exes, recipe, data, warmup)
+    step = fed = warmup  # fed: the loader's own step count: its rounds read consecutive batches, as training
+    #                      does (a jump would restart the prefetch queue)
     times = {m: [] for m in MODES}
-    fed = step  # the loader's own step count: its rounds read consecutive batches, as training does (a jump
-    #            would restart the prefetch queue)
     for rnd in range(rounds):
         for mode in MODES[rnd % 3:] + MODES[:rnd % 3]:
-            t0 = time.perf_counter()
-            for i in range(iters):
-                if mode == "loader":
-                    tokens, fed = rt.put(data.batch(fed)), fed + 1
-                else:
-                    tokens = fixed[i % 4]
-                state, _ = rt.run_step(state, tokens, step, sparse, train=exe)
-                step += 1
-            jax.block_until_ready(state)
-            times[mode].append((time.perf_counter() - t0) / iters)
+            if mode == "loader":
+                t0 = time.perf_counter()
+                for i in range(iters):
+                    state, _ = rt.run_step(state, rt.put(data.batch(fed + i)), step + i, None, train=exe)
+                jax.block_until_ready(state)
+                t, fed = (time.perf_counter() - t0) / iters, fed + iters
+            else:
+                state, t = bench_train_gpt.timed_steps(rt, exe, state, fixed, iters, step)
+            times[mode].append(t)
+            step += iters
         log(f"  round {rnd + 1}/{rounds}: " + ", ".join(f"{m} {1e3 * times[m][-1]:.2f} ms" for m in MODES))
     return times
 
@@ -80,7 +75,7 @@ def to_markdown(res: dict) -> str:
                      f"{100 * r['spread']:.1f}% |")
     lines += ["", "`loader`: each step's batch from the example's loader (`data.batch(step)`: the prefetch "
               "thread's random windows of the memmap) and `Runtime.put`, as `train_gpt.py` feeds its steps; `fixed`: "
-              "four batches placed on the device before the round. `vs fixed batch` is tokens/s over the `fixed` "
+              "four batches placed on the device before the rounds. `vs fixed batch` is tokens/s over the `fixed` "
               "row's (target for `loader`: at least 0.99); `fixed (control)` is the same as `fixed`, timed in its own "
               "rounds (the noise floor). `spread` = (max − min) / median of the per-round step times.", ""]
     return "\n".join(lines)
@@ -121,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         rt = train_gpt.make_runtime(bench_train_gpt._experiment(a.size, a.recipe, batch, seq, 10**6, extra,
                                                                 data.vocab_size), None)
         exes = bench_train_gpt.compile_all({a.recipe: rt}, False, 1, log)
-        sparse = None if rt.exp.cfg.method == "dense" else True
-        times = measure(rt, exes[(a.recipe, "train", sparse)], data, sparse, a.warmup, a.iters, a.rounds, log)
+        times = measure(rt, exes, a.recipe, data, a.warmup, a.iters, a.rounds, log)
     finally:
         if hasattr(data, "close"):
             data.close()
