@@ -372,13 +372,20 @@ def unpark(r: dict) -> None:
         jax.block_until_ready(r["state"])
 
 
-def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze", park_idle=False) -> dict:
+def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="freeze", park_idle=False,
+               control="separate") -> dict:
     """Interleaved timing rounds, with Python's collector as :func:`collector` ``(gc_mode)`` sets it.
     ``park_idle``: only the timed variant's state is on the device during its round; the others wait
-    in host memory (moved outside the timed steps)."""
+    in host memory (moved outside the timed steps). ``control``: ``"separate"``: the control is a second
+    dense state; ``"shared"``: it steps the dense variant's own state in a round of its own (one train
+    state less on the device, for models whose states do not fit three times)."""
     runs = {}
     variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
     for label, recipe in variants:
+        if control == "shared" and label == "dense (control)":
+            owner = runs["dense"]
+            runs[label] = dict(owner, times=[], shares="dense")
+            continue
         exe, state, batches, m = warmed_up(rts[recipe], exes, recipe, data_by_recipe, warmup)
         runs[label] = dict(rt=rts[recipe], exe=exe, state=state, batches=batches, times=[], step=warmup,
                            sparse=bool(m["sparse"]),
@@ -390,15 +397,16 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         for rnd in range(rounds):
             for label in labels[rnd % len(labels):] + labels[: rnd % len(labels)]:
                 r = runs[label]
+                owner = runs[r.get("shares", label)]  # whose train state this round steps
                 if park_idle:
-                    unpark(r)
+                    unpark(owner)
                 t0 = time.perf_counter()
-                r["state"], t = timed_steps(r["rt"], r["exe"], r["state"], r["batches"], iters, r["step"])
+                owner["state"], t = timed_steps(r["rt"], r["exe"], owner["state"], r["batches"], iters, owner["step"])
                 clock.window(label, t0, time.perf_counter())
                 r["times"].append(t)
-                r["step"] += iters
+                owner["step"] += iters
                 if park_idle:
-                    park(r)
+                    park(owner)
     gc_pauses = {f"gen{g}": {"count": sum(1 for q, _ in pauses if q == g),
                              "total_s": sum(t for q, t in pauses if q == g),
                              "max_s": max((t for q, t in pauses if q == g), default=0.0)} for g in range(3)}
@@ -424,7 +432,7 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
         log(f"  {label:<16s} {1e3 * t:8.2f} ms/step  {tokens / t:12,.0f} tokens/s")
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
             "peak_gib_per_device": _peak_gib(),
-            "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
+            "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "control": control, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
 
 
 def _peak_gib():
@@ -549,8 +557,10 @@ def to_markdown(res: dict) -> str:
             cs = "-" if c.get("compile_s") is None else f"{c['compile_s']:.1f}"
             lines.append(f"| {r} | {cs} | {d.get('partition_callback_s', '-')} |")
         lines.append("")
-    lines.append("`spread` = (max − min) / median of the per-round step times; `dense (control)` is a second "
-                 "dense state timed in the same rounds (its ratio to dense is the noise floor). `vs dense` compares "
+    shared = any(tp.get("control") == "shared" for tp in res.get("throughput") or [])
+    lines.append("`spread` = (max − min) / median of the per-round step times; `dense (control)` is "
+                 + ("the dense variant's own state stepped again in a round of its own (`--control shared`)" if shared
+                    else "a second dense state") + " timed in the same rounds (its ratio to dense is the noise floor). `vs dense` compares "
                  "medians; `vs dense (mean of rounds)` compares means, which keep the slow rounds (a large spread) "
                  "that the median drops. `SM MHz / W` (where nvidia-smi ran): the GPU's mean SM clock and power "
                  "draw over the variant's timed rounds (samples every 0.2 s) — on a power-capped card a variant's "
@@ -589,6 +599,10 @@ def main(argv=None) -> int:
                          "the timed steps). On the H200 'host' made every variant's GPT-2 124M --sparse-attn step 3-5%% faster "
                          "(train_gpt_h200_gpt2_l12_sparse-attn{,_park2,_nopark,_nopark2}.md) but a LLaMA-1B-shaped "
                          "one slower and erratic (train_gpt_h200_llama-1b_l4_nokernels_*.md): compare like with like")
+    ap.add_argument("--control", choices=("separate", "shared"), default="separate",
+                    help="the dense (control) variant: 'separate' (default): a second dense train state; 'shared': "
+                         "the dense variant's own state stepped in a round of its own (one state less on the device, "
+                         "e.g. LLaMA-7B's three FSDP states with --remat dots on 80 GB cards)")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
@@ -684,7 +698,7 @@ def main(argv=None) -> int:
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)
         t0 = time.perf_counter()
         try:
-            tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host")
+            tp = throughput(rts, exes, data, iters, rounds, a.warmup, log, a.gc, a.park == "host", a.control)
         except jax.errors.JaxRuntimeError as e:  # e.g. out of memory with every state resident: keep the compile
             res.setdefault("failed", []).append(
                 {"size": size, "mesh": a.mesh, "stage": "timing", "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:400],

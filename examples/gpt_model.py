@@ -405,19 +405,28 @@ def _remat_policy(remat: str):
     return {"dots": checkpoint_policy("dots"), "full": None}[remat]
 
 
+def _remat(module, cfg: GPTConfig, sparse, **kw):
+    """``module`` rematerialised per ``cfg.remat``. A Python ``sparse`` flag stays static (``static_argnums``):
+    traced, it would turn every 2:4 layer into a ``lax.cond`` between its sparse and dense computations, and
+    JAX's partial evaluation of a conditional under a remat policy runs the layer's forward GEMMs a second time
+    (the sparse branch's GEMM is a custom call: srste under ``dots`` ran as under ``full``)."""
+    static = (2,) if sparse is None or isinstance(sparse, bool) else ()  # (self, x, sparse)
+    return nn.remat(module, policy=_remat_policy(cfg.remat), static_argnums=static, **kw)
+
+
 def _blocks(cfg: GPTConfig, x, sparse):
     """All blocks over ``x``: one ``nn.scan`` stack, or one module per layer."""
     if cfg.layers == "scan":
         body = _ScanBlock
         if cfg.remat != "none":
-            body = nn.remat(body, policy=_remat_policy(cfg.remat), prevent_cse=False)
+            body = _remat(body, cfg, sparse, prevent_cse=False)
         stack = nn.scan(body, length=cfg.n_layer, in_axes=(nn.broadcast,),
                         variable_axes={c: 0 for c in _SCANNED_COLLECTIONS},
                         split_rngs={"params": True, "mvue": True, "dropout": True})
         return stack(cfg, name=STACK)(x, sparse)[0]
     block = Block
     if cfg.remat != "none":
-        block = nn.remat(Block, policy=_remat_policy(cfg.remat))
+        block = _remat(Block, cfg, sparse)
     for name in block_names(cfg):
         x = block(cfg, name=name)(x, sparse)
     return x

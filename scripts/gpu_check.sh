@@ -33,6 +33,7 @@
 #        bench_train_gpt.py flags, e.g. "--park host")
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   loader: benchmarks/bench_loader.py (the example's loader vs a fixed batch in one train step; LOADER_DATA, LOADER_SIZE)
+#   example: the README's GPU command (examples/train.py --compare dense,srste; EXAMPLE_DATA, EXAMPLE_ARGS, EXAMPLE_STEPS, EXAMPLE_TAG)
 #   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
 #   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
 #         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX; NODE_PARK=none keeps every variant's state on
@@ -368,6 +369,20 @@ if asked loader; then
     > "$OUT/logs/bench_loader.log" 2>&1
   rc=$?; note "bench_loader rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (loader|fixed)' "$OUT/logs/bench_loader.log" | tr '\n' ' ')"
   [ $rc -eq 0 ] || { tail -20 "$OUT/logs/bench_loader.log"; status=1; }
+fi
+
+if asked example; then
+  # the README's GPU command: examples/train.py --compare dense,srste on a carried token directory of prepare_data.py
+  # (EXAMPLE_DATA; the README's is the bundled text at vocabulary 32000), EXAMPLE_ARGS (size flags, default
+  # "--size llama-1b"), EXAMPLE_STEPS (300); summary.json and loss.png come back as example_train_<gpu>_<EXAMPLE_TAG>.*
+  t0=$(date +%s); etag=${EXAMPLE_TAG:-llama-1b}
+  timeout ${EXAMPLE_TIMEOUT:-540} $PY examples/train.py --data ${EXAMPLE_DATA:-runs/data/realtext_small_bpe32k} \
+    ${EXAMPLE_ARGS:---size llama-1b} --steps ${EXAMPLE_STEPS:-300} --compare dense,srste --out runs/example_$etag --overwrite \
+    > "$OUT/logs/example_$etag.log" 2>&1
+  rc=$?; note "example $etag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (dense|srste) ' "$OUT/logs/example_$etag.log" | tr '\n' ' ')"
+  if [ $rc -eq 0 ]; then cp runs/example_$etag/summary.json "$OUT/example_train_${GPU_TAG}_$etag.json"
+    cp runs/example_$etag/loss.png "$OUT/example_train_${GPU_TAG}_$etag.png" 2>/dev/null
+  else tail -20 "$OUT/logs/example_$etag.log"; status=1; fi
 fi
 
 if asked maskcheck; then

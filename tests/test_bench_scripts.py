@@ -56,6 +56,21 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
+def test_shared_control_steps_the_dense_state_instead_of_a_third_one(tmp_path, monkeypatch):
+    warmed = []
+    real = bench_train_gpt.warmed_up
+    monkeypatch.setattr(bench_train_gpt, "warmed_up", lambda rt, exes, recipe, *a: warmed.append(recipe) or real(rt, exes, recipe, *a))
+    argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "0", "--rounds", "2", "--iters", "1",
+            "--compile-workers", "2", "--control", "shared", *SHAPE, "--out", str(tmp_path), "--tag", "s"]
+    assert bench_train_gpt.main(argv) == 0
+    assert warmed == ["dense", "srste"]  # no state of its own for the control
+    tp = json.loads((tmp_path / "train_gpt_s.json").read_text())["throughput"][0]
+    assert tp["control"] == "shared" and [r["variant"] for r in tp["rows"]] == ["dense", "srste", "dense (control)"]
+    assert all(len(r["step_times_s"]) == 2 for r in tp["rows"])
+    assert "the dense variant's own state stepped again in a round of its own (`--control shared`)" in (
+        tmp_path / "train_gpt_s.md").read_text()
+
+
 def test_clock_sampler_averages_the_samples_inside_each_label_s_windows():
     import time
 
