@@ -95,10 +95,17 @@ def ffi_call(target: str, result_shape_dtypes, *args, vmap_method: str | None = 
     manual axes and the results are typed as varying over it too: ``jax.ffi.ffi_call`` returns
     results that vary over no axis, so the CUDA branch of ``lax.platform_dependent`` would not type
     like the reference branch (a trace-time ``TypeError``), and a kernel's output is a per-shard value.
+
+    The results pass through ``lax.optimization_barrier``: XLA's GPU dynamic-slice fusion clones a custom
+    call into the ``dynamic-update-slice`` that writes its result into a stacked buffer (a scan's saved
+    residuals) and keeps the original for its other users, so the kernel runs twice. That happened to every
+    2:4 forward GEMM whose output a remat policy keeps (``checkpoint_policy``): LLaMA-7B's srste step under
+    ``--remat dots`` ran 15 sparse GEMMs per layer instead of 12. The barrier costs no kernel.
     """
     require_extension()
     args = vary_to_union(*args)
     out = jax.ffi.ffi_call(target, result_shape_dtypes, vmap_method=vmap_method)(*args, **attrs)
+    out = lax.optimization_barrier(out)
     axes = frozenset().union(*(_varying_axes(a) for a in args if a is not None))
     return jax.tree.map(lambda y: _vary(y, axes), out) if axes else out
 
