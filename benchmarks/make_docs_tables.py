@@ -112,6 +112,7 @@ HEADLINE = [  # (what, file, variant)
     ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_fp8.json", "srste+fp8"),
     ("LLaMA-7B, full depth, FSDP on 4 H200, GEMM outputs kept (`--remat dots`)",
      "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "srste"),
+    ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "srste+fp8"),
 ]
 
 
@@ -207,7 +208,7 @@ def table_node() -> str:
     return "\n".join(out)
 
 
-EXAMPLE_GPU = "example_train_h200_llama-1b.json"
+EXAMPLE_GPU = "example_train_h100_llama-7b_l4.json"
 
 
 def table_example_gpu() -> str:
@@ -218,7 +219,7 @@ def table_example_gpu() -> str:
              _x(r["run_tokens_per_s"] / base["run_tokens_per_s"]), f"{r['final_val_loss']:.4f}",
              "–" if r is base else _vs(r["final_val_loss"], base["final_val_loss"])]
             for r in d["runs"]]
-    return (f"{d['size']}, {d['steps']} steps of {d['batch_size']} x {d['seq_len']} tokens, vocabulary "
+    return (f"{d['size']} ({d['n_layer']} layers), {d['steps']} steps of {d['batch_size']} x {d['seq_len']} tokens, vocabulary "
             f"{d['vocab_size']:,}, one {d['device']} ([`{EXAMPLE_GPU}`](benchmarks/results/{EXAMPLE_GPU})):\n\n"
             + _table(["recipe", "tokens/s (steady)", "vs dense", "whole run vs dense", "final val loss", "vs dense"],
                      rows))
@@ -239,7 +240,7 @@ def table_fp8_gemm() -> str:
 
 
 BREAKDOWN = "step_breakdown_h100_llama-7b_l4.json"
-BREAKDOWN_FSDP = "step_breakdown_h200_llama-7b_l32x4_fsdp4.json"
+BREAKDOWN_FSDP = "step_breakdown_h200_llama-7b_l32x4_fsdp4_dots.json"
 
 
 def table_breakdown(name: str = BREAKDOWN) -> str:

@@ -4,14 +4,14 @@
     python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
     python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
 
-On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer (LLaMA-1B's
-shape: at LLaMA-300M's width, d 1024, the sparse GEMMs gain less and the dense 32000-token head
-and attention take a larger share of the step)::
+On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer: LLaMA-7B's width
+(d 4096) at 4 of its 32 blocks, which fits one GPU (at narrower widths the sparse GEMMs gain less and
+the dense 32000-token head, attention and XLA's other kernels take a larger share of the step)::
 
     python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
         --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-    python examples/train.py --data data/realtext --size llama-1b --steps 300 \\
-        --compare dense,srste --out runs/llama-1b
+    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --steps 300 \\
+        --compare dense,srste --out runs/llama-7b-l4
 
 The table's ``tokens/s`` is the training steps' rate in the recipe's main phase -- srste's 2:4 steps,
 not its dense fine-tune -- in the steady state: compilation, evaluations and the first span of steps

@@ -374,10 +374,10 @@ fi
 if asked example; then
   # the README's GPU command: examples/train.py --compare dense,srste on a carried token directory of prepare_data.py
   # (EXAMPLE_DATA; the README's is the bundled text at vocabulary 32000), EXAMPLE_ARGS (size flags, default
-  # "--size llama-1b"), EXAMPLE_STEPS (300); summary.json and loss.png come back as example_train_<gpu>_<EXAMPLE_TAG>.*
-  t0=$(date +%s); etag=${EXAMPLE_TAG:-llama-1b}
+  # "--size llama-7b --n-layer 4", the README's), EXAMPLE_STEPS (300); summary.json and loss.png come back as example_train_<gpu>_<EXAMPLE_TAG>.*
+  t0=$(date +%s); etag=${EXAMPLE_TAG:-llama-7b_l4}
   timeout ${EXAMPLE_TIMEOUT:-540} $PY examples/train.py --data ${EXAMPLE_DATA:-runs/data/realtext_small_bpe32k} \
-    ${EXAMPLE_ARGS:---size llama-1b} --steps ${EXAMPLE_STEPS:-300} --compare dense,srste --out runs/example_$etag --overwrite \
+    ${EXAMPLE_ARGS:---size llama-7b --n-layer 4} --steps ${EXAMPLE_STEPS:-300} --compare dense,srste --out runs/example_$etag --overwrite \
     > "$OUT/logs/example_$etag.log" 2>&1
   rc=$?; note "example $etag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (dense|srste) ' "$OUT/logs/example_$etag.log" | tr '\n' ' ')"
   if [ $rc -eq 0 ]; then cp runs/example_$etag/summary.json "$OUT/example_train_${GPU_TAG}_$etag.json"
