@@ -407,9 +407,9 @@ def _remat_policy(remat: str):
 
 def _remat(module, cfg: GPTConfig, sparse, **kw):
     """``module`` rematerialised per ``cfg.remat``. A Python ``sparse`` flag stays static (``static_argnums``):
-    traced, it would turn every 2:4 layer into a ``lax.cond`` between its sparse and dense computations, and
-    JAX's partial evaluation of a conditional under a remat policy runs the layer's forward GEMMs a second time
-    (the sparse branch's GEMM is a custom call: srste under ``dots`` ran as under ``full``)."""
+    ``nn.remat`` traces its arguments, and a traced flag turns every 2:4 layer into a ``lax.cond`` between its
+    sparse and dense computations, both traced and compiled into the step (and partially evaluated, with the
+    residuals of both branches, under the remat policy)."""
     static = (2,) if sparse is None or isinstance(sparse, bool) else ()  # (self, x, sparse)
     return nn.remat(module, policy=_remat_policy(cfg.remat), static_argnums=static, **kw)
 

@@ -87,10 +87,9 @@ def _count_prims(jaxpr, names) -> dict:
 @pytest.mark.parametrize("layers", ["scan", "unroll"])
 def test_example_model_rematerialises_its_2to4_layers_as_the_dense_model(layers):
     """The example's blocks under ``remat``: a Python ``sparse`` flag stays static. Traced (``nn.remat`` traces
-    its arguments), every 2:4 layer became a ``lax.cond`` between its sparse and dense computations, whose
-    partial evaluation under the policy ran the layers' forward GEMMs a second time (on a GPU srste under
-    ``dots`` computed as much as under ``full``). So: no conditional, and each remat mode adds to the 2:4
-    model's GEMMs exactly what it adds to the dense model's."""
+    its arguments), every 2:4 layer became a ``lax.cond`` between its sparse and dense computations, both
+    compiled into the step. So: no conditional, and each remat mode adds to the 2:4 model's GEMMs exactly what
+    it adds to the dense model's. (That the compiled GPU step runs no GEMM twice: scripts/probe_remat_hlo.py.)"""
     import dataclasses
 
     gm = _gpt_model()
