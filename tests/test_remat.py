@@ -115,3 +115,17 @@ def test_example_model_rematerialises_its_2to4_layers_as_the_dense_model(layers)
         dense, dense0 = counts("dense", remat), counts("dense", "none")
         assert sparse["cond"] == 0, remat
         assert sparse["dot_general"] - sparse0["dot_general"] == dense["dot_general"] - dense0["dot_general"], remat
+
+
+def test_kernel_results_pass_an_optimization_barrier(monkeypatch):
+    """Our FFI calls' results go through ``lax.optimization_barrier``: without it XLA's GPU dynamic-slice fusion
+    cloned a 2:4 GEMM into the dynamic-update-slice that stacks a scan's saved residuals, so under a remat policy
+    that keeps the GEMM's output the kernel ran twice (LLaMA-7B: 15 sparse GEMMs per layer instead of 12). Traced
+    on the CPU with the extension check stubbed (tracing an ffi_call needs no registered target)."""
+    from jax_sparse24._src import ffi
+
+    monkeypatch.setattr(ffi, "require_extension", lambda: None)
+    x = jnp.ones((8, 16), jnp.bfloat16)
+    jaxpr = jax.make_jaxpr(lambda a: ffi.ffi_call("jax_sparse24_test_target", jax.ShapeDtypeStruct((8, 4), a.dtype), a))(x)
+    prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert prims[-1] == "optimization_barrier" and "ffi_call" in prims
