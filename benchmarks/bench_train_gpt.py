@@ -383,8 +383,8 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
     variants = [(r, r) for r in rts] + ([("dense (control)", "dense")] if "dense" in rts else [])
     for label, recipe in variants:
         if control == "shared" and label == "dense (control)":
-            owner = runs["dense"]
-            runs[label] = dict(owner, times=[], shares="dense")
+            runs[label] = {k: v for k, v in runs["dense"].items() if k not in ("state", "step", "times")}
+            runs[label].update(times=[], shares="dense")  # steps the dense run's state (and its step count)
             continue
         exe, state, batches, m = warmed_up(rts[recipe], exes, recipe, data_by_recipe, warmup)
         runs[label] = dict(rt=rts[recipe], exe=exe, state=state, batches=batches, times=[], step=warmup,
@@ -602,7 +602,8 @@ def main(argv=None) -> int:
     ap.add_argument("--control", choices=("separate", "shared"), default="separate",
                     help="the dense (control) variant: 'separate' (default): a second dense train state; 'shared': "
                          "the dense variant's own state stepped in a round of its own (one state less on the device, "
-                         "e.g. LLaMA-7B's three FSDP states with --remat dots on 80 GB cards)")
+                         "e.g. LLaMA-7B under --remat dots on 4 x H200: dense, srste, srste+fp8 and a separate "
+                         "control ran out of memory)")
     ap.add_argument("--quality-size", default=None, help="size of the quality run (default: the first size)")
     ap.add_argument("--quality-steps", type=int, default=None, help="steps of the quality run (0: skip; default 150; quick 30)")
     ap.add_argument("--compile-workers", type=int, default=8, help="concurrent XLA compilations")
@@ -640,6 +641,8 @@ def main(argv=None) -> int:
     errors += [f"--recipes {e}" for e in label_errors(recipes)]
     if not sizes or not recipes or a.warmup < 1:
         errors.append("--size and --recipes need an entry, --warmup must be >= 1")
+    if a.control == "shared" and "dense" not in recipes:
+        errors.append("--control shared steps the dense recipe's state: put dense in --recipes")
     if errors:
         print("bench_train_gpt.py: error: " + "; ".join(errors), file=sys.stderr)
         return 2

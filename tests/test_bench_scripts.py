@@ -57,9 +57,15 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
 
 
 def test_shared_control_steps_the_dense_state_instead_of_a_third_one(tmp_path, monkeypatch):
-    warmed = []
-    real = bench_train_gpt.warmed_up
+    warmed, stepped = [], []
+    real, real_timed = bench_train_gpt.warmed_up, bench_train_gpt.timed_steps
     monkeypatch.setattr(bench_train_gpt, "warmed_up", lambda rt, exes, recipe, *a: warmed.append(recipe) or real(rt, exes, recipe, *a))
+
+    def timed(rt, exe, state, batches, iters, step):
+        stepped.append((rt.exp.cfg.method, step))
+        return real_timed(rt, exe, state, batches, iters, step)
+
+    monkeypatch.setattr(bench_train_gpt, "timed_steps", timed)
     argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste", "--quality-steps", "0", "--rounds", "2", "--iters", "1",
             "--compile-workers", "2", "--control", "shared", *SHAPE, "--out", str(tmp_path), "--tag", "s"]
     assert bench_train_gpt.main(argv) == 0
@@ -69,6 +75,9 @@ def test_shared_control_steps_the_dense_state_instead_of_a_third_one(tmp_path, m
     assert all(len(r["step_times_s"]) == 2 for r in tp["rows"])
     assert "the dense variant's own state stepped again in a round of its own (`--control shared`)" in (
         tmp_path / "train_gpt_s.md").read_text()
+    # dense's rounds and the control's continue one step count (warm-up 3, then 1 step per round)
+    assert sorted(s for m, s in stepped if m == "dense") == [3, 4, 5, 6]
+    assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste", "--control", "shared", "--out", str(tmp_path)]) == 2
 
 
 def test_clock_sampler_averages_the_samples_inside_each_label_s_windows():

@@ -117,15 +117,37 @@ def test_example_model_rematerialises_its_2to4_layers_as_the_dense_model(layers)
         assert sparse["dot_general"] - sparse0["dot_general"] == dense["dot_general"] - dense0["dot_general"], remat
 
 
-def test_kernel_results_pass_an_optimization_barrier(monkeypatch):
-    """Our FFI calls' results go through ``lax.optimization_barrier``: without it XLA's GPU dynamic-slice fusion
-    cloned a 2:4 GEMM into the dynamic-update-slice that stacks a scan's saved residuals, so under a remat policy
-    that keeps the GEMM's output the kernel ran twice (LLaMA-7B: 15 sparse GEMMs per layer instead of 12). Traced
-    on the CPU with the extension check stubbed (tracing an ffi_call needs no registered target)."""
-    from jax_sparse24._src import ffi
+def _branch_prims(jaxpr):
+    """{platforms of each branch: primitive names in it} of the ``lax.platform_dependent`` conditionals."""
+    out = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond" and "branches_platforms" in eqn.params:
+            for plats, br in zip(eqn.params["branches_platforms"], eqn.params["branches"]):
+                out[plats] = {e.primitive.name for e in br.jaxpr.eqns}
+    return out
 
-    monkeypatch.setattr(ffi, "require_extension", lambda: None)
-    x = jnp.ones((8, 16), jnp.bfloat16)
-    jaxpr = jax.make_jaxpr(lambda a: ffi.ffi_call("jax_sparse24_test_target", jax.ShapeDtypeStruct((8, 4), a.dtype), a))(x)
-    prims = [e.primitive.name for e in jaxpr.jaxpr.eqns]
-    assert prims[-1] == "optimization_barrier" and "ffi_call" in prims
+
+def test_layer_gemm_results_pass_an_optimization_barrier(monkeypatch):
+    """The CUDA results of the GEMMs a layer returns (forward, input gradient) pass ``lax.optimization_barrier``:
+    without it XLA's GPU dynamic-slice fusion cloned a 2:4 GEMM into the dynamic-update-slice that stacks a
+    scan's saved residuals, so under a remat policy that keeps the output the kernel ran twice (LLaMA-7B: 15
+    sparse GEMMs per layer instead of 12). The reference branch and the calls without ``barrier`` have none (a
+    scanned weight gradient keeps its fusion into the stacked buffer). Traced on the CPU with the kernels'
+    availability stubbed and a stand-in kernel."""
+    from jax_sparse24._src import ffi, gemm
+
+    x2 = jnp.ones((16, 32), jnp.float32)
+    w = jnp.ones((32, 8), jnp.float32)
+    mask = s24.mask24(w, axis=0)
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+
+    class StandIn:  # a sparse backend whose "kernel" is the dense math
+        def weight_gemm(self, **kw):
+            return lambda b2, wc, mk: b2 @ (wc * mk)
+
+    jaxpr = jax.make_jaxpr(lambda x2, w, mask: gemm._weight_gemm(
+        StandIn(), x2, w, mask, lambda a, b: a @ b, m=8, n=16, k=32, transposed=True, dtype=jnp.float32))(x2, w, mask)
+    branches = _branch_prims(jaxpr.jaxpr)
+    assert "optimization_barrier" in branches[("cuda",)] and "optimization_barrier" not in branches[None], branches
+    plain = jax.make_jaxpr(lambda a: ffi.per_platform(lambda a: a * 2, lambda a: a * 3, a))(x2)
+    assert all("optimization_barrier" not in p for p in _branch_prims(plain.jaxpr).values())

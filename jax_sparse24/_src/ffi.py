@@ -77,15 +77,33 @@ def cuda_kernels_available() -> bool:
     return _gpu_present() and extension() is not None
 
 
-def per_platform(reference_fn: Callable[..., Any], cuda_fn: Callable[..., Any] | None, *args):
+def per_platform(reference_fn: Callable[..., Any], cuda_fn: Callable[..., Any] | None, *args, barrier: bool = False):
     """Apply ``reference_fn`` on CPU (and any non-CUDA platform) and ``cuda_fn`` on CUDA.
 
     ``cuda_fn`` is ``None`` when no kernel handles these arguments (shape, dtype, or the extension
     is missing); then the reference runs everywhere. Both functions must compute the same math.
+
+    ``barrier=True`` passes the CUDA result through ``lax.optimization_barrier``, for the GEMMs whose output a
+    layer returns (forward, input gradient): XLA's GPU dynamic-slice fusion clones a custom call into the
+    ``dynamic-update-slice`` that writes its result into a stacked buffer (a scan's saved residuals) and keeps
+    the original for its other users, so the kernel runs twice. Every 2:4 forward GEMM whose output a remat
+    policy keeps (``checkpoint_policy``) ran twice so: LLaMA-7B's srste step under ``--remat dots`` ran 15
+    sparse GEMMs per layer instead of 12 (``scripts/probe_remat_hlo.py`` counts them). Not for results with a
+    single user, such as a scanned weight gradient, whose fusion into its stacked buffer saves a copy.
     """
     if cuda_fn is None or not cuda_kernels_available():
         return reference_fn(*args)
+    if barrier:
+        cuda_fn = _behind_barrier(cuda_fn)
     return lax.platform_dependent(*args, default=reference_fn, cuda=cuda_fn)
+
+
+def _behind_barrier(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapped(*args):
+        return lax.optimization_barrier(fn(*args))
+
+    return wrapped
 
 
 def ffi_call(target: str, result_shape_dtypes, *args, vmap_method: str | None = "sequential", **attrs):
@@ -95,17 +113,10 @@ def ffi_call(target: str, result_shape_dtypes, *args, vmap_method: str | None = 
     manual axes and the results are typed as varying over it too: ``jax.ffi.ffi_call`` returns
     results that vary over no axis, so the CUDA branch of ``lax.platform_dependent`` would not type
     like the reference branch (a trace-time ``TypeError``), and a kernel's output is a per-shard value.
-
-    The results pass through ``lax.optimization_barrier``: XLA's GPU dynamic-slice fusion clones a custom
-    call into the ``dynamic-update-slice`` that writes its result into a stacked buffer (a scan's saved
-    residuals) and keeps the original for its other users, so the kernel runs twice. That happened to every
-    2:4 forward GEMM whose output a remat policy keeps (``checkpoint_policy``): LLaMA-7B's srste step under
-    ``--remat dots`` ran 15 sparse GEMMs per layer instead of 12. The barrier costs no kernel.
     """
     require_extension()
     args = vary_to_union(*args)
     out = jax.ffi.ffi_call(target, result_shape_dtypes, vmap_method=vmap_method)(*args, **attrs)
-    out = lax.optimization_barrier(out)
     axes = frozenset().union(*(_varying_axes(a) for a in args if a is not None))
     return jax.tree.map(lambda y: _vary(y, axes), out) if axes else out
 

@@ -132,7 +132,7 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
         i, o = wc.shape
         m, k = (o, i) if transposed else (i, o)
         cuda_fn = chosen.weight_gemm(m=m, k=k, transposed=transposed) if chosen.can_run(m, b2.shape[0], k) else None
-        return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w)
+        return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w, barrier=True)
 
     return sharding.partitioned(chosen.sharding_rule(kind), local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 

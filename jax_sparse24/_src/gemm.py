@@ -54,7 +54,7 @@ def _weight_gemm(chosen: Backend, b2, w, mask, dense, *, m: int, n: int, k: int,
     sparse = chosen.weight_gemm(m=m, n=n, k=k, transposed=transposed, dtype=dtype,
                                 config_of=lambda *a: autotune.kernel_config(chosen, *a))
     dense3 = lambda b2, wc, mk: dense(b2, masked_weight(wc, mk))  # noqa: E731
-    return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), bool_mask(mask))
+    return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), bool_mask(mask), barrier=True)
 
 
 @sharding.partitioned_gemm("forward")

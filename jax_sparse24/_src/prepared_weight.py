@@ -236,7 +236,7 @@ def _prepared_gemm(b2, w, mask, *operand, backend: Backend, name: str, dtype, pr
     def dense(b2, wc, mk, *operand):
         return jnp.dot(b2, orient(masked_weight(wc, mk)), precision=precision)
 
-    return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), bool_mask(mask), *operand)
+    return ffi.per_platform(dense, sparse, b2.astype(dtype), w.astype(dtype), bool_mask(mask), *operand, barrier=True)
 
 
 def _prepared_call(name: str, b2, w, mask, entry, precision):
