@@ -34,6 +34,7 @@
 #   exloop: the example's own training loop, one process per run (EXLOOP_RUNS, EXLOOP_SIZE, EXLOOP_FLAGS, ...)
 #   loader: benchmarks/bench_loader.py (the example's loader vs a fixed batch in one train step; LOADER_DATA, LOADER_SIZE)
 #   example: the README's GPU command (examples/train.py --compare dense,srste; EXAMPLE_DATA, EXAMPLE_ARGS, EXAMPLE_STEPS, EXAMPLE_TAG)
+#   rematcheck: scripts/probe_remat_hlo.py (under --remat dots no 2:4 GEMM runs twice; REMATCHECK_ARGS)
 #   maskcheck: benchmarks/bench_mask_check.py (the device-side mask check's cost in a step)
 #   node: full-depth LLaMA over every visible GPU (bench_train_gpt.py --mesh; NODE_SPECS="size:layers:mesh:batch ...",
 #         NODE_RECIPES, NODE_ROUNDS, NODE_ITERS, NODE_ARGS, NODE_TAG_SUFFIX; NODE_PARK=none keeps every variant's state on
@@ -383,6 +384,16 @@ if asked example; then
   if [ $rc -eq 0 ]; then cp runs/example_$etag/summary.json "$OUT/example_train_${GPU_TAG}_$etag.json"
     cp runs/example_$etag/loss.png "$OUT/example_train_${GPU_TAG}_$etag.png" 2>/dev/null
   else tail -20 "$OUT/logs/example_$etag.log"; status=1; fi
+fi
+
+if asked rematcheck; then
+  # a kept 2:4 GEMM output is not computed twice: scripts/probe_remat_hlo.py compiles the example's step under
+  # --remat none / dots / full (one device, and fsdp over every visible GPU when there are several) and fails when
+  # dots runs more 2:4 GEMM calls than none (REMATCHECK_ARGS: more flags, e.g. "--recipe srste+fp8")
+  t0=$(date +%s); ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 1)
+  timeout ${REMATCHECK_TIMEOUT:-300} $PY scripts/probe_remat_hlo.py --size llama-7b --n-layer 2 --batch-size $(( 4 * ngpu )) \
+    $([ "$ngpu" -gt 1 ] && echo "--mesh fsdp=$ngpu") ${REMATCHECK_ARGS:-} > "$OUT/logs/rematcheck.log" 2>&1
+  rc=$?; note "rematcheck rc=$rc in $(( $(date +%s) - t0 )) s"; [ $rc -eq 0 ] || { tail -8 "$OUT/logs/rematcheck.log"; status=1; }
 fi
 
 if asked maskcheck; then

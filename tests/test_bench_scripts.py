@@ -504,3 +504,19 @@ def test_bench_train_gpt_keeps_the_compile_times_when_the_timing_fails(tmp_path,
     assert set(f["compiled"]) == {"dense", "srste"} and all(c["compile_s"] > 0 for c in f["compiled"].values())
     md = (tmp_path / "train_gpt_f.md").read_text()
     assert "## Not timed: tiny" in md and f"| srste | {f['compiled']['srste']['compile_s']:.1f} |" in md
+
+
+def test_probe_remat_hlo_flags_a_gemm_computed_twice_under_dots():
+    import collections
+
+    import probe_remat_hlo as probe
+
+    none = collections.Counter({"jax_sparse24_cutlass_spmm": 8, "jax_sparse24_cutlass_spmm_kn": 4,
+                                "jax_sparse24_masked_compress": 8})
+    dots_ok = collections.Counter({**none, "__cudnn$fmhaSoftmax": 1})  # attention recomputed: not a 2:4 GEMM
+    dots_bad = collections.Counter({**none, "jax_sparse24_cutlass_spmm": 11})  # 3 forward GEMMs again
+    assert probe.gemm_calls(none) == 12
+    assert probe.recomputed({("one device", "none"): none, ("one device", "dots"): dots_ok}) == []
+    assert probe.recomputed({("fsdp=4", "none"): none, ("fsdp=4", "dots"): dots_bad,
+                             ("fsdp=4", "full"): dots_bad}) == [
+        "mesh fsdp=4: remat=dots runs 15 2:4 GEMM calls, remat=none 12"]
