@@ -589,7 +589,7 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     monkeypatch.setattr(cf, "fp8_quantize_transpose", quantize_t)
     monkeypatch.setattr(cf, "cutlass_spmm_fp8", spmm)
     real_pp = ffi.per_platform
-    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a: (cuda(*a), real_pp(ref, None, *a))[1])
+    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a, **kw: (cuda(*a), real_pp(ref, None, *a))[1])
     jax.jit(lambda key, x, g, s: fp8_gemm.weight_grad_mvue(key, x, g, s, backend="cutlass"),
             in_shardings=(ns(), ns("data"), ns("data"), ns()), out_shardings=ns()).lower(key, x, g, s_x).compile()
     flat = lambda c: [d for v in c[1:] for d in (v if isinstance(v, tuple) else (v,))]  # noqa: E731

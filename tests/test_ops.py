@@ -251,7 +251,7 @@ def test_ops_differentiable_through_the_kernel_branch(monkeypatch):
     from jax_sparse24._src import ffi, ops as ops_mod, sharding
 
     # As on a GPU: the kernel branch is the one traced and differentiated.
-    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a: (cuda or ref)(*a))
+    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a, **kw: (cuda or ref)(*a))
     monkeypatch.setattr(ops_mod, "_kernel", _opaque_kernel)
     monkeypatch.setattr(sharding, "_single_device", lambda: True)
     w = jax.random.normal(jax.random.key(0), (8, 12))

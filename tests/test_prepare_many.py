@@ -132,8 +132,8 @@ def device(stubs, monkeypatch):
     monkeypatch.setattr(cc, "_ffi", types.SimpleNamespace(ffi_call=dev.ffi_call))
     real = prepared_weight.ffi.per_platform
 
-    def per_platform(ref, cuda, *args):  # the preparation's CUDA branch; the GEMMs stay on the CPU's
-        return cuda(*args) if cuda.__qualname__.startswith("prepare_many.") else real(ref, cuda, *args)
+    def per_platform(ref, cuda, *args, **kw):  # the preparation's CUDA branch; the GEMMs stay on the CPU's
+        return cuda(*args) if cuda.__qualname__.startswith("prepare_many.") else real(ref, cuda, *args, **kw)
 
     monkeypatch.setattr(prepared_weight, "ffi", types.SimpleNamespace(per_platform=per_platform))
     return dev

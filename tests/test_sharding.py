@@ -637,7 +637,7 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
     monkeypatch.setattr(cs, "_spmm_call", spmm_call)
     monkeypatch.setattr(cmo, "mvue24_cuda", mvue_cuda)
     # trace the CUDA branch (its argument checks run), compute with the reference on the CPU
-    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a: (cuda(*a), ref(*a))[1])
+    monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a, **kw: (cuda(*a), ref(*a))[1])
     mesh = _mesh("model=8")
     x, g = _rand((64, 32), 40).astype(jnp.bfloat16), _rand((64, 128), 41).astype(jnp.bfloat16)
     key = jax.random.key(5)
@@ -712,7 +712,7 @@ def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout):
     monkeypatch.setattr(cf, "cutlass_spmm_fp8", spmm)
     real_pp = ffi.per_platform
     monkeypatch.setattr(ffi, "per_platform",
-                        lambda ref, cuda, *a: (cuda is not None and cuda(*a), real_pp(ref, None, *a))[1])
+                        lambda ref, cuda, *a, **kw: (cuda is not None and cuda(*a), real_pp(ref, None, *a))[1])
     jax.jit(lambda p, x: vg(p, x), in_shardings=(psh, NamedSharding(mesh, xs))).lower((w1, w2), x).compile()
     n_model = dict(p.split("=") for p in mesh_spec.split(",")).get("model", "1")
     tl = tokens // int(dict(p.split("=") for p in mesh_spec.split(",")).get("data", "1"))
