@@ -38,9 +38,13 @@ def packable(rows: int) -> bool:
 
 
 def _ranks(m4):
-    """Per element of a group (axis -2 of ``m4 (..., G, 4, O)``): 1 for the first kept, 2 for the second."""
+    """Per element of a group (axis -2 of ``m4 (..., G, 4, O)``): 1 for the first kept, 2 for the second.
+
+    The running count is written out as three adds, not ``jnp.cumsum``: XLA lowers a cumsum to a
+    ``reduce-window``, which inside the (un)packing fusion is evaluated per output element."""
     m = m4.astype(jnp.int8)
-    c = jnp.cumsum(m, axis=-2, dtype=jnp.int8)
+    m0, m1, m2, m3 = (m[..., j:j + 1, :] for j in range(4))
+    c = jnp.concatenate([m0, m0 + m1, m0 + m1 + m2, m0 + m1 + m2 + m3], axis=-2)
     return jnp.where(m4, c, 0)
 
 
