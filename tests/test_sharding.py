@@ -95,6 +95,19 @@ def test_kernel_ops_inside_shard_map_type_like_the_reference(monkeypatch):
         jax.make_jaxpr(cases[name])(xe)  # raised TypeError before
 
 
+@pytest.fixture
+def partitioner_runs():
+    """JAX's persistent compilation cache off for the test: a hit skips the partitioner, whose callbacks the test
+    records (and the cache key does not see what a test fakes in them: two parametrizations of the same program
+    would share one entry, whichever compiled first)."""
+    cache = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cache)
+
+
 def _mesh(spec):
     shape = dict(p.split("=") for p in spec.split(","))
     n = int(np.prod([int(v) for v in shape.values()]))
@@ -158,7 +171,7 @@ _MASK_OPS = {
 }
 
 
-def test_partition_callback_stats_count_a_compile_and_profile_it():
+def test_partition_callback_stats_count_a_compile_and_profile_it(partitioner_runs):
     """The partitioner callbacks of a compile are counted per rule (the call and the tracing of the
     per-shard function), and a profile set with profile_partition_callbacks sees them."""
     import cProfile
@@ -171,12 +184,9 @@ def test_partition_callback_stats_count_a_compile_and_profile_it():
     before = _shd.partition_callback_stats()
     prof = cProfile.Profile()
     _shd.profile_partition_callbacks(prof)
-    cache = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)  # a cache hit would skip the partitioner
     try:
         jax.jit(lambda x: s24.mask24(x, axis=0), in_shardings=sh, out_shardings=sh).lower(x).compile()
     finally:
-        jax.config.update("jax_enable_compilation_cache", cache)
         _shd.profile_partition_callbacks(None)
     after = _shd.partition_callback_stats()
     grew = {r for r, (n, _) in after.items() if n > before.get(r, (0, 0.0))[0]}
@@ -601,7 +611,7 @@ def test_prepared_gemm_rules_data_parallel(backend):
 
 
 @pytest.mark.parametrize("local_kernel", ["sparse", "mvue_dense"])
-def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, local_kernel):
+def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, local_kernel, partitioner_runs):
     """Under tensor parallelism the fused MVUE weight-gradient GEMM runs on O-shards: every size
     handed to the kernels is the shard's (a 2-GPU run with ``--mesh data=1,model=2`` failed with
     "`values` must have the compressed shape (3072, 4096) ..., got (1536, 4096)": the global O).
@@ -655,7 +665,7 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
 
 
 @pytest.mark.parametrize("layout", ["dp8", "tp4", "dp2xtp4"])
-def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout):
+def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout, partitioner_runs):
     """fp8=True with the sparse fp8 kernels planned (the extension's interface faked, a CPU computes
     each shard's XLA branch): the forward and input-gradient fp8 GEMMs are custom-partitioned ops like
     the 16-bit ones — the same loss and gradients as unsharded (up to the bfloat16 rounding of the
