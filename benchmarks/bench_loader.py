@@ -18,7 +18,6 @@ time of each mode and their ratio; a second fixed-batch column (``fixed (control
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -131,10 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         res["modes"][m] = {"median_step_s": med, "tokens_per_s": batch * seq / med, "vs_fixed": base / med,
                            "spread": (max(ts) - min(ts)) / med, "step_times_s": ts}
     tag = a.tag or jax.default_backend()
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"loader_{tag}.json").write_text(json.dumps(res, indent=1) + "\n")
     md = to_markdown(res)
-    (a.out / f"loader_{tag}.md").write_text(md)
+    bench_train_gpt.write_result(a.out, f"loader_{tag}", res, md, indent=1)
     print(md)
     return 0
 

@@ -435,6 +435,13 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
             "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "control": control, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
 
 
+def write_result(out: Path, stem: str, res: dict, md: str, indent: int = 2) -> None:
+    """A benchmark's current result pair, ``out/<stem>.json`` and ``out/<stem>.md`` (a re-run replaces them)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=indent) + "\n")
+    (out / f"{stem}.md").write_text(md)
+
+
 def _peak_gib():
     """The largest peak of device memory in use over the devices (GiB), where the backend reports it."""
     peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
@@ -682,9 +689,7 @@ def main(argv=None) -> int:
 
     def write():  # after every size too, so a run cut short keeps what it measured
         res["total_time_s"] = time.perf_counter() - t_start
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / f"train_gpt_{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
-        (a.out / f"train_gpt_{tag}.md").write_text(to_markdown(res))
+        write_result(a.out, f"train_gpt_{tag}", res, to_markdown(res))
 
     for size in sizes:
         d = train_gpt.SIZE_DEFAULTS[size]

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
+from bench_train_gpt import PEAK_TFLOPS, write_result  # the benchmark's own MFU convention and result files
 
 CONTROL = "dense (control)"
 
@@ -114,10 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     res["device"] = " / ".join(sorted({dev for _, _, dev in runs.values()}))
     res["sources"] = [{"n_devices": n, "command": cmd, "size": t["size"], "n_layer": t["n_layer"],
                        "tokens_per_gpu": t["tokens_per_step"] // n, "throughput": t} for n, (t, cmd, _) in runs.items()]
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"weak_scaling_{a.tag}.json").write_text(json.dumps(res, indent=1) + "\n")
     md = to_markdown(res)
-    (a.out / f"weak_scaling_{a.tag}.md").write_text(md)
+    write_result(a.out, f"weak_scaling_{a.tag}", res, md, indent=1)
     print(md)
     return 0
 

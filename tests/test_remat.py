@@ -21,9 +21,22 @@ def _inputs():
     return x, w, s24.mask24(w, axis=0)
 
 
+def _count_prims(jaxpr, names) -> dict:
+    out = dict.fromkeys(names, 0)
+
+    def walk(j):
+        for eqn in j.eqns:
+            if eqn.primitive.name in out:
+                out[eqn.primitive.name] += 1
+        for sub in jax.extend.core.subjaxprs(j):
+            walk(sub)
+
+    walk(jaxpr)
+    return out
+
+
 def _count_dots(jaxpr) -> int:
-    n = sum(eqn.primitive.name == "dot_general" for eqn in jaxpr.eqns)
-    return n + sum(_count_dots(sub) for sub in jax.extend.core.subjaxprs(jaxpr))
+    return _count_prims(jaxpr, ("dot_general",))["dot_general"]
 
 
 def _grad_jaxpr(policy):
@@ -68,20 +81,6 @@ def _gpt_model():
     import gpt_model
 
     return gpt_model
-
-
-def _count_prims(jaxpr, names) -> dict:
-    out = dict.fromkeys(names, 0)
-
-    def walk(j):
-        for eqn in j.eqns:
-            if eqn.primitive.name in out:
-                out[eqn.primitive.name] += 1
-        for sub in jax.extend.core.subjaxprs(j):
-            walk(sub)
-
-    walk(jaxpr)
-    return out
 
 
 @pytest.mark.parametrize("layers", ["scan", "unroll"])
