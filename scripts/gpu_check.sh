@@ -114,7 +114,9 @@ fi
 
 if want test; then
   t0=$(date +%s)
-  timeout ${TEST_TIMEOUT:-480} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" tests > "$OUT/logs/gpu_tests.log" 2>&1
+  # TEST_PATHS (default tests) and TEST_K (a pytest -k expression) pick a part of the suite
+  timeout ${TEST_TIMEOUT:-480} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" ${TEST_PATHS:-tests} \
+    ${TEST_K:+-k "$TEST_K"} > "$OUT/logs/gpu_tests.log" 2>&1
   rc=$?; note "gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_tests.log")"; [ $rc -eq 0 ] || status=1
   grep -E "^(FAILED|ERROR)" "$OUT/logs/gpu_tests.log" | head -30
 fi

@@ -122,6 +122,51 @@ def test_masked_compress_bit_exact(shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_packed_compress_is_masked_compress_of_the_unpacked_weight(shape, dtype):
+    """``packed_compress`` of ``pack24(w, mask)`` (an FSDP weight gathered packed) equals
+    ``masked_compress`` of ``unpack24`` of it, bit for bit, into poisoned outputs: both directions with a
+    transposable mask, CUTLASS's layout and cuSPARSELt's (where the operand's shape allows); the forward's
+    direction (groups along rows) also with a mask that keeps 3 or 4 of some groups, which the packing
+    cuts to their first two."""
+    from jax_sparse24._src import packed24
+
+    skip_uncompiled(dtype)
+    rng, seed = _rng()
+    w = _x(rng, shape, dtype)
+    tmask = cm.transposable_mask24_cuda(w) & jnp.asarray(rng.random(shape) > 0.1)
+    over = tmask | jnp.asarray(rng.random(shape) < 0.1)  # some row groups keep 3 or 4
+    assert bool(((np.asarray(over).reshape(shape[0] // 4, 4, -1).sum(1)) > 2).any())
+    for name, mask, directions in (("transposable", tmask, (True, False)), ("over-full", over, (True,))):
+        values, bits = jax.jit(packed24.pack24)(w, mask)
+        wu, mu = jax.jit(packed24.unpack24)(values, bits)
+        for transposed in directions:
+            for layout in ("cutlass", "cusparselt"):
+                if not cc.compress_supports(w, transposed=transposed, layout=layout):
+                    continue
+                kw = dict(transposed=transposed, layout=layout)
+                got = poisoned(functools.partial(cc.packed_compress, **kw))(values, bits)
+                ref = jax.jit(functools.partial(cc.masked_compress, **kw))(wu, mu)
+                what = f"seed={seed} shape={shape} {name} mask transposed={transposed} {layout}"
+                if layout == "cutlass":
+                    assert_same_compressed(got, ref, what)
+                else:
+                    _assert_same_bytes(np.asarray(got), np.asarray(ref), what)
+
+
+def test_packed_compress_errors_at_trace_time():
+    """Bits of the wrong shape or dtype, or a weight the compressed operand cannot take: ValueError naming
+    the constraint, before any kernel runs."""
+    v = jnp.ones((64, 128), jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"bits must be uint8 of shape \(rows / 8, cols\) = \(16, 128\)"):
+        cc.packed_compress(v, jnp.zeros((8, 128), jnp.uint8))
+    with pytest.raises(ValueError, match="bits must be uint8"):
+        cc.packed_compress(v, jnp.zeros((16, 128), jnp.int8))
+    with pytest.raises(ValueError, match="unpacked weight x of shape \\(8, 16\\)"):
+        cc.packed_compress(jnp.ones((4, 16), jnp.bfloat16), jnp.zeros((1, 16), jnp.uint8), transposed=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_mvue24_compress_matches_mvue_kernel(shape, dtype):
     """Same Philox draws and numbering as the element-wise MVUE kernel, bit for bit."""
     skip_uncompiled(dtype)

@@ -843,6 +843,44 @@ def test_weight_gather_mode_is_part_of_the_jit_cache_key():
             pass
 
 
+def test_packed_gather_reaches_the_16_bit_gemms_packed(monkeypatch):
+    """Under FSDP the forward and input-gradient GEMMs get the weight as gathered, a ``Packed24`` and no
+    mask (their sparse kernels compress the encoding: ``cuda_compress_ops.packed_compress``); under
+    ``weight_gather("dense")`` the weight and its mask. Recorded at ``gemm._masked`` (the CPU's dense
+    path); the values and gradients match one device either way."""
+    from jax_sparse24._src import gemm, packed24
+
+    seen = []
+    real = gemm._masked
+    monkeypatch.setattr(gemm, "_masked", lambda w, mask, dtype: (seen.append((type(w).__name__, mask is None)),
+                                                                 real(w, mask, dtype))[1])
+    mesh = shd.make_mesh("fsdp=4", devices=CPUS[:4])
+    x = jax.random.normal(jax.random.key(0), (64, 32))
+    w = jax.random.normal(jax.random.key(1), (32, 48))
+    m = s24.mask24(w, axis=0)
+
+    def loss(x, w, m):
+        return jnp.sum(s24.sparse24_linear(x, w, m, check_mask=False) ** 2)
+
+    ref = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w, m)
+    sh = NamedSharding(mesh, P("fsdp", None))
+    for mode in ("packed", "dense"):
+        seen.clear()
+        f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)), in_shardings=(sh, sh, sh))
+        with shd.weight_gather(mode):
+            got = f(x, w, m)
+        # the per-shard functions of the forward and the input gradient (the unpartitioned trace sees arrays)
+        n_packed = seen.count(("Packed24", True))
+        assert (n_packed == 2 if mode == "packed" else n_packed == 0) and len(seen) >= 2, (mode, seen)
+        assert all(not is_none for name, is_none in seen if name != "Packed24"), seen
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    p = packed24.Packed24(*packed24.pack24(w, m))
+    assert p.shape == w.shape and p.dtype == w.dtype and "Packed24(shape=(32, 48)" in repr(p)
+    np.testing.assert_array_equal(p.unpack()[0], jnp.where(m, w, 0))
+    assert [a.shape for a in jax.tree.leaves(p)] == [(16, 48), (4, 48)]  # a pytree of its arrays
+
+
 def test_packed_gather_falls_back_where_shards_cannot_pack(partitioner):
     """Uneven shards (68 rows over 8 devices) or shards of rows not a multiple of 8 (4 over 8
     devices): the weight and mask are gathered by XLA as without the packed gather, with the same

@@ -8,6 +8,10 @@
 //   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
 //   Sparse24MaskCompressMany   (b) for up to 64 (x, mask) pairs of one dtype in one launch (one
 //                              direction or both): the prepared weights of a whole model per step
+//   Sparse24PackedCompress     (e) a weight in the packed encoding (jax_sparse24/_src/packed24.py:
+//                              kept values + one mask bit per element, groups along rows) unpacked
+//                              and compressed in one pass: an FSDP weight gathered packed goes
+//                              straight to the GEMM's operand, never unpacked in memory
 //
 // Direction ("transposed" attribute): the compressed operand A is
 //   transposed = false: A = x   (M = R, K = C; groups of 4 along x's columns, axis 1),
@@ -62,7 +66,7 @@ using mask_kernels::Mvue24Kept2;
 using mask_kernels::Mvue24Pick;
 using mask_kernels::SoftThreshold24;
 
-enum class Op { kPrune, kMask, kMvue, kSoft };
+enum class Op { kPrune, kMask, kMvue, kSoft, kPacked };
 
 constexpr int kThreads = 256;
 constexpr int kTile = 128;  // rows and columns of x per CTA
@@ -228,9 +232,9 @@ SP24_HD void StoreLtMetaChunk(const uint8_t* s_meta, uint8_t* meta, int u, int64
 }
 
 struct TileParams {
-  const void* x;
-  int64_t rows, cols;  // x is (rows, cols) row-major
-  const uint8_t* mask;  // kMask: (rows, cols) bool
+  const void* x;       // (rows, cols) row-major; kPacked: packed24's values (rows / 2, cols)
+  int64_t rows, cols;  // of the (unpacked) x
+  const uint8_t* mask;  // kMask: (rows, cols) bool; kPacked: packed24's bits (rows / 8, cols)
   const float* beta;    // kSoft: scalar
   const uint32_t* key;  // kMvue: key words
   int nkw;
@@ -268,7 +272,7 @@ template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
 SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWords& key, float beta,
                           TileSmem<DIRECT, TRANS>& sm, Sync&& sync) {
   static_assert(DIRECT || TRANS, "at least one output");
-  static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold choose one group axis");
+  static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold / packed choose one output");
   using E = Elem16<T>;
   uint8_t* s_tval = sm.tval;
   uint8_t* s_tmeta = sm.tmeta;
@@ -288,7 +292,43 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
   // ---- load the 8 x 8 patch (and its mask) ----
   uint32_t w[8][4];
   uint32_t mk[8][2];
-  {
+  if constexpr (OP == Op::kPacked) {
+    // The patch's two row groups (4 h .. 4 h + 3, h = 0, 1) packed: values rows rb / 2 + 2 h (each
+    // group's first kept element) and rb / 2 + 2 h + 1 (its second), one 16-byte load each; the mask
+    // bits of rows rb .. rb + 7 are byte rb / 8 of each column (bit i: row rb + i), 8 bytes. The
+    // patch is rebuilt as unpack24 rebuilds it: the first kept row of a group gets the first value,
+    // the second kept row the second, every other row (a third or fourth kept one included) zero.
+    uint32_t v[4][4];
+    const T* v_row = static_cast<const T*>(p.x) + (rb / 2) * C + cb;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint4 u = make_uint4(0u, 0u, 0u, 0u);
+      if (in) u = Load16(v_row);
+      v_row += C;
+      v[i][0] = u.x;
+      v[i][1] = u.y;
+      v[i][2] = u.z;
+      v[i][3] = u.w;
+    }
+    uint2 bits = make_uint2(0u, 0u);
+    if (in) bits = Load8(p.mask + (rb / 8) * C + cb);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? bits.x : bits.y) >> (8 * (j & 3))) & 0xFFu;
+      const uint32_t sh = 16 * (j & 1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t first = (v[2 * h][j >> 1] >> sh) & 0xFFFFu, second = (v[2 * h + 1][j >> 1] >> sh) & 0xFFFFu;
+        uint32_t rank = 0;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t kept = (byte >> (4 * h + q)) & 1u;
+          rank += kept;
+          Set(w, 4 * h + q, j, kept ? (rank == 1 ? first : rank == 2 ? second : 0u) : 0u);
+        }
+      }
+    }
+  } else {
     const T* x_row = static_cast<const T*>(p.x) + rb * C + cb;  // row rb + i below
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -342,6 +382,8 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
         if (!keep) Set(w, i, j, 0u);
       }
     }
+  } else if constexpr (OP == Op::kPacked) {
+    (void)mk;  // unpacked at the load: w is the dense weight already
   } else {
     // 16 groups: TRANS: column j, rows 4h..4h+3; DIRECT: row i, columns 4h..4h+3.
     uint32_t rb32[8][2];  // MVUE: the random word of the group (line, h)
@@ -681,7 +723,7 @@ ffi::Error LaunchTyped(cudaStream_t stream, int sm_count, ffi::DataType dt, cons
 }
 
 struct Extra {
-  const ffi::AnyBuffer* mask = nullptr;
+  const ffi::AnyBuffer* mask = nullptr;  // kMask: the mask; kPacked: the mask bits
   const ffi::AnyBuffer* beta = nullptr;
   const ffi::AnyBuffer* key = nullptr;
 };
@@ -689,7 +731,8 @@ struct Extra {
 // Validates x / the extra inputs / the outputs and fills *out (tile grid included). Outputs: direct
 // pair and/or transposed pair (CUTLASS layout), or with `lt` one buffer per direction in `*_values`
 // (cuSPARSELt layout, `*_meta` unused). Errors start with `op` (the op's name, and for the
-// many-tensor handler the tensor's index).
+// many-tensor handler the tensor's index). kPacked: x is the packed values (R / 2, C) of the weight
+// (R, C) the outputs compress, ex.mask its bits (R / 8, C).
 template <Op OP>
 ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra& ex, ffi::AnyBuffer* d_values,
                     ffi::AnyBuffer* d_meta, ffi::AnyBuffer* t_values, ffi::AnyBuffer* t_meta, bool lt,
@@ -699,12 +742,20 @@ ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra&
     return InvalidArgument(op + ": x must be bfloat16 or float16, got " + DataTypeName(dt));
   }
   const auto dims = x.dimensions();
-  if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D (rows, cols), got shape " + DimsString(dims));
-  const int64_t R = dims[0], C = dims[1];
+  constexpr bool kPackedIn = OP == Op::kPacked;
+  const char* x_name = kPackedIn ? "values" : "x";
+  if (dims.size() != 2) {
+    return InvalidArgument(op + ": " + x_name + " must be 2-D, got shape " + DimsString(dims));
+  }
+  const int64_t R = kPackedIn ? 2 * dims[0] : dims[0], C = dims[1];
   if (R % 8 != 0 || C % 8 != 0) {
+    if (kPackedIn) {
+      return InvalidArgument(op + ": the weight (2 * values rows, cols) must have rows and cols that are multiples "
+                             "of 8, got values of shape " + DimsString(dims));
+    }
     return InvalidArgument(op + ": x's rows and cols must be multiples of 8, got shape " + DimsString(dims));
   }
-  if (!Aligned(x.untyped_data(), 16)) return InvalidArgument(op + ": x must be 16-byte aligned");
+  if (!Aligned(x.untyped_data(), 16)) return InvalidArgument(op + ": " + x_name + " must be 16-byte aligned");
   // Direct A = x is (m = R, k = C); transposed A = x^T is (m = C, k = R). CutlassCompressedShapes
   // checks the GEMM's constraints (k % 16, m % 8, sizes below 2^31).
   if (lt) {
@@ -730,6 +781,18 @@ ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra&
       return InvalidArgument(op + ": mask must have x's shape " + Shape2(R, C) + ", got " + DimsString(m.dimensions()));
     }
     if (!Aligned(m.untyped_data(), 8)) return InvalidArgument(op + ": mask must be 8-byte aligned");
+    p.mask = static_cast<const uint8_t*>(m.untyped_data());
+  }
+  if constexpr (OP == Op::kPacked) {
+    const ffi::AnyBuffer& m = *ex.mask;
+    if (m.element_type() != ffi::DataType::U8) {
+      return InvalidArgument(op + ": bits must be uint8, got " + DataTypeName(m.element_type()));
+    }
+    if (!Is2D(m.dimensions(), R / 8, C)) {
+      return InvalidArgument(op + ": bits must have shape " + Shape2(R / 8, C) + " for values of shape " +
+                             DimsString(dims) + ", got " + DimsString(m.dimensions()));
+    }
+    if (!Aligned(m.untyped_data(), 8)) return InvalidArgument(op + ": bits must be 8-byte aligned");
     p.mask = static_cast<const uint8_t*>(m.untyped_data());
   }
   if constexpr (OP == Op::kSoft) {
@@ -822,6 +885,14 @@ ffi::Error MaskCompressBothImpl(cudaStream_t stream, int32_t device, ffi::AnyBuf
                         &(*t_meta));
 }
 
+ffi::Error PackedCompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer values, ffi::AnyBuffer bits,
+                              ffi::Result<ffi::AnyBuffer> out_values, ffi::Result<ffi::AnyBuffer> out_meta,
+                              int64_t transposed) {
+  Extra ex;
+  ex.mask = &bits;
+  return RunOne<Op::kPacked>("packed_compress", stream, device, values, ex, *out_values, *out_meta, transposed);
+}
+
 ffi::Error Mvue24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer key, ffi::AnyBuffer x,
                               ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
   Extra ex;
@@ -854,6 +925,13 @@ ffi::Error MaskCompressBothLtImpl(cudaStream_t stream, int32_t device, ffi::AnyB
   Extra ex;
   ex.mask = &mask;
   return Run<Op::kMask>("masked_compress_both", stream, device, x, ex, &(*d_out), nullptr, &(*t_out), nullptr, true);
+}
+
+ffi::Error PackedCompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer values, ffi::AnyBuffer bits,
+                                ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
+  Extra ex;
+  ex.mask = &bits;
+  return RunOneLt<Op::kPacked>("packed_compress", stream, device, values, ex, *out, transposed);
 }
 
 ffi::Error Mvue24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer key, ffi::AnyBuffer x,
@@ -1020,6 +1098,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompressBoth, jax_sparse24::compress::
                                   .Ret<::xla::ffi::AnyBuffer>(),  // direct meta
                               {::xla::ffi::Traits::kCmdBufferCompatible});
 
+// values (R / 2, C), bits (R / 8, C) uint8 (packed24's encoding of a weight (R, C), groups along R) ->
+// values, meta of A = W or W^T, W the unpacked weight.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24PackedCompress, jax_sparse24::compress::PackedCompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<::xla::ffi::DeviceOrdinal>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // values
+                                  .Arg<::xla::ffi::AnyBuffer>()  // bits
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<int64_t>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
 // key (n,) uint32, x (R, C) -> values, meta of MVUE(x) (groups along the compressed K axis).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mvue24Compress, jax_sparse24::compress::Mvue24CompressImpl,
                               ::xla::ffi::Ffi::Bind()
@@ -1044,7 +1135,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::com
                                   .Attr<int64_t>("transposed"),
                               {::xla::ffi::Traits::kCmdBufferCompatible});
 
-// The same five compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
+// The same six compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
 // one uint8 buffer (m * k * 9 / 8 bytes) per direction instead of the values, meta pair.
 #define SP24_LT_HANDLER(NAME, IMPL, ...)                                                   \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, jax_sparse24::compress::IMPL,                        \
@@ -1061,6 +1152,9 @@ SP24_LT_HANDLER(Sparse24MaskCompressLt, MaskCompressLtImpl,
 SP24_LT_HANDLER(Sparse24MaskCompressBothLt, MaskCompressBothLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Ret<::xla::ffi::AnyBuffer>())
+SP24_LT_HANDLER(Sparse24PackedCompressLt, PackedCompressLtImpl,
+                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
+                .Attr<int64_t>("transposed"))
 SP24_LT_HANDLER(Sparse24Mvue24CompressLt, Mvue24CompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))

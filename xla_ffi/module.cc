@@ -40,6 +40,8 @@ XLA_FFI_Error* Sparse24CusparseltSpmmFp8(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Prune24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressBoth(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24PackedCompress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24PackedCompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Mvue24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24SoftThreshold24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Prune24CompressLt(XLA_FFI_CallFrame* call_frame);
@@ -84,6 +86,8 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);
     d["jax_sparse24_masked_compress"] = Capsule(Sparse24MaskCompress);
     d["jax_sparse24_masked_compress_both"] = Capsule(Sparse24MaskCompressBoth);
+    d["jax_sparse24_packed_compress"] = Capsule(Sparse24PackedCompress);
+    d["jax_sparse24_packed_compress_lt"] = Capsule(Sparse24PackedCompressLt);
     d["jax_sparse24_mvue24_compress"] = Capsule(Sparse24Mvue24Compress);
     d["jax_sparse24_soft_threshold24_compress"] = Capsule(Sparse24SoftThreshold24Compress);
     d["jax_sparse24_prune24_compress_lt"] = Capsule(Sparse24Prune24CompressLt);

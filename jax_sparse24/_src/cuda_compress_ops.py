@@ -22,7 +22,9 @@ axis=0).T)`` (same Philox draws as the element-wise MVUE kernel).
 * :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array;
 * :func:`masked_compress_many`      :func:`masked_compress` / :func:`masked_compress_both` of many
   ``(x, mask)`` pairs of one dtype in one launch per :data:`MAX_TENSORS_PER_LAUNCH` pairs (the
-  prepared weights of a whole model per optimizer step: one small launch per layer is latency-bound).
+  prepared weights of a whole model per optimizer step: one small launch per layer is latency-bound);
+* :func:`packed_compress`           a weight in :mod:`~jax_sparse24._src.packed24`'s encoding (kept values +
+  mask bits), unpacked and compressed in one pass (an FSDP weight gathered packed).
 
 ``layout="cusparselt"`` writes cuSPARSELt's compressed operand instead (for
 :func:`~jax_sparse24._src.cuda_cusparselt_ops.cusparselt_spmm` with ``a_layout=A_MK``): one uint8
@@ -55,6 +57,7 @@ __all__ = [
     "masked_compress",
     "masked_compress_both",
     "masked_compress_many",
+    "packed_compress",
     "mvue24_compress",
     "prune24_compress",
     "soft_threshold24_compress",
@@ -66,6 +69,7 @@ _T_MASK_BOTH = "jax_sparse24_masked_compress_both"
 _T_MVUE = "jax_sparse24_mvue24_compress"
 _T_SOFT = "jax_sparse24_soft_threshold24_compress"
 _T_MASK_MANY = "jax_sparse24_masked_compress_many"
+_T_PACKED = "jax_sparse24_packed_compress"
 #: Output layouts: CUTLASS's (values, meta) pair, or cuSPARSELt's single buffer (handler name + "_lt").
 LAYOUTS = ("cutlass", "cusparselt")
 #: Outputs of :func:`masked_compress_many`: both operands (:func:`masked_compress_both`), or
@@ -203,6 +207,33 @@ def masked_compress_both(x, mask, *, layout: str = "cutlass"):
         return outs[0], outs[1]
     vt, mt, vd, md = outs
     return (vt, mt), (vd, md)
+
+
+def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cutlass"):
+    """Compress the weight ``W`` that :func:`~jax_sparse24._src.packed24.pack24` encoded as ``(values,
+    bits)`` in one pass over them, never unpacking ``W`` in memory: the GEMM operand of an FSDP weight
+    gathered packed.
+
+    ``values (R/2, C)`` 16-bit and ``bits (R/8, C)`` ``uint8`` encode ``W (R, C)`` (groups of 4 along
+    its rows). Bit for bit ``masked_compress(*unpack24(values, bits), transposed=transposed,
+    layout=layout)``: ``transposed=True`` gives ``A = Wᵀ`` (the forward GEMM's operand, groups along
+    ``R``); ``False`` gives ``A = W``, whose groups run along ``C`` (the input gradient's: ``W`` needs
+    a transposable mask). Returns what :func:`prune24_compress` returns for ``layout``.
+    """
+    op = "packed_compress"
+    values, bits = jnp.asarray(values), jnp.asarray(bits)
+    if values.ndim != 2 or bits.ndim != 2:
+        raise ValueError(f"{op}: values and bits must be 2-D, got shapes {values.shape} and {bits.shape}")
+    r2, c = values.shape
+    if bits.dtype != jnp.uint8 or bits.shape != (2 * r2 // 8, c) or (2 * r2) % 8:
+        raise ValueError(f"{op}: bits must be uint8 of shape (rows / 8, cols) = ({2 * r2 // 8}, {c}) for values "
+                         f"{values.shape} (the weight has 2 * {r2} rows, a multiple of 8), got {bits.dtype} {bits.shape}")
+    w_shape = jax.ShapeDtypeStruct((2 * r2, c), values.dtype)
+    reason = _reason(w_shape, transposed, _check_layout(layout, op))
+    if reason is not None:
+        raise ValueError(f"{op}: for the unpacked weight x of shape {w_shape.shape}: {reason}")
+    return _result(_ffi.ffi_call(_target(_T_PACKED, layout), _out_types(w_shape, transposed, layout), values, bits,
+                                 transposed=np.int64(bool(transposed))), layout)
 
 
 def mvue24_compress(key, x, *, transposed: bool = True, layout: str = "cutlass"):

@@ -22,7 +22,10 @@ Sparse formulation: the 2:4 operand is CUTLASS's A (K-major);
 ``y (T, O) = x (T, I) · W̃``  is  D(O×T) = W̃ᵀ(O×I) · xᵀ  with x and y used in place, and
 ``∇x (T, I) = ∇y · W̃ᵀ`` is D(I×T) = W̃(I×O) · ∇yᵀ (needs W̃ 2:4 along O: a transposable mask).
 The weight operands are compressed by one fused pass over W and the mask
-(:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress`).
+(:func:`~jax_sparse24._src.cuda_compress_ops.masked_compress`). Under FSDP the forward and input-gradient
+GEMMs receive the weight all-gathered packed (:class:`~jax_sparse24._src.packed24.Packed24`, ``w`` in
+place of W and ``None`` for the mask): the sparse GEMMs compress the encoding directly
+(:func:`~jax_sparse24._src.cuda_compress_ops.packed_compress`), the dense ones unpack it.
 
 ``weight_grad_mvue`` (``∇W = xᵀ·MVUE(∇y)``, MVUE groups along tokens) is sparse too:
 D(O×I) = MVUE(∇y)ᵀ(O×T) · x(T×I) with the MVUE sample drawn and compressed in one pass over ∇y
@@ -36,7 +39,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, backends, cuda_mask_ops, ffi, ops, reference, sharding
+from jax_sparse24._src import autotune, backends, cuda_mask_ops, ffi, ops, packed24, reference, sharding
 from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
@@ -47,33 +50,46 @@ def _dot(a, b, precision):
     return jnp.dot(a, b, precision=precision)
 
 
+def _masked(w, mask, dtype):
+    """W̃ in ``dtype``: ``w ⊙ mask``, or a packed weight (:class:`~jax_sparse24._src.packed24.Packed24`,
+    ``mask`` None) unpacked."""
+    if isinstance(w, packed24.Packed24):
+        return w.unpack()[0].astype(dtype)
+    return masked_weight(w, mask).astype(dtype)
+
+
 def _weight_gemm(chosen: Backend, b2, w, mask, dense, *, m: int, n: int, k: int, transposed: bool, dtype):
     """``D (n, m) = b2 (n, k) · Aᵀ`` with the 2:4 operand A made from W ⊙ M in one fused pass:
     ``transposed=True``: A = W̃ᵀ (O, I) (the forward GEMM), False: A = W̃ (I, O) (the input gradient),
-    on the ``chosen`` sparse backend; ``dense(b2, W̃)`` off CUDA."""
+    on the ``chosen`` sparse backend; ``dense(b2, W̃)`` off CUDA. A packed ``w`` (``mask`` None) is
+    compressed from its encoding."""
+    packed = isinstance(w, packed24.Packed24)
     sparse = chosen.weight_gemm(m=m, n=n, k=k, transposed=transposed, dtype=dtype,
-                                config_of=lambda *a: autotune.kernel_config(chosen, *a))
+                                config_of=lambda *a: autotune.kernel_config(chosen, *a), packed=packed)
+    if packed:
+        dense3 = lambda b2, values, bits: dense(b2, packed24.unpack24(values, bits)[0])  # noqa: E731
+        return ffi.per_platform(dense3, sparse, b2, w.values.astype(dtype), w.bits, barrier=True)
     dense3 = lambda b2, wc, mk: dense(b2, masked_weight(wc, mk))  # noqa: E731
     return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), bool_mask(mask), barrier=True)
 
 
-@sharding.partitioned_gemm("forward")
+@sharding.partitioned_gemm("forward", packed_weight=True)
 def forward(x2, w, mask, *, backend: str, precision=None):
-    dtype = jnp.result_type(x2, w)
+    dtype = jnp.result_type(x2, w.dtype)
     x2 = x2.astype(dtype)
     t, i = x2.shape
     o = w.shape[1]
     dense = lambda x2, wm: DENSE.forward(x2, wm, precision)  # noqa: E731
     chosen = autotune.resolve(backend, "forward", o, t, i, dtype)
     if not chosen.sparse:
-        return dense(x2, masked_weight(w, mask).astype(dtype))
+        return dense(x2, _masked(w, mask, dtype))
     # y (T, O) = x · W̃: D (T, O) with A = W̃ᵀ (O, I), 2:4 along I
     return _weight_gemm(chosen, x2, w, mask, dense, m=o, n=t, k=i, transposed=True, dtype=dtype)
 
 
-@sharding.partitioned_gemm("input_grad")
+@sharding.partitioned_gemm("input_grad", packed_weight=True)
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
-    dtype = jnp.result_type(g2, w)
+    dtype = jnp.result_type(g2, w.dtype)
     g2 = g2.astype(dtype)
     t, o = g2.shape
     i = w.shape[0]
@@ -81,7 +97,7 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
     # ∇x needs W̃ 2:4 along `out`; without a transposable mask it stays dense.
     chosen = autotune.resolve(backend, "input_grad", i, t, o, dtype) if transposable else DENSE
     if not chosen.sparse:
-        return dense(g2, masked_weight(w, mask).astype(dtype))
+        return dense(g2, _masked(w, mask, dtype))
     # ∇x (T, I) = ∇y · W̃ᵀ: D (T, I) with A = W̃ (I, O), 2:4 along O
     return _weight_gemm(chosen, g2, w, mask, dense, m=i, n=t, k=o, transposed=False, dtype=dtype)
 

@@ -13,7 +13,10 @@ That is 0.5625 of the bfloat16 weight's bytes, against 1.5 for the weight plus a
 each into one pass) and work on any block of rows that is a multiple of 8: a device packs its own
 shard, and the shards' packed arrays concatenate along ``I`` or ``O`` into the packed whole weight —
 which is how the sharding rules gather an FSDP-sharded 2:4 weight
-(:func:`jax_sparse24._src.sharding.weight_gather`).
+(:func:`jax_sparse24._src.sharding.weight_gather`). The gathered weight reaches the GEMMs still packed
+(:class:`Packed24`): the CUDA compressor reads the encoding directly
+(:func:`~jax_sparse24._src.cuda_compress_ops.packed_compress`), so the weight is never unpacked in memory
+on the way to a sparse GEMM.
 
 A group with more than two kept elements (not a 2:4 mask) keeps its first two, as the fused
 compressors do.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS"]
+__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS", "Packed24"]
 
 #: ``I`` (per shard) must be a multiple of this: 4-groups, and 8 mask bits per byte.
 PACK_ROWS = 8
@@ -86,3 +89,40 @@ def unpack24(values, bits):
     zero = jnp.zeros((), values.dtype)
     w = jnp.where(r == 1, first, jnp.where(r == 2, second, zero)).reshape(*lead, i, o)  # selects: exact
     return w, mask
+
+
+@jax.tree_util.register_pytree_node_class
+class Packed24:
+    """A 2:4 weight ``w ⊙ mask`` held as :func:`pack24`'s ``(values, bits)``, with the unpacked weight's
+    ``shape`` and ``dtype``: what an FSDP-gathered weight is when it reaches a GEMM that takes it packed
+    (``Rule.packed_weight`` in :mod:`jax_sparse24._src.sharding`). A pytree of its two arrays."""
+
+    def __init__(self, values, bits):
+        self.values, self.bits = values, bits
+
+    def tree_flatten(self):
+        return (self.values, self.bits), None
+
+    @classmethod
+    def tree_unflatten(cls, _, children):
+        return cls(*children)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        *lead, i2, o = self.values.shape
+        return (*lead, 2 * i2, o)
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    def astype(self, dtype) -> "Packed24":
+        """The same weight with its values cast (a zero stays a zero: the encoding is unchanged)."""
+        return Packed24(self.values.astype(dtype), self.bits)
+
+    def unpack(self):
+        """``(w ⊙ mask, mask)``: :func:`unpack24`."""
+        return unpack24(self.values, self.bits)
+
+    def __repr__(self) -> str:
+        return f"Packed24(shape={self.shape}, dtype={self.dtype})"

@@ -156,6 +156,10 @@ class Rule:
         to the tokens), the per-shard function gathers it itself, packed
         (:mod:`jax_sparse24._src.packed24`: 0.5625 of the bfloat16 weight's bytes instead of 1.5 for
         weight and mask), unless :func:`weight_gather` says ``"dense"`` when the op is traced.
+      packed_weight: the op's function takes a weight gathered packed as it arrived: a
+        :class:`~jax_sparse24._src.packed24.Packed24` in the weight's position and ``None`` in the
+        mask's (its sparse GEMMs compress the encoding directly). Otherwise the per-shard function
+        unpacks it into ``(w ⊙ mask, mask)`` first.
     """
 
     name: str
@@ -169,6 +173,7 @@ class Rule:
     tangent: Callable | None = dataclasses.field(default=None, compare=False)
     tokens_first: tuple[str, ...] = ()
     gathered_weight: tuple[int, int] | None = None
+    packed_weight: bool = False
 
     def multiple(self, factor: str) -> int:
         return dict(self.multiple_of).get(factor, 1)
@@ -235,7 +240,7 @@ def mvue_rule(key, ndim: int, axis: int) -> Rule:
 
 
 def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
-              align: int = GROUP, prepared: str | None = None) -> Rule:
+              align: int = GROUP, prepared: str | None = None, packed_weight: bool = False) -> Rule:
     """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
 
     * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
@@ -257,6 +262,9 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     arrays), ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
     metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay replicated: a
     tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
+
+    ``packed_weight``: ``forward`` / ``input_grad`` whose function takes a weight gathered packed as a
+    :class:`~jax_sparse24._src.packed24.Packed24` (``Rule.packed_weight``).
     """
     if prepared is not None:
         if kind not in ("forward", "input_grad"):
@@ -270,15 +278,17 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
                                    operands=base.operands + extra, contract=(),
                                    replicated=("i", "o") + tuple(d for dims in extra for d in dims),
                                    gathered_weight=None)
+    if packed_weight and kind not in ("forward", "input_grad"):
+        raise ValueError(f"gemm_rule: packed_weight applies to 'forward' and 'input_grad', got {kind!r}")
     if kind == "forward":
         return Rule("sparse24 forward GEMM", (("t", "i"), ("i", "o"), ("i", "o")), (("t", "o"),),
                     contract=("i",), multiple_of=(("i", align),), priority=(1, 2, 0), tokens_first=("t",),
-                    gathered_weight=(1, 2))
+                    gathered_weight=(1, 2), packed_weight=packed_weight)
     if kind == "input_grad":
         mult = (("i", align), ("o", align)) if transposable else (("i", align),)
         return Rule("sparse24 input-gradient GEMM", (("t", "o"), ("i", "o"), ("i", "o")), (("t", "i"),),
                     contract=("o",), multiple_of=mult, priority=(1, 2, 0), tokens_first=("t",),
-                    gathered_weight=(1, 2))
+                    gathered_weight=(1, 2), packed_weight=packed_weight)
     if kind == "weight_grad":
         return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
@@ -406,13 +416,16 @@ def _packed_gathers(rule: Rule, mesh, shapes, arg_specs, assign) -> dict[int, tu
     return gathers
 
 
-def _gather_packed(w, mask, gathers: Mapping[int, tuple[str, ...]]):
+def _gather_packed(w, mask, gathers: Mapping[int, tuple[str, ...]], *, keep_packed: bool = False):
     """The per-shard side of :func:`_packed_gathers`: pack this device's block of ``w ⊙ mask``,
-    all-gather the packed arrays over each dimension's axes, unpack."""
+    all-gather the packed arrays over each dimension's axes; unpack into ``(w ⊙ mask, mask)``, or
+    with ``keep_packed`` return ``(Packed24, None)`` (``Rule.packed_weight``)."""
     values, bits = packed24.pack24(w, mask)
     for d, axes in sorted(gathers.items()):
         values = lax.all_gather(values, axes, axis=d, tiled=True)
         bits = lax.all_gather(bits, axes, axis=d, tiled=True)
+    if keep_packed:
+        return packed24.Packed24(values, bits), None
     return packed24.unpack24(values, bits)
 
 
@@ -682,7 +695,8 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             flat = rewrap(flat)
             if gathers:
                 wpos, mpos = rule_x.gathered_weight
-                flat[wpos], flat[mpos] = _gather_packed(flat[wpos], flat[mpos], gathers)
+                flat[wpos], flat[mpos] = _gather_packed(flat[wpos], flat[mpos], gathers,
+                                                        keep_packed=rule_x.packed_weight)
             if fold_axes:
                 kpos = rule_x.fold_key[0]
                 flat[kpos] = _fold(flat[kpos], _block_index(fold_axes, mesh_sizes))

@@ -108,12 +108,41 @@ std::vector<uint8_t> RandomMask(std::mt19937& rng, int64_t R, int64_t C, bool bo
   return m;
 }
 
+// packed24.pack24's encoding of (x * mask) (R, C), groups of 4 along rows: values (R / 2, C) -- per
+// group its first then its second kept element, 0 where it keeps fewer -- and bits (R / 8, C), bit
+// j of byte r = mask row 8 r + j.
+void HostPack(const std::vector<uint16_t>& x, const std::vector<uint8_t>& mask, int64_t R, int64_t C,
+              std::vector<uint16_t>& values, std::vector<uint8_t>& bits) {
+  values.assign(R / 2 * C, 0);
+  bits.assign(R / 8 * C, 0);
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t g = 0; g < R / 4; ++g) {
+      int n = 0;
+      for (int q = 0; q < 4; ++q) {
+        const int64_t r = 4 * g + q;
+        if (!mask[r * C + c]) continue;
+        bits[(r / 8) * C + c] |= static_cast<uint8_t>(1u << (r % 8));
+        if (n < 2) values[(2 * g + n) * C + c] = x[r * C + c];
+        ++n;
+      }
+    }
+}
+
 template <typename T, Op OP>
 std::vector<uint16_t> RefOp(const std::vector<uint16_t>& x, const std::vector<uint8_t>& mask, int64_t R, int64_t C,
                             bool trans, float beta, const uint32_t* key, int nkw) {
   std::vector<uint16_t> y(x.size(), 0);
   if (OP == Op::kMask) {
     for (size_t i = 0; i < x.size(); ++i) y[i] = mask[i] ? x[i] : 0;
+    return y;
+  }
+  if (OP == Op::kPacked) {  // unpack24(pack24(x, mask)): the first two kept elements of each row group
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t g = 0; g < R / 4; ++g)
+        for (int q = 0, n = 0; q < 4; ++q) {
+          const int64_t i = (4 * g + q) * C + c;
+          if (mask[i] && n++ < 2) y[i] = x[i];
+        }
     return y;
   }
   mk::KeyWords kw = mk::MakeKey(key[0], nkw > 1 ? key[1] : 0, nkw > 2 ? key[2] : 0, nkw > 3 ? key[3] : 0);
@@ -157,7 +186,14 @@ template <typename T, Op OP>
 void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t grid, uint32_t seed, bool lt = false) {
   std::mt19937 rng(seed);
   auto x = RandomX<T>(rng, R, C);
-  auto mask = RandomMask(rng, R, C, dir && trans, trans);
+  // kPacked: groups along rows (the packing's); a mask 2:4 along both axes where the direct operand
+  // (groups along columns) is written, else some row groups keep 3 or 4 (the packing keeps two)
+  constexpr bool kPk = OP == Op::kPacked;
+  auto mask = RandomMask(rng, R, C, (dir && trans) || (kPk && dir), trans || kPk);
+  if (kPk && !dir) {
+    std::uniform_real_distribution<float> ud;
+    for (auto& m : mask) if (ud(rng) < 0.08f) m = 1;
+  }
   float beta = 1.37f;
   uint32_t key[2] = {seed * 2654435761u, 0xdeadbeefu};
   auto y = RefOp<T, OP>(x, mask, R, C, trans && !dir, beta, key, 2);
@@ -169,6 +205,13 @@ void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t 
   p.beta = &beta;
   p.key = key;
   p.nkw = 2;
+  std::vector<uint16_t> pv;
+  std::vector<uint8_t> pb;
+  if constexpr (kPk) {
+    HostPack(x, mask, R, C, pv, pb);
+    p.x = pv.data();
+    p.mask = pb.data();
+  }
   std::vector<uint16_t> dv, tv;
   std::vector<uint8_t> dm, tm;
   std::vector<uint8_t> dbuf, tbuf;  // lt: values + metadata in one buffer
@@ -233,6 +276,8 @@ void All() {
       Case<T, Op::kMask>("mask", s.R, s.C, true, false, grid, 3 + grid);
       Case<T, Op::kMask>("mask", s.R, s.C, false, true, grid, 4 + grid);
       Case<T, Op::kMask>("mask2", s.R, s.C, true, true, grid, 5 + grid);
+      Case<T, Op::kPacked>("packed", s.R, s.C, true, false, grid, 31 + grid);
+      Case<T, Op::kPacked>("packed", s.R, s.C, false, true, grid, 32 + grid);
       Case<T, Op::kMvue>("mvue", s.R, s.C, false, true, grid, 6 + grid);
       Case<T, Op::kMvue>("mvue", s.R, s.C, true, false, grid, 7 + grid);
       Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 8 + grid);
@@ -246,6 +291,8 @@ void All() {
       Case<T, Op::kPrune>("prune", s.R, s.C, false, true, grid, 22 + grid, true);
       Case<T, Op::kMask>("mask", s.R, s.C, true, false, grid, 23 + grid, true);
       Case<T, Op::kMask>("mask2", s.R, s.C, true, true, grid, 25 + grid, true);
+      Case<T, Op::kPacked>("packed", s.R, s.C, false, true, grid, 34 + grid, true);
+      Case<T, Op::kPacked>("packed", s.R, s.C, true, false, grid, 36 + grid, true);
       Case<T, Op::kMvue>("mvue", s.R, s.C, false, true, grid, 26 + grid, true);
       Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 28 + grid, true);
     }

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
-from jax_sparse24._src import cuda_mask_ops, ffi
+from jax_sparse24._src import cuda_mask_ops, ffi, packed24
 from jax_sparse24._src.backends.base import OK, Backend, Verdict, masked_weight, pad_rows, register
 
 __all__ = ["CUSPARSELT", "CuSparseLt"]
@@ -93,18 +93,22 @@ class CuSparseLt(Backend):
         return lt.cusparselt_compress(a, m=m, n=tokens, k=k, a_layout=layout, b_layout=lt.B_NK)
 
     # --- GEMMs (CUDA lowerings) -------------------------------------------------------------------
-    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype, config_of=None):
-        """``fn(b2, wc, mk)``: D (n, m) = b2 · Aᵀ with A = W̃ᵀ (``transposed``, the forward) or W̃."""
+    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype, config_of=None, packed: bool = False):
+        """``fn(b2, wc, mk)``: D (n, m) = b2 · Aᵀ with A = W̃ᵀ (``transposed``, the forward) or W̃.
+        ``packed``: ``fn(b2, values, bits)``, W̃ in :mod:`~jax_sparse24._src.packed24`'s encoding."""
         if lt.fused_compress_ok(m, n, k, dtype):
+            compress = cc.packed_compress if packed else cc.masked_compress
+
             def sparse(b2, wc, mk):  # our compressor writes cuSPARSELt's operand, A stored (M, K)
-                ca = cc.masked_compress(wc, mk, transposed=transposed, layout="cusparselt")
+                ca = compress(wc, mk, transposed=transposed, layout="cusparselt")
                 return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
             return sparse
         # the library's compressor on W̃ as stored (I, O): (K, M) for the forward, (M, K) for ∇x
         a_layout = lt.A_KM if transposed else lt.A_MK
+        dense_weight = (lambda v, bits: packed24.unpack24(v, bits)[0]) if packed else masked_weight
 
         def sparse(b2, wc, mk):
-            ca = lt.cusparselt_compress(masked_weight(wc, mk), m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
+            ca = lt.cusparselt_compress(dense_weight(wc, mk), m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
             return lt.cusparselt_spmm(ca, b2, m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
 
         return sparse

@@ -82,13 +82,15 @@ class Cutlass(Backend):
         """D (n, m) = b (n, k) · Aᵀ with A given compressed."""
         return cs.cutlass_spmm(values, meta, b, m=m, k=k, config=config)
 
-    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype, config_of):
+    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype, config_of, packed: bool = False):
         """``fn(b2, wc, mk)``: D (n, m) = b2 · Aᵀ with A = W̃ᵀ (``transposed``, the forward) or W̃ (the
         input gradient) compressed from W and the mask in one pass; ``config_of(m, n, k, dtype)``
-        names the kernel configuration."""
+        names the kernel configuration. ``packed``: ``fn(b2, values, bits)``, W̃ in
+        :mod:`~jax_sparse24._src.packed24`'s encoding (compressed from it in one pass)."""
+        compress = cc.packed_compress if packed else cc.masked_compress
 
         def sparse(b2, wc, mk):
-            values, meta = cc.masked_compress(wc, mk, transposed=transposed)  # one pass over W and M
+            values, meta = compress(wc, mk, transposed=transposed)  # one pass over W and M (or their encoding)
             return cs.cutlass_spmm(values, meta, b2, m=m, k=k, config=config_of(m, n, k, dtype))
 
         return sparse
