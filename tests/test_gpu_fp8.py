@@ -93,6 +93,34 @@ def test_fp8_masked_compress_bit_exact(shape, dtype):
                                              f"s={float(s)} transposed={transposed}")
 
 
+@pytest.mark.parametrize("dtype", IN_DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_fp8_packed_compress_is_masked_compress_of_the_unpacked_weight(shape, dtype):
+    """``fp8_packed_compress`` of ``pack24(x, mask)`` (an FSDP weight gathered packed) equals
+    ``fp8_masked_compress`` of ``unpack24`` of it bit for bit, into poisoned outputs: both directions with a
+    transposable mask; the forward's (groups along rows) also with a mask that keeps 3 or 4 of some row
+    groups (the packing keeps their first two)."""
+    from jax_sparse24._src import packed24
+
+    if shape[0] % 8:
+        pytest.skip("the packing needs rows % 8 == 0")
+    rng, seed = _rng()
+    x = _x(rng, shape, dtype)
+    tmask = cm.transposable_mask24_cuda(x.astype(jnp.bfloat16)) & jnp.asarray(rng.random(shape) > 0.1)
+    over = tmask | jnp.asarray(rng.random(shape) < 0.1)
+    s = jnp.float32(rng.uniform(1e-3, 0.3))
+    for name, mask, directions in (("transposable", tmask, (True, False)), ("over-full", over, (True,))):
+        values, bits = jax.jit(packed24.pack24)(x, mask)
+        xu, mu = jax.jit(packed24.unpack24)(values, bits)
+        for transposed in directions:
+            if not cf.fp8_compress_supports(shape, dtype, transposed=transposed):
+                continue
+            ref = jax.jit(functools.partial(cf.fp8_masked_compress, transposed=transposed))(xu, mu, s)
+            got = poisoned(functools.partial(cf.fp8_packed_compress, transposed=transposed))(values, bits, s)
+            assert_same_fp8_compressed(got, ref, f"seed={seed} shape={shape} {jnp.dtype(dtype).name} {name} "
+                                             f"transposed={transposed}")
+
+
 def test_fp8_masked_compress_saturates_and_keeps_nan():
     """Values beyond ±448·s saturate, a NaN stays NaN (as ``fp8.quantize``), bit for bit."""
     rng, seed = _rng()
@@ -357,6 +385,10 @@ def test_fp8_kernel_errors_name_the_constraint():
     x = jnp.ones((64, 48), jnp.bfloat16)
     with pytest.raises(ValueError, match="K % 32 == 0"):
         cf.fp8_masked_compress(x, x != 0, jnp.float32(1.0))
+    with pytest.raises(ValueError, match=r"unpacked weight x of shape \(64, 48\).*K % 32 == 0"):
+        cf.fp8_packed_compress(jnp.ones((32, 48), jnp.bfloat16), jnp.zeros((8, 48), jnp.uint8), jnp.float32(1.0))
+    with pytest.raises(ValueError, match=r"bits must be uint8 of shape \(rows / 8, cols\) = \(8, 64\)"):
+        cf.fp8_packed_compress(jnp.ones((32, 64), jnp.bfloat16), jnp.zeros((4, 64), jnp.uint8), jnp.float32(1.0))
     a = jnp.ones((64, 64), FP8)
     values, meta = cs.cutlass_compress(jnp.where(jnp.asarray(mask24_np(np.ones((64, 64)))), a, jnp.zeros((), FP8)))
     with pytest.raises(ValueError, match="n % 16 == 0"):

@@ -836,7 +836,7 @@ def test_bad_masks_under_jit_are_errors_on_the_kernels(backend, case):
 def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
     """Weight and tokens split over every visible GPU (FSDP), the weight along ``in`` or ``out``: the
     default packed gather (each GPU packs its shard; the op all-gathers the values and mask bits, and the
-    16-bit sparse GEMMs compress them as gathered, fp8 unpacks them) gives the same loss and gradients, bit for bit, as XLA's
+    sparse GEMMs' compressors read them as gathered) gives the same loss and gradients, bit for bit, as XLA's
     gather of the weight and its bool mask; both match the one-device reference; the packed program
     gathers no bool mask."""
     import re
@@ -882,8 +882,9 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
             expect = (f"bf16[128,{o}]", f"u8[32,{o}]") if mode == "packed" else (f"bf16[256,{o}]", f"pred[256,{o}]")
             assert all(any(s.startswith(e) for s in gathered) for e in expect), (mode, gathered)
             assert not (mode == "packed" and any(s.startswith(("pred", f"bf16[256,{o}]")) for s in gathered)), gathered
-            if backend == "cutlass" and not fp8:  # the packed weight goes to the compressor as gathered
-                assert ("jax_sparse24_packed_compress" in exe.as_text()) == (mode == "packed"), mode
+            if backend == "cutlass":  # the packed weight goes to the compressor as gathered
+                target = "jax_sparse24_fp8_packed_compress" if fp8 else "jax_sparse24_packed_compress"
+                assert (target in exe.as_text()) == (mode == "packed"), mode
             got[mode] = jax.device_get(exe(x, w, m))
         for a, b in zip(jax.tree.leaves(got["packed"]), jax.tree.leaves(got["dense"])):
             np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32),

@@ -735,6 +735,65 @@ def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout, partitioner_ru
     _clear_caches()
 
 
+@pytest.mark.parametrize("gather", ["packed", "dense"])
+def test_fp8_fsdp_weight_reaches_the_compressor_packed(monkeypatch, gather, partitioner_runs):
+    """fp8 under FSDP (weight and tokens split over ``fsdp``), the sparse fp8 kernels planned (the
+    extension's interface faked, a CPU computes each shard's XLA branch): the gathered weight goes to
+    ``fp8_packed_compress`` as it was gathered (values of half the rows, both GEMMs' directions), never
+    to ``fp8_masked_compress``; under ``weight_gather("dense")`` the other way round. Loss and gradients
+    as one device either way."""
+    from test_fp8 import _clear_caches, _FakeExt
+
+    from jax_sparse24._src import cuda_fp8_ops as cf
+    from jax_sparse24._src import ffi
+
+    _clear_caches()
+    monkeypatch.setattr(ffi, "_load", lambda: (_FakeExt(), None))
+    monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
+    mesh = _mesh("fsdp=4")
+    x, w = _rand((256, F), 60), 0.2 * _rand((F, F), 61)  # both GEMMs' operands (F, F): sizes the kernel takes
+    m = reference.transposable_mask24(w)
+
+    def loss(w, x):
+        y = s24.sparse24_linear(x, w, m, transposable=True, fp8=True, backend="cutlass")
+        return jnp.mean(jnp.sin(y) * y)
+
+    vg = jax.value_and_grad(loss, argnums=(0, 1))  # ∇x too: the input-gradient GEMM
+    ref = jax.jit(vg)(w, x)
+    sh = NamedSharding(mesh, P("fsdp", None))
+    with shd.weight_gather(gather):
+        out = jax.jit(vg, in_shardings=(sh, sh), out_shardings=(NamedSharding(mesh, P()), (sh, sh)))(w, x)
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2 * np.abs(b).max())
+    calls = []
+
+    def stub(name):
+        def compress(a, b, scale, *, transposed=False):
+            calls.append((name, a.shape, transposed))
+            shape = (2 * a.shape[0], a.shape[1]) if name == "packed" else a.shape
+            vs, ms = cf.fp8_compressed_shapes(*(shape[::-1] if transposed else shape))
+            return jnp.zeros(vs, jnp.float8_e4m3fn), jnp.zeros(ms, jnp.uint8)
+        return compress
+
+    monkeypatch.setattr(cf, "fp8_packed_compress", stub("packed"))
+    monkeypatch.setattr(cf, "fp8_masked_compress", stub("masked"))
+    monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda v, meta, b, alpha, *, m, k, config=-1:
+                        jnp.zeros((b.shape[0], m), jnp.bfloat16))
+    real_pp = ffi.per_platform
+    monkeypatch.setattr(ffi, "per_platform",
+                        lambda ref, cuda, *a, **kw: (cuda is not None and cuda(*a), real_pp(ref, None, *a))[1])
+    with shd.weight_gather(gather):
+        jax.jit(vg, in_shardings=(sh, sh)).lower(w, x).compile()
+    gemm_calls = {c for c in calls}
+    if gather == "packed":
+        assert gemm_calls == {("packed", (F // 2, F), True), ("packed", (F // 2, F), False)}, calls
+    else:
+        assert gemm_calls == {("masked", (F, F), True), ("masked", (F, F), False)}, calls
+    monkeypatch.setattr(ffi, "per_platform", real_pp)
+    _clear_caches()
+
+
 def test_fp8_delayed_scaling_sharded():
     """Delayed fp8 scaling under jit + NamedSharding (data and tensor parallel): the amaxes are the whole
     tensors' (XLA reduces across the shards), so the output, the gradients and the new state equal the

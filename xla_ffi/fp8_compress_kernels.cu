@@ -4,6 +4,10 @@
 //
 //   Sparse24Fp8MaskCompress: x (R, C), mask (R, C) bool, scale () f32 -> values (M, K/2) e4m3, meta u8
 //                            attr transposed: A = x^T (M = C, K = R) if true, else A = x (M = R, K = C).
+//   Sparse24Fp8PackedCompress: values (R/2, C), bits (R/8, C) u8, scale () f32 -> values, meta as
+//                            Sparse24Fp8MaskCompress of the weight (R, C) that packed24's encoding holds
+//                            (kept values + mask bits, groups of 4 along R): an FSDP weight gathered packed
+//                            goes to the fp8 GEMM's operand without being unpacked in memory.
 //   Sparse24Fp8Mvue24Compress: key (n,) u32, g (R, C), scale () f32 -> values (M, K/2) e4m3, meta u8 of
 //                            A = q(MVUE(g))^T (M = C, K = R): the unbiased MVUE 2:4 sample of g with its
 //                            groups of 4 along g's rows (the token axis of dy), drawn with the element-wise
@@ -148,6 +152,66 @@ SP24_HD int64_t MetaOffset(int64_t m, int64_t k, int64_t m_al) {
   return (k >> 7) * m_al * 16 + m * 16 + ((k & 127) >> 3);
 }
 
+// What the masked compressor reads: 8 consecutive elements (r, c .. c + 7) of x and whether each is kept
+// (Chunk, c + 8 <= C), or one (One).
+template <typename T>
+struct DenseSource {  // x (R, C) and its bool mask
+  const T* x;
+  const bool* mask;
+  int64_t C;
+  SP24_HD void Chunk(int64_t r, int64_t c, float* v, bool* keep) const {
+    Load8<T>::Run(x + r * C + c, v);
+    const uint2 mk = *reinterpret_cast<const uint2*>(mask + r * C + c);
+    const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mk);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) keep[e] = mb[e] != 0;
+  }
+  SP24_HD void One(int64_t r, int64_t c, float* v, bool* keep) const {
+    *v = ToFloat<T>(x[r * C + c]);
+    *keep = mask[r * C + c];
+  }
+};
+
+// packed24's encoding of a weight (R, C): values (R / 2, C) -- row 2 g + j holds the (j+1)-th kept element
+// of row group g (rows 4 g .. 4 g + 3) -- and bits (R / 8, C) (bit i of byte row b: row 8 b + i kept). An
+// element is kept when its bit is set and it is its group's first or second kept one (unpack24: a third
+// or fourth kept element is zero).
+template <typename T>
+struct PackedSource {
+  const T* values;
+  const uint8_t* bits;
+  int64_t C;
+  // whether row r's element with mask-bit byte `byte` is kept, and which value row of its group it is in (0, 1)
+  static SP24_HD bool Kept(uint32_t byte, int64_t r, int* slot) {
+    const uint32_t nib = (byte >> (4 * ((r >> 2) & 1))) & 0xFu;
+    const int q = static_cast<int>(r & 3);
+    int rank = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) rank += (j <= q) ? static_cast<int>((nib >> j) & 1u) : 0;
+    *slot = rank == 2 ? 1 : 0;
+    return ((nib >> q) & 1u) != 0 && rank <= 2;
+  }
+  SP24_HD void Chunk(int64_t r, int64_t c, float* v, bool* keep) const {
+    const int64_t g = r >> 2;
+    float first[8], second[8];
+    Load8<T>::Run(values + (2 * g) * C + c, first);
+    Load8<T>::Run(values + (2 * g + 1) * C + c, second);
+    const uint2 bw = *reinterpret_cast<const uint2*>(bits + (r >> 3) * C + c);
+    const uint8_t* bb = reinterpret_cast<const uint8_t*>(&bw);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      int slot;
+      keep[e] = Kept(bb[e], r, &slot);
+      v[e] = slot ? second[e] : first[e];
+    }
+  }
+  SP24_HD void One(int64_t r, int64_t c, float* v, bool* keep) const {
+    int slot;
+    *keep = Kept(bits[(r >> 3) * C + c], r, &slot);
+    *v = ToFloat<T>(values[(2 * (r >> 2) + slot) * C + c]);
+  }
+};
+
 // Phase 2 of the transposed kernels: the staged tile (128 k-rows x 64 m-columns of quantized bytes)
 // -> values and metadata of A's rows m0 .. m0+63, columns k0 .. k0+127. Thread t: chunk c = t & 15
 // (8 k), rows (t >> 4) + 16 pass.
@@ -176,9 +240,8 @@ SP24_HD void StoreStagedTile(const uint8_t* staged, int t, int64_t m0, int64_t k
 // Tile block() = (bx, by) of A by thread t of its CTA (`staged`: kTileK * kPitch bytes of shared memory,
 // TRANS only): the kernel's body, which the host emulation (tests/cpp/fp8_compress_emulation.cu) runs with
 // 256 host threads and a barrier as `sync`.
-template <typename T, bool TRANS, class Block, class Sync>
-SP24_HD void Fp8MaskTile(const T* __restrict__ x, const bool* __restrict__ mask, const float* __restrict__ scale,
-                         int64_t R, int64_t C, uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
+template <bool TRANS, class Src, class Block, class Sync>
+SP24_HD void Fp8MaskTile(const Src& src, const float* __restrict__ scale, int64_t R, int64_t C, uint8_t* __restrict__ values, uint8_t* __restrict__ meta, int64_t M,
                          int64_t K, int64_t m_al, int t, Block&& block, uint8_t* staged, Sync&& sync) {
   const float inv = 1.0f / LoadGlobal(scale);
   const uint2 b = block();
@@ -195,17 +258,13 @@ SP24_HD void Fp8MaskTile(const T* __restrict__ x, const bool* __restrict__ mask,
       float v[8];
       bool keep[8];
       if (gr < R && gc + 8 <= C) {
-        Load8<T>::Run(x + gr * C + gc, v);
-        const uint2 mk = *reinterpret_cast<const uint2*>(mask + gr * C + gc);
-        const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mk);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) keep[e] = mb[e] != 0;
+        src.Chunk(gr, gc, v, keep);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const bool in = gr < R && gc + e < C;
-          v[e] = in ? ToFloat<T>(x[gr * C + gc + e]) : 0.0f;
-          keep[e] = in && mask[gr * C + gc + e];
+          v[e] = 0.0f;
+          keep[e] = false;
+          if (gr < R && gc + e < C) src.One(gr, gc + e, &v[e], &keep[e]);
         }
       }
 #pragma unroll
@@ -223,13 +282,12 @@ SP24_HD void Fp8MaskTile(const T* __restrict__ x, const bool* __restrict__ mask,
       uint32_t lo = 0, hi = 0;
       if (m < M && k < K) {  // K % 32 == 0: a chunk is entirely inside or outside
         float v[8];
-        Load8<T>::Run(x + m * C + k, v);
-        const uint2 mk = *reinterpret_cast<const uint2*>(mask + m * C + k);
-        const uint8_t* mb = reinterpret_cast<const uint8_t*>(&mk);
+        bool keep[8];
+        src.Chunk(m, k, v, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          lo |= uint32_t(mb[e] ? Quantize(v[e], inv) : 0) << (8 * e);
-          hi |= uint32_t(mb[4 + e] ? Quantize(v[4 + e], inv) : 0) << (8 * e);
+          lo |= uint32_t(keep[e] ? Quantize(v[e], inv) : 0) << (8 * e);
+          hi |= uint32_t(keep[4 + e] ? Quantize(v[4 + e], inv) : 0) << (8 * e);
         }
       }
       uint32_t vals;
@@ -241,16 +299,14 @@ SP24_HD void Fp8MaskTile(const T* __restrict__ x, const bool* __restrict__ mask,
   }
 }
 
-template <typename T, bool TRANS>
-__global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const T* __restrict__ x,
-                                                                  const bool* __restrict__ mask,
-                                                                  const float* __restrict__ scale, int64_t R,
-                                                                  int64_t C, uint8_t* __restrict__ values,
+template <bool TRANS, class Src>
+__global__ void __launch_bounds__(kThreads) Fp8MaskCompressKernel(const Src src, const float* __restrict__ scale,
+                                                                  int64_t R, int64_t C, uint8_t* __restrict__ values,
                                                                   uint8_t* __restrict__ meta, int64_t M, int64_t K,
                                                                   int64_t m_al) {
   __shared__ uint8_t staged[TRANS ? kTileK * kPitch : 1];
-  Fp8MaskTile<T, TRANS>(x, mask, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x),
-                        []() { return make_uint2(blockIdx.x, blockIdx.y); }, staged, []() { __syncthreads(); });
+  Fp8MaskTile<TRANS>(src, scale, R, C, values, meta, M, K, m_al, static_cast<int>(threadIdx.x),
+                     []() { return make_uint2(blockIdx.x, blockIdx.y); }, staged, []() { __syncthreads(); });
 }
 
 // float -> T -> float: the rounding of the element-wise MVUE kernel's output to g's dtype.
@@ -493,8 +549,10 @@ ffi::Error CheckInputAndScale(const std::string& op, const ffi::AnyBuffer& x, co
 }
 
 // Checks shared by both compressors (dtypes, shapes, CUTLASS's fp8 layout, grid, alignment).
+// `rows` >= 0: the operand's x has that many rows, not x's own (packed values: half the weight's rows).
 ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& scale,
-                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed, Operand* out) {
+                        ffi::AnyBuffer& values, ffi::AnyBuffer& meta, bool transposed, Operand* out,
+                        int64_t rows = -1) {
   if (ffi::Error e = CheckInputAndScale(op, x, scale); e.failure()) return e;
   if (values.element_type() != ffi::DataType::F8E4M3FN || meta.element_type() != ffi::DataType::U8) {
     return InvalidArgument(op + ": values must be float8_e4m3fn and meta uint8, got " + Name(values.element_type()) +
@@ -503,7 +561,7 @@ ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ff
   const auto dims = x.dimensions();
   if (dims.size() != 2) return InvalidArgument(op + ": x must be 2-D, got shape " + DimsString(dims));
   Operand o;
-  o.R = dims[0];
+  o.R = rows >= 0 ? rows : dims[0];
   o.C = dims[1];
   o.M = transposed ? o.C : o.R;
   o.K = transposed ? o.R : o.C;
@@ -541,17 +599,27 @@ ffi::Error CheckOperand(const std::string& op, const ffi::AnyBuffer& x, const ff
   return ffi::Error::Success();
 }
 
-template <typename T>
-ffi::Error LaunchMask(cudaStream_t stream, bool transposed, const void* x, const bool* mask, const Operand& o) {
+template <class Src>
+ffi::Error LaunchMask(cudaStream_t stream, bool transposed, const Src& src, const Operand& o) {
   if (transposed) {
-    Fp8MaskCompressKernel<T, true><<<o.grid(), kThreads, 0, stream>>>(static_cast<const T*>(x), mask, o.scale, o.R,
-                                                                       o.C, o.values, o.meta, o.M, o.K, o.m_al);
+    Fp8MaskCompressKernel<true><<<o.grid(), kThreads, 0, stream>>>(src, o.scale, o.R, o.C, o.values, o.meta, o.M, o.K,
+                                                                    o.m_al);
   } else {
-    Fp8MaskCompressKernel<T, false><<<o.grid(), kThreads, 0, stream>>>(static_cast<const T*>(x), mask, o.scale, o.R,
-                                                                        o.C, o.values, o.meta, o.M, o.K, o.m_al);
+    Fp8MaskCompressKernel<false><<<o.grid(), kThreads, 0, stream>>>(src, o.scale, o.R, o.C, o.values, o.meta, o.M, o.K,
+                                                                     o.m_al);
   }
   SP24_CHECK_LAUNCH("Fp8MaskCompressKernel");
   return ffi::Error::Success();
+}
+
+template <typename T>
+ffi::Error LaunchMaskDense(cudaStream_t stream, bool transposed, const void* x, const bool* mask, const Operand& o) {
+  return LaunchMask(stream, transposed, DenseSource<T>{static_cast<const T*>(x), mask, o.C}, o);
+}
+
+template <typename T>
+ffi::Error LaunchMaskPacked(cudaStream_t stream, bool transposed, const void* v, const uint8_t* bits, const Operand& o) {
+  return LaunchMask(stream, transposed, PackedSource<T>{static_cast<const T*>(v), bits, o.C}, o);
 }
 
 ffi::Error Fp8MaskCompressImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::AnyBuffer scale,
@@ -571,9 +639,37 @@ ffi::Error Fp8MaskCompressImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBu
   if (ffi::Error e = CheckOperand(op, x, scale, *values, *meta, transposed, &o); e.failure()) return e;
   const bool* mp = static_cast<const bool*>(mask.untyped_data());
   switch (x.element_type()) {
-    case ffi::DataType::BF16: return LaunchMask<__nv_bfloat16>(stream, transposed, x.untyped_data(), mp, o);
-    case ffi::DataType::F16: return LaunchMask<__half>(stream, transposed, x.untyped_data(), mp, o);
-    default: return LaunchMask<float>(stream, transposed, x.untyped_data(), mp, o);
+    case ffi::DataType::BF16: return LaunchMaskDense<__nv_bfloat16>(stream, transposed, x.untyped_data(), mp, o);
+    case ffi::DataType::F16: return LaunchMaskDense<__half>(stream, transposed, x.untyped_data(), mp, o);
+    default: return LaunchMaskDense<float>(stream, transposed, x.untyped_data(), mp, o);
+  }
+}
+
+ffi::Error Fp8PackedCompressImpl(cudaStream_t stream, ffi::AnyBuffer values_in, ffi::AnyBuffer bits,
+                                 ffi::AnyBuffer scale, ffi::Result<ffi::AnyBuffer> values,
+                                 ffi::Result<ffi::AnyBuffer> meta, bool transposed) {
+  const std::string op = "fp8_packed_compress";
+  const auto vd = values_in.dimensions(), bd = bits.dimensions();
+  if (vd.size() != 2) return InvalidArgument(op + ": values must be 2-D, got shape " + DimsString(vd));
+  const int64_t R = 2 * vd[0], C = vd[1];
+  if (R % 8 != 0) {
+    return InvalidArgument(op + ": the weight's rows (2 x values' rows) must be a multiple of 8, got values of shape " +
+                           DimsString(vd));
+  }
+  if (bits.element_type() != ffi::DataType::U8 || !Is2D(bd, R / 8, C)) {
+    return InvalidArgument(op + ": bits must be uint8 of shape " + Shape2(R / 8, C) + ", got " +
+                           Name(bits.element_type()) + " " + DimsString(bd));
+  }
+  if ((reinterpret_cast<uintptr_t>(bits.untyped_data()) | reinterpret_cast<uintptr_t>(values_in.untyped_data())) & 15u) {
+    return InvalidArgument(op + ": buffers must be 16-byte aligned");
+  }
+  Operand o;
+  if (ffi::Error e = CheckOperand(op, values_in, scale, *values, *meta, transposed, &o, R); e.failure()) return e;
+  const uint8_t* bp = static_cast<const uint8_t*>(bits.untyped_data());
+  switch (values_in.element_type()) {
+    case ffi::DataType::BF16: return LaunchMaskPacked<__nv_bfloat16>(stream, transposed, values_in.untyped_data(), bp, o);
+    case ffi::DataType::F16: return LaunchMaskPacked<__half>(stream, transposed, values_in.untyped_data(), bp, o);
+    default: return LaunchMaskPacked<float>(stream, transposed, values_in.untyped_data(), bp, o);
   }
 }
 
@@ -652,6 +748,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8MaskCompress, jax_sparse24::fp8::Fp8Mas
                                   .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<::xla::ffi::AnyBuffer>()  // x (R, C)
                                   .Arg<::xla::ffi::AnyBuffer>()  // mask (R, C) bool
+                                  .Arg<::xla::ffi::AnyBuffer>()  // scale () f32
+                                  .Ret<::xla::ffi::AnyBuffer>()  // values (M, K/2) e4m3
+                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
+                                  .Attr<bool>("transposed"),
+                              {::xla::ffi::Traits::kCmdBufferCompatible});
+
+// values (R/2, C), bits (R/8, C) u8 (packed24's encoding of a weight (R, C)), scale () f32 -> values, meta of
+// A = q(W)^T (transposed) or q(W), W the unpacked weight.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Fp8PackedCompress, jax_sparse24::fp8::Fp8PackedCompressImpl,
+                              ::xla::ffi::Ffi::Bind()
+                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<::xla::ffi::AnyBuffer>()  // values (R/2, C)
+                                  .Arg<::xla::ffi::AnyBuffer>()  // bits (R/8, C) u8
                                   .Arg<::xla::ffi::AnyBuffer>()  // scale () f32
                                   .Ret<::xla::ffi::AnyBuffer>()  // values (M, K/2) e4m3
                                   .Ret<::xla::ffi::AnyBuffer>()  // meta

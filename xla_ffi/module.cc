@@ -30,6 +30,7 @@ XLA_FFI_Error* Sparse24CutlassSpmm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmmKN(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CutlassSpmmFp8(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Fp8MaskCompress(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* Sparse24Fp8PackedCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Fp8Mvue24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Fp8QuantizeTranspose(XLA_FFI_CallFrame* call_frame);
 // spmm_cusparselt.cu
@@ -78,6 +79,7 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_cutlass_spmm_kn"] = Capsule(Sparse24CutlassSpmmKN);
     d["jax_sparse24_cutlass_spmm_fp8"] = Capsule(Sparse24CutlassSpmmFp8);
     d["jax_sparse24_fp8_masked_compress"] = Capsule(Sparse24Fp8MaskCompress);
+    d["jax_sparse24_fp8_packed_compress"] = Capsule(Sparse24Fp8PackedCompress);
     d["jax_sparse24_fp8_mvue24_compress"] = Capsule(Sparse24Fp8Mvue24Compress);
     d["jax_sparse24_fp8_quantize_transpose"] = Capsule(Sparse24Fp8QuantizeTranspose);
     d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);

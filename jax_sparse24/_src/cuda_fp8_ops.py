@@ -14,6 +14,8 @@ gradient ``A = q(MVUE(∇y))ᵀ`` (M = O, K = T), ``b = q(x)ᵀ`` (N = I: writte
 * :func:`fp8_masked_compress` — ``quantize(x ⊙ mask, s)`` compressed into CUTLASS's SM90 fp8 layout
   in one pass over ``x`` and ``mask`` (bit-identical to ``cutlass_compress(quantize(x⊙mask, s))``,
   CUTLASS's own compressor on float8_e4m3fn: the oracle of the GPU tests);
+* :func:`fp8_packed_compress` — :func:`fp8_masked_compress` of a weight held in
+  :mod:`~jax_sparse24._src.packed24`'s encoding (an FSDP weight gathered packed), read as it is;
 * :func:`fp8_mvue24_compress` — ``quantize(MVUE(g), s)`` of an output gradient ``g (T, O)`` compressed as
   the weight-gradient GEMM's A operand ``q(MVUE(g))ᵀ`` (groups along the token axis) in one pass, with
   the element-wise MVUE kernel's draws (bit-identical to
@@ -51,12 +53,14 @@ __all__ = [
     "fp8_gemm_supports",
     "fp8_weight_grad_supports",
     "fp8_masked_compress",
+    "fp8_packed_compress",
     "fp8_mvue24_compress",
     "fp8_quantize_transpose",
     "cutlass_spmm_fp8",
 ]
 
 _T_COMPRESS = "jax_sparse24_fp8_masked_compress"
+_T_PACKED = "jax_sparse24_fp8_packed_compress"
 _T_SPMM = "jax_sparse24_cutlass_spmm_fp8"
 _T_MVUE = "jax_sparse24_fp8_mvue24_compress"
 _T_QT = "jax_sparse24_fp8_quantize_transpose"
@@ -203,6 +207,29 @@ def fp8_masked_compress(x, mask, scale, *, transposed: bool = False):
     mask = _check_mask(mask, x, op)
     scale = check_scale(scale, op)
     return _compressed_call(op, _T_COMPRESS, _operand_mk(shape, transposed), x, mask, scale,
+                            transposed=np.bool_(bool(transposed)))
+
+
+def fp8_packed_compress(values, bits, scale, *, transposed: bool = False):
+    """:func:`fp8_masked_compress` of the weight ``W (R, C)`` that :func:`~jax_sparse24._src.packed24.pack24`
+    encoded as ``(values (R/2, C), bits (R/8, C) uint8)``, in one pass over the encoding (``W`` is never
+    unpacked in memory): bit for bit ``fp8_masked_compress(*unpack24(values, bits), scale,
+    transposed=transposed)``. ``transposed=False`` compresses along ``C`` (the input gradient's operand:
+    needs a transposable mask)."""
+    op = "fp8_packed_compress"
+    values, bits = jnp.asarray(values), jnp.asarray(bits)
+    if values.ndim != 2 or bits.ndim != 2:
+        raise ValueError(f"{op}: values and bits must be 2-D, got shapes {values.shape} and {bits.shape}")
+    r2, c = values.shape
+    if bits.dtype != jnp.uint8 or bits.shape != (2 * r2 // 8, c) or (2 * r2) % 8:
+        raise ValueError(f"{op}: bits must be uint8 of shape (rows / 8, cols) = ({2 * r2 // 8}, {c}) for values "
+                         f"{values.shape} (the weight has 2 * {r2} rows, a multiple of 8), got {bits.dtype} {bits.shape}")
+    shape = (2 * r2, c)
+    reason = _compress_reason(shape, values.dtype, transposed)
+    if reason is not None:
+        raise ValueError(f"{op}: for the unpacked weight x of shape {shape}: {reason}")
+    scale = check_scale(scale, op)
+    return _compressed_call(op, _T_PACKED, _operand_mk(shape, transposed), values, bits, scale,
                             transposed=np.bool_(bool(transposed)))
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8, gemm, ops, reference, sharding
+from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8, gemm, ops, packed24, reference, sharding
 from jax_sparse24._src.backends import CUTLASS_FP8, DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
@@ -128,13 +128,22 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
         return xla(b2, w, mask, s_b, s_w)
 
     def local(b2, wc, mk, s_b, s_w):
-        # every size from the shards (never the global shapes)
+        # every size from the shards (never the global shapes); a weight gathered packed (FSDP) arrives as a
+        # Packed24 (mk None), which the kernel compresses as it is and XLA's math unpacks
         i, o = wc.shape
         m, k = (o, i) if transposed else (i, o)
-        cuda_fn = chosen.weight_gemm(m=m, k=k, transposed=transposed) if chosen.can_run(m, b2.shape[0], k) else None
+        packed = isinstance(wc, packed24.Packed24)
+        cuda_fn = (chosen.weight_gemm(m=m, k=k, transposed=transposed, packed=packed)
+                   if chosen.can_run(m, b2.shape[0], k) else None)
+        if packed:
+            def xla_packed(b2, values, bits, s_b, s_w):
+                return xla(b2, *packed24.unpack24(values, bits), s_b, s_w)
+
+            return ffi.per_platform(xla_packed, cuda_fn, b2, wc.values, wc.bits, s_b, s_w, barrier=True)
         return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w, barrier=True)
 
-    return sharding.partitioned(chosen.sharding_rule(kind), local, reference_fn=xla)(b2, w, mask, s_b, s_w)
+    rule = chosen.sharding_rule(kind, packed_weight=True)
+    return sharding.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 
 
 def forward(x2, w, mask, *, backend: str, scales=None):

@@ -144,9 +144,10 @@ void All(const char* dtype) {
   Case<T>(dtype, 160, 224, 1e-4f, 4, seed++);  // a small scale: saturation at 448
 }
 
-// The masked kernel's grid (64 x 128 tiles of A), one CTA after the other, 256 host threads each.
-template <typename T, bool TRANS>
-void EmulateMask(const T* x, const bool* mask, const float* scale, int64_t R, int64_t C, uint8_t* values, uint8_t* meta,
+// The masked kernel's grid (64 x 128 tiles of A), one CTA after the other, 256 host threads each; `src` is
+// what it reads (DenseSource: x and its mask; PackedSource: packed24's values and mask bits).
+template <bool TRANS, class Src>
+void EmulateMask(const Src& src, const float* scale, int64_t R, int64_t C, uint8_t* values, uint8_t* meta,
                  int64_t M, int64_t K, int64_t m_al) {
   const int64_t k_al = (K + kTileK - 1) / kTileK * kTileK;
   for (int64_t by = 0; by < k_al / kTileK; ++by)
@@ -154,15 +155,17 @@ void EmulateMask(const T* x, const bool* mask, const float* scale, int64_t R, in
       uint8_t staged[kTileK * kPitch];
       std::memset(staged, 0xAB, sizeof(staged));
       RunCta(kThreads, [&](int t, auto& sync) {
-        Fp8MaskTile<T, TRANS>(x, mask, scale, R, C, values, meta, M, K, m_al, t,
+        Fp8MaskTile<TRANS>(src, scale, R, C, values, meta, M, K, m_al, t,
                               [&]() { return make_uint2(uint32_t(bx), uint32_t(by)); }, staged, sync);
       });
     }
 }
 
 // The masked compressor: x with zeros and tiny values, a mask keeping at most 2 of every 4 along the
-// group axis (2 in most groups, fewer in some).
-template <typename T, bool TRANS>
+// group axis (2 in most groups, fewer in some). PACKED: the same op on packed24's encoding of (x, mask)
+// (groups of 4 along x's rows), the mask with extra kept elements (row groups keeping 3 or 4, of which
+// the encoding holds the first two: the op compresses what unpack24 gives back).
+template <typename T, bool TRANS, bool PACKED = false>
 void MaskCase(const char* dtype, int64_t R, int64_t C, float scale, uint32_t seed) {
   std::mt19937 rng(seed);
   const std::vector<T> x = RandomG<T>(rng, R, C);
@@ -179,10 +182,29 @@ void MaskCase(const char* dtype, int64_t R, int64_t C, float scale, uint32_t see
         mask8[TRANS ? k * C + m : m * C + k] = 1;
       }
     }
+  if (PACKED && TRANS) {  // groups along K = x's rows: some keep 3 or 4
+    for (auto& b : mask8) if (rng() % 12 == 0) b = 1;
+  }
   std::unique_ptr<bool[]> mask(new bool[R * C]);
   for (int64_t i = 0; i < R * C; ++i) mask[i] = mask8[i] != 0;
   std::vector<uint8_t> vals(M * K / 2, 0xFF), meta(m_al * k_al / 8, 0xFF);  // poisoned
-  EmulateMask<T, TRANS>(x.data(), mask.get(), &scale, R, C, vals.data(), meta.data(), M, K, m_al);
+  std::vector<T> pv(R / 2 * C);
+  std::vector<uint8_t> pb(R / 8 * C, 0);
+  if constexpr (PACKED) {
+    std::memset(static_cast<void*>(pv.data()), 0, pv.size() * sizeof(T));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t g = 0; g < R / 4; ++g)
+        for (int q = 0, n = 0; q < 4; ++q) {
+          const int64_t r = 4 * g + q;
+          if (!mask[r * C + c]) continue;
+          pb[(r / 8) * C + c] |= static_cast<uint8_t>(1u << (r % 8));
+          if (n < 2) pv[(2 * g + n) * C + c] = x[r * C + c];
+          if (++n > 2) mask[r * C + c] = false;  // what unpack24 gives back: the first two kept
+        }
+    EmulateMask<TRANS>(PackedSource<T>{pv.data(), pb.data(), C}, &scale, R, C, vals.data(), meta.data(), M, K, m_al);
+  } else {
+    EmulateMask<TRANS>(DenseSource<T>{x.data(), mask.get(), C}, &scale, R, C, vals.data(), meta.data(), M, K, m_al);
+  }
   const float inv = 1.0f / scale;
   std::vector<uint8_t> A(M * K);
   for (int64_t m = 0; m < M; ++m)
@@ -195,7 +217,8 @@ void MaskCase(const char* dtype, int64_t R, int64_t C, float scale, uint32_t see
   std::vector<uint8_t> want_vals, want_meta;
   RefCompress8(A, M, K, want_vals, want_meta);
   char what[160];
-  snprintf(what, sizeof(what), "masked %s %s R=%lld C=%lld scale=%g", TRANS ? "transposed" : "direct", dtype,
+  snprintf(what, sizeof(what), "%s %s %s R=%lld C=%lld scale=%g", PACKED ? "packed" : "masked",
+           TRANS ? "transposed" : "direct", dtype,
            (long long)R, (long long)C, scale);
   Check(what, vals, want_vals, meta, want_meta);
 }
@@ -213,6 +236,11 @@ void AllMask(const char* dtype) {
   for (auto& s : direct_shapes) {
     MaskCase<T, false>(dtype, s[0], s[1], 0.01f, seed++);
     MaskCase<T, false>(dtype, s[0], s[1], 300.0f, seed++);
+  }
+  // packed24's encoding (weight rows a multiple of 8)
+  for (auto& s : trans_shapes) MaskCase<T, true, true>(dtype, s[0], s[1], 0.01f, seed++);
+  for (auto& s : direct_shapes) {
+    if (s[0] % 8 == 0) MaskCase<T, false, true>(dtype, s[0], s[1], 0.01f, seed++);
   }
 }
 

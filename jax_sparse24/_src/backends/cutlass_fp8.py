@@ -48,17 +48,19 @@ class CutlassFp8(Backend):
 
     def sharding_rule(self, kind: str, **kwargs) -> sharding.Rule:
         """:func:`~jax_sparse24._src.sharding.gemm_rule` of ``kind`` (transposable) with the two scales
-        appended, replicated."""
+        appended, replicated (``packed_weight=True``: the local function takes a weight gathered packed)."""
         base = sharding.gemm_rule(kind, transposable=True, **kwargs)
         return dataclasses.replace(base, name=base.name.replace("sparse24", "sparse24 fp8"),
                                    operands=base.operands + ((), ()))
 
     # --- GEMMs (CUDA lowerings) -------------------------------------------------------------------
-    def weight_gemm(self, *, m: int, k: int, transposed: bool):
-        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃."""
+    def weight_gemm(self, *, m: int, k: int, transposed: bool, packed: bool = False):
+        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃.
+        ``packed``: ``fn(b2, values, bits, s_b, s_w)``, W̃ in :mod:`~jax_sparse24._src.packed24`'s encoding."""
+        compress = cf.fp8_packed_compress if packed else cf.fp8_masked_compress
 
         def cuda(b2, wc, mk, s_b, s_w):
-            values, meta = cf.fp8_masked_compress(wc, mk, s_w, transposed=transposed)
+            values, meta = compress(wc, mk, s_w, transposed=transposed)
             return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), s_b * s_w, m=m, k=k)
 
         return cuda
