@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import jax_sparse24 as s24
+from jax_sparse24._src import packed24
 from jax_sparse24._src.packed24 import pack24, packable, unpack24
 
 
@@ -82,3 +83,18 @@ def test_bad_shapes_are_errors():
     values, bits = pack24(w, s24.mask24(w, axis=0))
     with pytest.raises(ValueError, match="bits must be uint8"):
         unpack24(values, bits.astype(jnp.int32))
+
+
+def test_unpacked_shape_names_the_constraint():
+    """The shape check of the kernels that read the encoding (``packed_compress``, ``fp8_packed_compress``):
+    the weight's (R, C) from values and bits, or a ValueError naming the op and the bits' expected shape."""
+    values, bits = packed24.pack24(jnp.ones((16, 24)), jnp.ones((16, 24), bool))
+    assert packed24.unpacked_shape(values, bits, "op") == (16, 24)
+    with pytest.raises(ValueError, match=r"op: bits must be uint8 of shape \(rows / 8, cols\) = \(2, 24\)"):
+        packed24.unpacked_shape(values, bits[:1], "op")
+    with pytest.raises(ValueError, match="bits must be uint8"):
+        packed24.unpacked_shape(values, bits.astype(jnp.int8), "op")
+    with pytest.raises(ValueError, match="a multiple of 8"):
+        packed24.unpacked_shape(values[:6], bits[:1], "op")  # 12 rows
+    with pytest.raises(ValueError, match="must be 2-D"):
+        packed24.unpacked_shape(values[None], bits, "op")

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import cuda_mask_ops
+from jax_sparse24._src import cuda_mask_ops, packed24
 from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 
@@ -222,13 +222,7 @@ def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cu
     """
     op = "packed_compress"
     values, bits = jnp.asarray(values), jnp.asarray(bits)
-    if values.ndim != 2 or bits.ndim != 2:
-        raise ValueError(f"{op}: values and bits must be 2-D, got shapes {values.shape} and {bits.shape}")
-    r2, c = values.shape
-    if bits.dtype != jnp.uint8 or bits.shape != (2 * r2 // 8, c) or (2 * r2) % 8:
-        raise ValueError(f"{op}: bits must be uint8 of shape (rows / 8, cols) = ({2 * r2 // 8}, {c}) for values "
-                         f"{values.shape} (the weight has 2 * {r2} rows, a multiple of 8), got {bits.dtype} {bits.shape}")
-    w_shape = jax.ShapeDtypeStruct((2 * r2, c), values.dtype)
+    w_shape = jax.ShapeDtypeStruct(packed24.unpacked_shape(values, bits, op), values.dtype)
     reason = _reason(w_shape, transposed, _check_layout(layout, op))
     if reason is not None:
         raise ValueError(f"{op}: for the unpacked weight x of shape {w_shape.shape}: {reason}")

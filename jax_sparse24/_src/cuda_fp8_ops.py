@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import cuda_mask_ops
+from jax_sparse24._src import cuda_mask_ops, packed24
 from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
 from jax_sparse24._src.fp8 import FP8_DTYPE, GEMM_OUT_DTYPE, check_scale
@@ -218,13 +218,7 @@ def fp8_packed_compress(values, bits, scale, *, transposed: bool = False):
     needs a transposable mask)."""
     op = "fp8_packed_compress"
     values, bits = jnp.asarray(values), jnp.asarray(bits)
-    if values.ndim != 2 or bits.ndim != 2:
-        raise ValueError(f"{op}: values and bits must be 2-D, got shapes {values.shape} and {bits.shape}")
-    r2, c = values.shape
-    if bits.dtype != jnp.uint8 or bits.shape != (2 * r2 // 8, c) or (2 * r2) % 8:
-        raise ValueError(f"{op}: bits must be uint8 of shape (rows / 8, cols) = ({2 * r2 // 8}, {c}) for values "
-                         f"{values.shape} (the weight has 2 * {r2} rows, a multiple of 8), got {bits.dtype} {bits.shape}")
-    shape = (2 * r2, c)
+    shape = packed24.unpacked_shape(values, bits, op)
     reason = _compress_reason(shape, values.dtype, transposed)
     if reason is not None:
         raise ValueError(f"{op}: for the unpacked weight x of shape {shape}: {reason}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS", "Packed24"]
+__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS", "Packed24", "unpacked_shape"]
 
 #: ``I`` (per shard) must be a multiple of this: 4-groups, and 8 mask bits per byte.
 PACK_ROWS = 8
@@ -72,6 +72,19 @@ def pack24(w, mask):
     weights = (jnp.uint8(1) << jnp.arange(8, dtype=jnp.uint8))[:, None]
     bits = jnp.sum(m8 * weights, axis=-2, dtype=jnp.uint8)
     return values, bits
+
+
+def unpacked_shape(values, bits, op: str) -> tuple[int, int]:
+    """``(R, C)`` of the 2-D weight that ``values (R/2, C)`` and ``bits (R/8, C)`` ``uint8`` encode; ``ValueError``
+    naming ``op`` and the constraint otherwise (the kernels that read the encoding check it at trace time)."""
+    vs, bs = tuple(jnp.shape(values)), tuple(jnp.shape(bits))
+    if len(vs) != 2 or len(bs) != 2:
+        raise ValueError(f"{op}: values and bits must be 2-D, got shapes {vs} and {bs}")
+    r2, c = vs
+    if jnp.result_type(bits) != jnp.uint8 or bs != (2 * r2 // 8, c) or (2 * r2) % PACK_ROWS:
+        raise ValueError(f"{op}: bits must be uint8 of shape (rows / 8, cols) = ({2 * r2 // 8}, {c}) for values {vs} "
+                         f"(the weight has 2 * {r2} rows, a multiple of {PACK_ROWS}), got {jnp.result_type(bits)} {bs}")
+    return 2 * r2, c
 
 
 def unpack24(values, bits):
