@@ -109,6 +109,7 @@ def test_fp8_packed_compress_is_masked_compress_of_the_unpacked_weight(shape, dt
     tmask = cm.transposable_mask24_cuda(x.astype(jnp.bfloat16)) & jnp.asarray(rng.random(shape) > 0.1)
     over = tmask | jnp.asarray(rng.random(shape) < 0.1)
     s = jnp.float32(rng.uniform(1e-3, 0.3))
+    compared = 0
     for name, mask, directions in (("transposable", tmask, (True, False)), ("over-full", over, (True,))):
         values, bits = jax.jit(packed24.pack24)(x, mask)
         xu, mu = jax.jit(packed24.unpack24)(values, bits)
@@ -119,6 +120,8 @@ def test_fp8_packed_compress_is_masked_compress_of_the_unpacked_weight(shape, dt
             got = poisoned(functools.partial(cf.fp8_packed_compress, transposed=transposed))(values, bits, s)
             assert_same_fp8_compressed(got, ref, f"seed={seed} shape={shape} {jnp.dtype(dtype).name} {name} "
                                              f"transposed={transposed}")
+            compared += 1
+    assert compared >= 1, f"shape {shape}: no direction the fp8 compressor takes"
 
 
 def test_fp8_masked_compress_saturates_and_keeps_nan():

@@ -736,26 +736,30 @@ def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout, partitioner_ru
 
 
 @pytest.mark.parametrize("gather", ["packed", "dense"])
-def test_fp8_fsdp_weight_reaches_the_compressor_packed(monkeypatch, gather, partitioner_runs):
-    """fp8 under FSDP (weight and tokens split over ``fsdp``), the sparse fp8 kernels planned (the
-    extension's interface faked, a CPU computes each shard's XLA branch): the gathered weight goes to
-    ``fp8_packed_compress`` as it was gathered (values of half the rows, both GEMMs' directions), never
-    to ``fp8_masked_compress``; under ``weight_gather("dense")`` the other way round. Loss and gradients
-    as one device either way."""
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_fsdp_weight_reaches_the_compressor_packed(monkeypatch, fp8, gather, partitioner_runs):
+    """Under FSDP (weight and tokens split over ``fsdp``), the sparse kernels planned (the extension's
+    interface faked, a CPU computes each shard's XLA branch): the gathered weight goes to the packed
+    compressor (``packed_compress``; ``fp8_packed_compress`` for fp8) as it was gathered (values of half the
+    rows), for both GEMMs' directions, never to the masked one; under ``weight_gather("dense")`` the other
+    way round. Loss and gradients as one device either way."""
     from test_fp8 import _clear_caches, _FakeExt
 
+    from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_fp8_ops as cf
+    from jax_sparse24._src import cuda_spmm_ops as cs
     from jax_sparse24._src import ffi
 
     _clear_caches()
     monkeypatch.setattr(ffi, "_load", lambda: (_FakeExt(), None))
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
     mesh = _mesh("fsdp=4")
-    x, w = _rand((256, F), 60), 0.2 * _rand((F, F), 61)  # both GEMMs' operands (F, F): sizes the kernel takes
+    dtype = jnp.float32 if fp8 else jnp.bfloat16
+    x, w = _rand((256, F), 60).astype(dtype), (0.2 * _rand((F, F), 61)).astype(dtype)  # both GEMMs' A: (F, F)
     m = reference.transposable_mask24(w)
 
     def loss(w, x):
-        y = s24.sparse24_linear(x, w, m, transposable=True, fp8=True, backend="cutlass")
+        y = s24.sparse24_linear(x, w, m, transposable=True, fp8=fp8, backend="cutlass")
         return jnp.mean(jnp.sin(y) * y)
 
     vg = jax.value_and_grad(loss, argnums=(0, 1))  # ∇x too: the input-gradient GEMM
@@ -769,23 +773,33 @@ def test_fp8_fsdp_weight_reaches_the_compressor_packed(monkeypatch, gather, part
     calls = []
 
     def stub(name):
-        def compress(a, b, scale, *, transposed=False):
+        def compress(a, b, *scale, transposed=False, layout="cutlass"):
             calls.append((name, a.shape, transposed))
             shape = (2 * a.shape[0], a.shape[1]) if name == "packed" else a.shape
-            vs, ms = cf.fp8_compressed_shapes(*(shape[::-1] if transposed else shape))
-            return jnp.zeros(vs, jnp.float8_e4m3fn), jnp.zeros(ms, jnp.uint8)
+            mk = shape[::-1] if transposed else shape
+            if fp8:
+                vs, ms = cf.fp8_compressed_shapes(*mk)
+                return jnp.zeros(vs, jnp.float8_e4m3fn), jnp.zeros(ms, jnp.uint8)
+            vs, ms = cs.cutlass_compressed_shapes(*mk, a.dtype)
+            return jnp.zeros(vs, a.dtype), jnp.zeros(ms, jnp.uint8)
         return compress
 
-    monkeypatch.setattr(cf, "fp8_packed_compress", stub("packed"))
-    monkeypatch.setattr(cf, "fp8_masked_compress", stub("masked"))
-    monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda v, meta, b, alpha, *, m, k, config=-1:
-                        jnp.zeros((b.shape[0], m), jnp.bfloat16))
+    if fp8:
+        monkeypatch.setattr(cf, "fp8_packed_compress", stub("packed"))
+        monkeypatch.setattr(cf, "fp8_masked_compress", stub("masked"))
+        monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda v, meta, b, alpha, *, m, k, config=-1:
+                            jnp.zeros((b.shape[0], m), jnp.bfloat16))
+    else:
+        monkeypatch.setattr(cc, "packed_compress", stub("packed"))
+        monkeypatch.setattr(cc, "masked_compress", stub("masked"))
+        monkeypatch.setattr(cs, "cutlass_spmm", lambda v, meta, b, *, m, k, config=-1:
+                            jnp.zeros((b.shape[0], m), b.dtype))
     real_pp = ffi.per_platform
     monkeypatch.setattr(ffi, "per_platform",
                         lambda ref, cuda, *a, **kw: (cuda is not None and cuda(*a), real_pp(ref, None, *a))[1])
     with shd.weight_gather(gather):
         jax.jit(vg, in_shardings=(sh, sh)).lower(w, x).compile()
-    gemm_calls = {c for c in calls}
+    gemm_calls = set(calls)
     if gather == "packed":
         assert gemm_calls == {("packed", (F // 2, F), True), ("packed", (F // 2, F), False)}, calls
     else:
