@@ -51,7 +51,9 @@
 # $OUT/results.tgz (a device call returns at most 8 files). The limit counts every file under the
 # device's output folder: when one device command runs this script several times with OUT set to
 # subfolders of it, the subfolders' files add up (a session lost a step breakdown's three files so);
-# pack them yourself at the end (e.g. `tar -czf $OUT/all.tgz -C $OUT a b c && rm -rf $OUT/{a,b,c}`).
+# pack them yourself at the end (e.g. `tar -czf $OUT/all.tgz -C $OUT a b c && rm -rf $OUT/{a,b,c}`). Runs into
+# one OUT share its logs (a later run unpacks the earlier logs.tgz and adds to it; a log of the same name is
+# replaced).
 #
 # Offline: needs the nvidia-cutlass wheel in .whl/ (or the headers importable) and jax with CUDA. Every
 # step after `build` needs the CUDA kernels (built in the call, or a carried extension): without them
@@ -59,6 +61,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
+# A second run into the same OUT (one device call running this script twice) adds to the first run's logs
+# instead of replacing its logs.tgz
+[ -f "$OUT/logs.tgz" ] && [ ! -d "$OUT/logs" ] && tar -C "$OUT" -xzf "$OUT/logs.tgz"
 mkdir -p "$OUT" "$OUT/logs"
 export PYTHONUNBUFFERED=1
 STEPS=${*:-all}
