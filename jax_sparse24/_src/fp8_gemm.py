@@ -135,12 +135,11 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
         packed = isinstance(wc, packed24.Packed24)
         cuda_fn = (chosen.weight_gemm(m=m, k=k, transposed=transposed, packed=packed)
                    if chosen.can_run(m, b2.shape[0], k) else None)
-        if packed:
-            def xla_packed(b2, values, bits, s_b, s_w):
-                return xla(b2, *packed24.unpack24(values, bits), s_b, s_w)
-
-            return ffi.per_platform(xla_packed, cuda_fn, b2, wc.values, wc.bits, s_b, s_w, barrier=True)
-        return ffi.per_platform(xla, cuda_fn, b2, wc, mk, s_b, s_w, barrier=True)
+        ref = xla
+        if packed:  # the arrays the kernel reads; XLA's math unpacks them
+            ref = lambda b2, values, bits, s_b, s_w: xla(b2, *packed24.unpack24(values, bits), s_b, s_w)  # noqa: E731
+            wc, mk = wc.values, wc.bits
+        return ffi.per_platform(ref, cuda_fn, b2, wc, mk, s_b, s_w, barrier=True)
 
     rule = chosen.sharding_rule(kind, packed_weight=True)
     return sharding.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)

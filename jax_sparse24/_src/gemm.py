@@ -54,7 +54,7 @@ def _masked(w, mask, dtype):
     """W̃ in ``dtype``: ``w ⊙ mask``, or a packed weight (:class:`~jax_sparse24._src.packed24.Packed24`,
     ``mask`` None) unpacked."""
     if isinstance(w, packed24.Packed24):
-        return w.unpack()[0].astype(dtype)
+        return packed24.unpacked_weight(w.values, w.bits).astype(dtype)
     return masked_weight(w, mask).astype(dtype)
 
 
@@ -66,11 +66,11 @@ def _weight_gemm(chosen: Backend, b2, w, mask, dense, *, m: int, n: int, k: int,
     packed = isinstance(w, packed24.Packed24)
     sparse = chosen.weight_gemm(m=m, n=n, k=k, transposed=transposed, dtype=dtype,
                                 config_of=lambda *a: autotune.kernel_config(chosen, *a), packed=packed)
-    if packed:
-        dense3 = lambda b2, values, bits: dense(b2, packed24.unpack24(values, bits)[0])  # noqa: E731
-        return ffi.per_platform(dense3, sparse, b2, w.values.astype(dtype), w.bits, barrier=True)
-    dense3 = lambda b2, wc, mk: dense(b2, masked_weight(wc, mk))  # noqa: E731
-    return ffi.per_platform(dense3, sparse, b2, w.astype(dtype), bool_mask(mask), barrier=True)
+    # the two arrays the kernel reads, and how the reference makes W̃ of them
+    a, b = (w.values.astype(dtype), w.bits) if packed else (w.astype(dtype), bool_mask(mask))
+    weight_of = packed24.unpacked_weight if packed else masked_weight
+    dense3 = lambda b2, a, b: dense(b2, weight_of(a, b))  # noqa: E731
+    return ffi.per_platform(dense3, sparse, b2, a, b, barrier=True)
 
 
 @sharding.partitioned_gemm("forward", packed_weight=True)

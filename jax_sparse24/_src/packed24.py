@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["pack24", "unpack24", "packable", "PACK_ROWS", "Packed24", "unpacked_shape"]
+__all__ = ["pack24", "unpack24", "unpacked_weight", "packable", "PACK_ROWS", "Packed24", "unpacked_shape"]
 
 #: ``I`` (per shard) must be a multiple of this: 4-groups, and 8 mask bits per byte.
 PACK_ROWS = 8
@@ -104,6 +104,12 @@ def unpack24(values, bits):
     return w, mask
 
 
+def unpacked_weight(values, bits):
+    """``w ⊙ mask`` alone from :func:`pack24`'s ``(values, bits)`` (:func:`unpack24` without the mask): the
+    dense weight the reference paths compute with."""
+    return unpack24(values, bits)[0]
+
+
 @jax.tree_util.register_pytree_node_class
 class Packed24:
     """A 2:4 weight ``w ⊙ mask`` held as :func:`pack24`'s ``(values, bits)``, with the unpacked weight's
@@ -128,10 +134,6 @@ class Packed24:
     @property
     def dtype(self):
         return self.values.dtype
-
-    def astype(self, dtype) -> "Packed24":
-        """The same weight with its values cast (a zero stays a zero: the encoding is unchanged)."""
-        return Packed24(self.values.astype(dtype), self.bits)
 
     def unpack(self):
         """``(w ⊙ mask, mask)``: :func:`unpack24`."""

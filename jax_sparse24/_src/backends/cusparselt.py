@@ -105,7 +105,7 @@ class CuSparseLt(Backend):
             return sparse
         # the library's compressor on W̃ as stored (I, O): (K, M) for the forward, (M, K) for ∇x
         a_layout = lt.A_KM if transposed else lt.A_MK
-        dense_weight = (lambda v, bits: packed24.unpack24(v, bits)[0]) if packed else masked_weight
+        dense_weight = packed24.unpacked_weight if packed else masked_weight
 
         def sparse(b2, wc, mk):
             ca = lt.cusparselt_compress(dense_weight(wc, mk), m=m, n=n, k=k, a_layout=a_layout, b_layout=lt.B_NK)
