@@ -111,6 +111,9 @@ HEADLINE = [  # (what, file, variant)
     ("LLaMA-7B, full depth (32 layers), FSDP on 4 H100, 16,384 tokens per GPU",
      "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32.json", "srste"),
     ("same, 2:4 GEMMs in fp8", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32_fp8.json", "srste+fp8"),
+    ("LLaMA-7B-shaped, 16 layers (two 7B states fit 2 H100s at this depth), FSDP on 2 H100, 16,384 tokens per GPU",
+     "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16.json", "srste"),
+    ("same, 2:4 GEMMs in fp8", "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16_fp8.json", "srste+fp8"),
     ("LLaMA-7B, full depth, FSDP on 4 H100, 8,192 tokens per GPU", "train_gpt_h100x4_llama-7b_l32_fsdp4_full.json",
      "srste"),
     ("same, 2:4 GEMMs in fp8 (measured before the fp8 packed compressor)", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_fp8.json",
@@ -189,7 +192,9 @@ def table_fp8_quality() -> str:
 NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full.json",
         "train_gpt_h100x4_llama-7b_l32_fsdp4_full_dg.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_fp8.json",
         "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
-        "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json"]
+        "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "train_gpt_h100x2_llama-7b_l16_fsdp2_full.json",
+        "train_gpt_h100x2_llama-7b_l16_fsdp2_full_fp8.json", "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16.json",
+        "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16_fp8.json"]
 
 
 def _callbacks_s(r: dict) -> str:
@@ -247,7 +252,7 @@ def table_fp8_gemm() -> str:
 
 
 BREAKDOWN = "step_breakdown_h100_llama-7b_l4.json"
-BREAKDOWN_FSDP = "step_breakdown_h200_llama-7b_l32x4_fsdp4_dots.json"
+BREAKDOWN_FSDP = "step_breakdown_h100_llama-7b_l16x2_fsdp2_full.json"
 
 
 def table_breakdown(name: str = BREAKDOWN) -> str:

@@ -432,10 +432,10 @@ fi
 if asked scaling; then
   # Weak scaling: the same model and tokens per GPU on 1, 2, 4 ... of the visible GPUs (FSDP over them; one
   # GPU: no mesh), dense vs the recipes in one run per GPU count: SCALING_SPEC="size:layers:batch_per_gpu[:remat]"
-  # (default llama-1b:16:4), SCALING_GPUS (default "1 2 4" up to the visible count), SCALING_RECIPES
+  # (default llama-1b:16:4:dots; without remat one H100 runs out of memory), SCALING_GPUS (default "1 2 4" up to the visible count), SCALING_RECIPES
   # (default dense,srste); tags <gpu>x<n>_<size>_l<layers>_scaling
   ngpu=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 0)
-  IFS=: read -r size layers per remat <<< "${SCALING_SPEC:-llama-1b:16:4}"
+  IFS=: read -r size layers per remat <<< "${SCALING_SPEC:-llama-1b:16:4:dots}"
   for n in ${SCALING_GPUS:-1 2 4}; do
     [ "$n" -le "$ngpu" ] || continue
     tag="${GPU_TAG}x${n}_${size}_l${layers}_scaling"; t0=$(date +%s)
