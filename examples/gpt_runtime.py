@@ -5,7 +5,6 @@ GEMM kernel each sparse layer runs)."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 import jax
@@ -212,11 +211,9 @@ def state_shardings(mesh, abstract_state):
                                             abstract_state)
 
 
-#: modules (class names) whose input and output ``Runtime`` pins to the batch sharding under FSDP
-_PINNED = re.compile(r"^(GPT|Block|MLP|CausalSelfAttention)|Block")
-#: linear layers (class names) whose input and output keep their token axis on the batch sharding under
-#: FSDP, the feature axis left to the partitioner (a tensor-parallel column shard stays one)
-_LINEAR = re.compile(r"^(Dense|Sparse24Dense|Sparse24LowRankDense)$")
+#: modules (class names) whose input and output ``Runtime`` pins to the batch sharding under FSDP (the linear
+#: layers' token axes too: ``jax_sparse24.sharding.LINEAR_MODULES``)
+_PINNED = r"^(GPT|Block|MLP|CausalSelfAttention)|Block"
 
 
 class Runtime:
@@ -281,49 +278,23 @@ class Runtime:
         return jax.make_array_from_callback(tokens.shape, self.data_sharding, lambda idx: tokens[idx])
 
     def _batch_sharded(self, fn):
-        """``fn`` traced with the input and output of the model, of every transformer block and of
-        its attention and MLP constrained to the batch sharding (tokens over ``data`` x ``fsdp``), as
-        MaxText constrains its activations.
+        """``fn`` traced inside :func:`jax_sparse24.sharding.batch_sharded_activations`: the input and
+        output of the model, of every transformer block and of its attention and MLP constrained to the
+        batch sharding (tokens over ``data`` x ``fsdp``), as MaxText constrains its activations, and the
+        token axis of every linear layer's input and output too.
 
         Under FSDP a weight and the tokens are split over the same mesh axis; left to propagation,
         XLA (and the 2:4 GEMMs' rules) could as well move the activations to match the weight (an
         all-to-all of activations per layer) as gather the weight. Pinned activations leave one
         choice: each layer's weights are all-gathered over ``fsdp`` and their gradients reduced back
-        (reduce-scattered on GPUs). Only with an ``fsdp`` axis; other meshes are unchanged.
-
-        The linear layers' inputs and outputs keep the tokens on the batch sharding too (their feature
-        axis is left free: a tensor-parallel column shard stays one). Without that, on 2 x H100 XLA
-        moved the SwiGLU activations between the fc kernel's column sharding and the batch sharding
-        in the MLP's backward: all-to-alls of ``(tokens, 11008)`` tensors, 14 to 24 per LLaMA-7B
-        layer step."""
+        (reduce-scattered on GPUs). Without the linear layers' pins, on 2 x H100 XLA moved the SwiGLU
+        activations between the fc kernel's column sharding and the batch sharding in the MLP's
+        backward. Only with an ``fsdp`` axis; other meshes are unchanged."""
         if not self._fsdp:
             return fn
-        import flax.linen as nn
-
-        batch = NamedSharding(self.mesh, P(BATCH_AXES))
-
-        def pin(x):
-            return jax.lax.with_sharding_constraint(x, batch) if getattr(x, "ndim", 0) in (2, 3) else x
-
-        def pin_tokens(x):
-            if getattr(x, "ndim", 0) not in (2, 3):
-                return x
-            spec = P(BATCH_AXES, *[P.UNCONSTRAINED] * (x.ndim - 1))
-            return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, spec))
-
-        def interceptor(next_fun, args, kwargs, context):
-            name = type(context.module).__name__
-            if context.method_name == "__call__" and _LINEAR.match(name):
-                args = (pin_tokens(args[0]),) + tuple(args[1:]) if args else args
-                return pin_tokens(next_fun(*args, **kwargs))
-            if context.method_name != "__call__" or not _PINNED.search(name):
-                return next_fun(*args, **kwargs)
-            args = (pin(args[0]),) + tuple(args[1:]) if args else args
-            out = next_fun(*args, **kwargs)
-            return (pin(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else pin(out)
 
         def wrapped(*args):
-            with nn.intercept_methods(interceptor):
+            with shd.batch_sharded_activations(self.mesh, BATCH_AXES, modules=_PINNED):
                 return fn(*args)
 
         return wrapped

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import gpt_runtime  # noqa: E402
+from jaxpr_util import sharding_constraints  # noqa: E402
 import train_gpt  # noqa: E402
 
 # tiny: 1 layer, width 32, 2 heads; 8 x 32 tokens per step
@@ -103,23 +104,6 @@ def test_fsdp_and_tensor_parallel_step_equals_one_device_and_reshards_no_activat
     assert "all-gather" in hlo  # FSDP: the weights are gathered for the layer
 
 
-def _sharding_constraints(jaxpr, out):
-    """(shape, spec) of every ``with_sharding_constraint`` in ``jaxpr`` and the jaxprs inside it (scan,
-    remat, custom_vjp, pjit)."""
-    from jax.extend import core as jcore
-
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "sharding_constraint":
-            out.append((tuple(eqn.invars[0].aval.shape), tuple(eqn.params["sharding"].spec)))
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else (p,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    _sharding_constraints(sub.jaxpr, out)
-                elif isinstance(sub, jcore.Jaxpr):
-                    _sharding_constraints(sub, out)
-    return out
-
-
 @pytest.mark.parametrize("recipe", ["dense", "srste"])
 def test_fsdp_pins_the_mlp_activations_to_the_batch_sharding(recipe):
     """Under FSDP the SwiGLU MLP's fc output (tokens x 2h) and proj input (tokens x h) are constrained to
@@ -130,14 +114,14 @@ def test_fsdp_pins_the_mlp_activations_to_the_batch_sharding(recipe):
     choice, so this test checks the constraints in the traced step rather than the compiled program."""
     rt = _runtime(recipe, (1, 2, 1))
     h = rt.exp.cfg.ffn_hidden
-    found = _sharding_constraints(jax.make_jaxpr(rt.train_step(recipe != "dense"))(*rt.abstract_args()).jaxpr, [])
+    found = sharding_constraints(jax.make_jaxpr(rt.train_step(recipe != "dense"))(*rt.abstract_args()))
     free = jax.sharding.PartitionSpec.UNCONSTRAINED
     for width in (2 * h, h):  # fc's output, proj's input; the forward's and the gradient's
         specs = [spec for shape, spec in found if shape[-1] == width]
         assert specs.count((gpt_runtime.BATCH_AXES, free, free)) >= 2, (width, specs)
     # without an fsdp axis (data parallel) nothing is pinned
-    assert not _sharding_constraints(jax.make_jaxpr(_runtime(recipe, (2, 1, 1)).train_step(recipe != "dense"))(
-        *_runtime(recipe, (2, 1, 1)).abstract_args()).jaxpr, [])
+    dp = _runtime(recipe, (2, 1, 1))
+    assert not sharding_constraints(jax.make_jaxpr(dp.train_step(recipe != "dense"))(*dp.abstract_args()))
 
 
 def test_mesh_not_dividing_heads_or_groups_is_refused_before_compiling():

@@ -1010,3 +1010,57 @@ def test_fsdp_linear_gathers_the_weight_not_the_tokens(gather, wspec):
         assert set(gathered) == {"f32[16,48]", "u8[4,48]"}, gathered  # values and mask bits, forward and backward
     else:
         assert set(gathered) == {"f32[32,48]", "pred[32,48]"}, gathered  # the weight and its mask, whole
+
+
+# --- batch_sharded_activations: FSDP keeps the activations on the batch sharding -----------------------
+
+class _PinMLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        ab = Sparse24Dense(64, name="fc")(x)
+        a, g = ab[..., :32], ab[..., 32:]
+        return nn.Dense(16, name="proj")(nn.silu(a) * g)
+
+
+class _PinBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return x + _PinMLP(name="mlp")(x)
+
+
+def test_batch_sharded_activations_pins_blocks_and_the_token_axis_of_linear_layers():
+    """Inside the context the block's and MLP's inputs and outputs are constrained to ``P(batch)`` and every
+    linear layer's (the 2:4 one and the dense one) to the batch sharding on the token axis only; the
+    constraints reach the gradient; outside it nothing is constrained; the values are unchanged."""
+    from jaxpr_util import sharding_constraints
+
+    mesh = _mesh("fsdp=2,model=2")
+    model = _PinBlock()
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 8, 16)), jnp.float32)
+    variables = model.init(jax.random.PRNGKey(0), x)
+
+    def loss(params, x):
+        return jnp.sum(model.apply({**variables, "params": params}, x) ** 2)
+
+    def pinned(params, x):
+        with shd.batch_sharded_activations(mesh, "fsdp"):
+            return loss(params, x)
+
+    found = sharding_constraints(jax.make_jaxpr(jax.value_and_grad(pinned))(variables["params"], x))
+    free = P.UNCONSTRAINED
+    # the block's and mlp's inputs and outputs (4), and the gradients of those on the way to the params
+    assert found.count(((4, 8, 16), ("fsdp",))) > 4
+    assert found.count(((4, 8, 64), ("fsdp", free, free))) == 2  # fc's output, forward and gradient
+    assert found.count(((4, 8, 32), ("fsdp", free, free))) == 2  # proj's input
+    assert not sharding_constraints(jax.make_jaxpr(jax.value_and_grad(loss))(variables["params"], x))
+    got = jax.jit(jax.value_and_grad(pinned))(variables["params"], x)
+    want = jax.value_and_grad(loss)(variables["params"], x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_batch_sharded_activations_names_a_missing_axis():
+    with pytest.raises(ValueError, match=r"batch axes \['fsdp'\] are not axes of the mesh \('data',\)"):
+        with shd.batch_sharded_activations(_mesh("data=2")):
+            pass
