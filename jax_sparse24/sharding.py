@@ -357,16 +357,20 @@ def batch_sharded_activations(mesh: Mesh, batch_axes: str | Sequence[str] = ("da
 
     Under FSDP a weight and the tokens are split over the same mesh axis. Left to propagation, XLA
     can as well move the activations to match a weight's sharding (all-to-alls of activations in
-    every layer) as gather the weight: with a LLaMA MLP on 2 x H100 it chose the all-to-alls in the
-    backward pass, which cost 2:4 training most of its gain. Pinned activations leave one choice:
-    each layer's weight is all-gathered and its gradient reduced back.
+    every layer) as gather the weight; with a LLaMA MLP on 2 x H100 it chose all-to-alls in the
+    backward pass. Pinned activations leave one choice: each layer's weight is all-gathered and its
+    gradient reduced back.
 
-    * a module whose class name matches ``modules`` (``re.search``) has its first argument and its
-      output (the first element of a tuple output) constrained to ``P(batch_axes)`` when they are 2-D
-      or 3-D arrays (tokens first; the other axes replicated, as a transformer block's are);
-    * a linear layer whose class name matches ``linear`` (``re.match``; ``None``: none) keeps the
-      token axis of its input and output on ``batch_axes``, its other axes left to the partitioner
-      (``P.UNCONSTRAINED``), so a tensor-parallel column shard stays one.
+    * a linear layer — a module whose class, or one of its base classes, has a name that matches
+      ``linear`` (``re.match``; ``None``: no linear layer is pinned) — keeps the token axis (the
+      first) of its input and output on ``batch_axes``, its other axes left to the partitioner
+      (``P.UNCONSTRAINED``), so a tensor-parallel column shard stays one;
+    * any other module whose class or base class name matches ``modules`` (``re.search``) has its
+      input and its output constrained to ``P(batch_axes)`` when they are 2-D or 3-D arrays (tokens
+      first; the other axes replicated, as a transformer block's are).
+
+    The input is the first positional argument, or the first keyword argument of a call without
+    positional ones; of a tuple output, the first element. Other arguments and outputs are left alone.
 
     Trace the model inside the context, e.g. in the loss function that ``jax.jit`` compiles::
 
@@ -375,12 +379,15 @@ def batch_sharded_activations(mesh: Mesh, batch_axes: str | Sequence[str] = ("da
                 logits = model.apply(params, batch["x"])
             ...
 
-    The constraints transpose to the gradients, so the backward pass keeps the same shardings. A
-    mesh axis of ``batch_axes`` that ``mesh`` lacks raises ``ValueError`` here.
+    The context acts while a function is traced: a jitted function traced before, outside it, runs
+    from JAX's cache unpinned. The constraints transpose to the gradients, so the backward pass keeps
+    the same shardings. Empty ``batch_axes``, or an axis that ``mesh`` lacks, raises ``ValueError``.
     """
     import flax.linen as nn
 
     axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
+    if not axes:
+        raise ValueError("batch_sharded_activations: batch_axes is empty (name the mesh axes that split the batch)")
     missing = [a for a in axes if a not in mesh.axis_names]
     if missing:
         raise ValueError(f"batch_sharded_activations: batch axes {missing} are not axes of the mesh "
@@ -389,26 +396,35 @@ def batch_sharded_activations(mesh: Mesh, batch_axes: str | Sequence[str] = ("da
     batch = NamedSharding(mesh, P(entry))
     blocks, linear_re = re.compile(modules), None if linear is None else re.compile(linear)
 
-    def pin(x):
+    def pin_block(x):
         return jax.lax.with_sharding_constraint(x, batch) if getattr(x, "ndim", 0) in (2, 3) else x
 
     def pin_tokens(x):
-        if getattr(x, "ndim", 0) not in (2, 3):
+        if getattr(x, "ndim", 0) < 2:
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(entry, *[P.UNCONSTRAINED] * (x.ndim - 1))))
+
+    def names(module):
+        return [c.__name__ for c in type(module).__mro__]
+
+    def call(pin, next_fun, args, kwargs):
+        if args:
+            args = (pin(args[0]),) + tuple(args[1:])
+        elif kwargs:
+            first = next(iter(kwargs))
+            kwargs = {**kwargs, first: pin(kwargs[first])}
+        out = next_fun(*args, **kwargs)
+        return (pin(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) and out else pin(out)
 
     def interceptor(next_fun, args, kwargs, context):
         if context.method_name != "__call__":
             return next_fun(*args, **kwargs)
-        name = type(context.module).__name__
-        if linear_re is not None and linear_re.match(name):
-            args = (pin_tokens(args[0]),) + tuple(args[1:]) if args else args
-            return pin_tokens(next_fun(*args, **kwargs))
-        if not blocks.search(name):
-            return next_fun(*args, **kwargs)
-        args = (pin(args[0]),) + tuple(args[1:]) if args else args
-        out = next_fun(*args, **kwargs)
-        return (pin(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else pin(out)
+        classes = names(context.module)
+        if linear_re is not None and any(linear_re.match(n) for n in classes):
+            return call(pin_tokens, next_fun, args, kwargs)
+        if any(blocks.search(n) for n in classes):
+            return call(pin_block, next_fun, args, kwargs)
+        return next_fun(*args, **kwargs)
 
     with nn.intercept_methods(interceptor):
         yield

@@ -104,23 +104,26 @@ def test_fsdp_and_tensor_parallel_step_equals_one_device_and_reshards_no_activat
     assert "all-gather" in hlo  # FSDP: the weights are gathered for the layer
 
 
+@pytest.mark.parametrize("layers", ["scan", "unroll"])
 @pytest.mark.parametrize("recipe", ["dense", "srste"])
-def test_fsdp_pins_the_mlp_activations_to_the_batch_sharding(recipe):
-    """Under FSDP the SwiGLU MLP's fc output (tokens x 2h) and proj input (tokens x h) are constrained to
-    the batch sharding on the token axis, the feature axis left to the partitioner (a tensor-parallel
-    column shard). Without those pins, on 2 x H100, XLA resharded the MLP's activations between the fc
-    kernel's column sharding and the batch sharding in the backward (all-to-alls of tokens x 11008 per
-    LLaMA-7B layer: srste 1.03x dense, 1.16x with the pins); XLA's CPU partitioner does not make that
-    choice, so this test checks the constraints in the traced step rather than the compiled program."""
-    rt = _runtime(recipe, (1, 2, 1))
-    h = rt.exp.cfg.ffn_hidden
+def test_fsdp_pins_the_mlp_activations_to_the_batch_sharding(recipe, layers):
+    """Under FSDP the blocks' inputs and outputs are constrained to the batch sharding, and the SwiGLU MLP's fc
+    output (tokens x 2h) and proj input (tokens x h) to the batch sharding on the token axis, the feature axis
+    left to the partitioner (a tensor-parallel column shard). Without the linear layers' pins, on 2 x H100,
+    XLA resharded the MLP's activations between the fc kernel's column sharding and the batch sharding in
+    the backward (all-to-alls of tokens x 11008 per LLaMA-7B layer); XLA's CPU partitioner does not make
+    that choice, so this test checks the constraints in the traced step rather than the compiled program."""
+    rt = _runtime(recipe, (1, 2, 1), layers=layers)
+    h, d = rt.exp.cfg.ffn_hidden, rt.exp.cfg.n_embd
     found = sharding_constraints(jax.make_jaxpr(rt.train_step(recipe != "dense"))(*rt.abstract_args()))
     free = jax.sharding.PartitionSpec.UNCONSTRAINED
     for width in (2 * h, h):  # fc's output, proj's input; the forward's and the gradient's
         specs = [spec for shape, spec in found if shape[-1] == width]
         assert specs.count((gpt_runtime.BATCH_AXES, free, free)) >= 2, (width, specs)
+    # the blocks' (and attention's, the MLP's) inputs and outputs: tokens x d on the batch sharding
+    assert [shape[-1] for shape, spec in found if spec == (gpt_runtime.BATCH_AXES,)].count(d) >= 4, found
     # without an fsdp axis (data parallel) nothing is pinned
-    dp = _runtime(recipe, (2, 1, 1))
+    dp = _runtime(recipe, (2, 1, 1), layers=layers)
     assert not sharding_constraints(jax.make_jaxpr(dp.train_step(recipe != "dense"))(*dp.abstract_args()))
 
 

@@ -1019,7 +1019,7 @@ class _PinMLP(nn.Module):
     def __call__(self, x):
         ab = Sparse24Dense(64, name="fc")(x)
         a, g = ab[..., :32], ab[..., 32:]
-        return nn.Dense(16, name="proj")(nn.silu(a) * g)
+        return nn.Dense(16, name="proj")(inputs=nn.silu(a) * g)  # by keyword: the pin finds it too
 
 
 class _PinBlock(nn.Module):
@@ -1028,14 +1028,22 @@ class _PinBlock(nn.Module):
         return x + _PinMLP(name="mlp")(x)
 
 
-def test_batch_sharded_activations_pins_blocks_and_the_token_axis_of_linear_layers():
-    """Inside the context the block's and MLP's inputs and outputs are constrained to ``P(batch)`` and every
-    linear layer's (the 2:4 one and the dense one) to the batch sharding on the token axis only; the
-    constraints reach the gradient; outside it nothing is constrained; the values are unchanged."""
+class _MyDense(nn.Dense):
+    """A subclass of a linear layer: pinned as one (its base class's name matches)."""
+
+
+class _PinModel(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return _MyDense(8, name="head")(_PinBlock(name="block")(x))
+
+
+def _pins(mesh, batch_axes, **kw):
+    """The sharding constraints of value_and_grad of a block + head model traced inside the context, the
+    variables and the two functions (pinned, unpinned)."""
     from jaxpr_util import sharding_constraints
 
-    mesh = _mesh("fsdp=2,model=2")
-    model = _PinBlock()
+    model = _PinModel()
     x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 8, 16)), jnp.float32)
     variables = model.init(jax.random.PRNGKey(0), x)
 
@@ -1043,24 +1051,57 @@ def test_batch_sharded_activations_pins_blocks_and_the_token_axis_of_linear_laye
         return jnp.sum(model.apply({**variables, "params": params}, x) ** 2)
 
     def pinned(params, x):
-        with shd.batch_sharded_activations(mesh, "fsdp"):
+        with shd.batch_sharded_activations(mesh, batch_axes, **kw):
             return loss(params, x)
 
     found = sharding_constraints(jax.make_jaxpr(jax.value_and_grad(pinned))(variables["params"], x))
-    free = P.UNCONSTRAINED
-    # the block's and mlp's inputs and outputs (4), and the gradients of those on the way to the params
-    assert found.count(((4, 8, 16), ("fsdp",))) > 4
-    assert found.count(((4, 8, 64), ("fsdp", free, free))) == 2  # fc's output, forward and gradient
-    assert found.count(((4, 8, 32), ("fsdp", free, free))) == 2  # proj's input
-    assert not sharding_constraints(jax.make_jaxpr(jax.value_and_grad(loss))(variables["params"], x))
-    got = jax.jit(jax.value_and_grad(pinned))(variables["params"], x)
-    want = jax.value_and_grad(loss)(variables["params"], x)
+    return found, variables["params"], x, pinned, loss
+
+
+def test_batch_sharded_activations_pins_blocks_and_the_token_axis_of_linear_layers():
+    """Inside the context the block's and MLP's inputs and outputs are constrained to ``P(batch)``, and every
+    linear layer's (the 2:4 one, the dense one called by keyword, a subclass of Dense) to the batch sharding on
+    the token axis only, in the forward pass and on the way back to the params; outside it nothing is
+    constrained; the values are unchanged."""
+    from jaxpr_util import sharding_constraints
+
+    mesh = _mesh("fsdp=2,model=2")
+    found, params, x, pinned, loss = _pins(mesh, "fsdp")
+    u = P.UNCONSTRAINED
+    block, tok = ("fsdp",), ("fsdp", u, u)
+    # the forward pass, in program order: block in, mlp in, fc in / out, proj in / out, mlp out, block out, head
+    # in / out (the linear layers: their token axis only)
+    assert found[:10] == [((4, 8, 16), block), ((4, 8, 16), block), ((4, 8, 16), tok), ((4, 8, 64), tok),
+                          ((4, 8, 32), tok), ((4, 8, 16), tok), ((4, 8, 16), block), ((4, 8, 16), block),
+                          ((4, 8, 16), tok), ((4, 8, 8), tok)], found[:10]
+    # the backward pass constrains the gradients the same way (those on the way to the params)
+    backward = found[10:]
+    for c in [((4, 8, 8), tok), ((4, 8, 16), block), ((4, 8, 32), tok), ((4, 8, 64), tok)]:
+        assert c in backward, (c, backward)
+    assert not sharding_constraints(jax.make_jaxpr(jax.value_and_grad(loss))(params, x))
+    got = jax.jit(jax.value_and_grad(pinned))(params, x)
+    want = jax.value_and_grad(loss)(params, x)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_batch_sharded_activations_names_a_missing_axis():
+def test_batch_sharded_activations_options():
+    """Two batch axes make one entry of the spec; ``linear=None`` pins only the blocks; ``modules`` that
+    match nothing pin only the linear layers."""
+    u = P.UNCONSTRAINED
+    found = _pins(_mesh("data=2,fsdp=2"), ("data", "fsdp"))[0]
+    assert ((4, 8, 16), (("data", "fsdp"),)) in found and ((4, 8, 64), (("data", "fsdp"), u, u)) in found
+    found = _pins(_mesh("fsdp=2"), "fsdp", linear=None)[0]
+    assert found and all(spec == ("fsdp",) for _, spec in found)
+    found = _pins(_mesh("fsdp=2"), "fsdp", modules="^$")[0]
+    assert found and all(spec == ("fsdp", u, u) for _, spec in found)
+
+
+def test_batch_sharded_activations_names_a_missing_or_empty_axis():
     with pytest.raises(ValueError, match=r"batch axes \['fsdp'\] are not axes of the mesh \('data',\)"):
         with shd.batch_sharded_activations(_mesh("data=2")):
+            pass
+    with pytest.raises(ValueError, match="batch_axes is empty"):
+        with shd.batch_sharded_activations(_mesh("data=2"), ()):
             pass
