@@ -327,9 +327,9 @@ def shard_batch(batch, mesh: Mesh, axis: str | Sequence[str] = "data"):
     is assembled with ``jax.make_array_from_process_local_data`` — no host sends its data to
     another.
     """
-    axes = (axis,) if isinstance(axis, str) else tuple(axis)
+    axes = _axes(axis)
     n = math.prod(dict(mesh.shape)[a] for a in axes)
-    entry = axes[0] if len(axes) == 1 else axes
+    entry = _entry(axes)
 
     def put(leaf):
         leaf_shape = np.shape(leaf)
@@ -385,14 +385,14 @@ def batch_sharded_activations(mesh: Mesh, batch_axes: str | Sequence[str] = ("da
     """
     import flax.linen as nn
 
-    axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes)
+    axes = _axes(batch_axes)
     if not axes:
         raise ValueError("batch_sharded_activations: batch_axes is empty (name the mesh axes that split the batch)")
     missing = [a for a in axes if a not in mesh.axis_names]
     if missing:
         raise ValueError(f"batch_sharded_activations: batch axes {missing} are not axes of the mesh "
                          f"{tuple(mesh.axis_names)}")
-    entry = axes[0] if len(axes) == 1 else axes
+    entry = _entry(axes)
     batch = NamedSharding(mesh, P(entry))
     blocks, linear_re = re.compile(modules), None if linear is None else re.compile(linear)
 

@@ -28,7 +28,7 @@ def _gpus():
         return []
 
 
-def fsdp_program_all_to_alls(devices, *, linear_pins: bool, monkeypatch) -> int:
+def fsdp_program_all_to_alls(devices, *, linear_pins: bool) -> int:
     """All-to-alls in the compiled train step of a LLaMA-7B-shaped dense model (2 layers, 2048 tokens per
     sequence, 4 sequences per device, vocabulary 32,000, ``--remat full``) under ``--mesh fsdp=2``; without
     ``linear_pins`` the runtime pins the blocks' activations only (``linear=None``)."""
@@ -37,27 +37,27 @@ def fsdp_program_all_to_alls(devices, *, linear_pins: bool, monkeypatch) -> int:
 
     from jax_sparse24 import sharding as shd
 
-    if not linear_pins:
-        pins = shd.batch_sharded_activations
-        monkeypatch.setattr(shd, "batch_sharded_activations", lambda *a, **k: pins(*a, **{**k, "linear": None}))
     args = train_gpt.build_parser().parse_args(["--size", "llama-7b", "--n-layer", "2", "--batch-size", "8",
                                                 "--seq-len", "2048", "--recipe", "dense", "--remat", "full"])
     hp = dict(train_gpt.resolve_flags(args, "dense"), data_sha256="-", vocab_size=32000)
     rt = gpt_runtime.make_runtime(train_gpt.build_experiment(hp), gpt_runtime._make_mesh((1, 2, 1), devices=devices))
-    hlo = rt.train_step(False).lower(*rt.abstract_args()).compile().as_text()
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as mp:
+        if not linear_pins:
+            pins = shd.batch_sharded_activations
+            mp.setattr(shd, "batch_sharded_activations", lambda *a, **k: pins(*a, **{**k, "linear": None}))
+        hlo = rt.train_step(False).lower(*rt.abstract_args()).compile().as_text()
     return len(re.findall(r"= \S+ all-to-all(?:-start)?\(", hlo))
 
 
-def test_example_fsdp_step_moves_no_activation_on_gpus(monkeypatch):
+def test_example_fsdp_step_moves_no_activation_on_gpus():
     """Without the linear layers' pins XLA's GPU partitioner moved the SwiGLU activations between the fc
     kernel's column sharding and the batch sharding (all-to-alls in the MLP's backward, 2 x H100); with them
     the program has none."""
     gpus = _gpus()
     if len(gpus) < 2:
         pytest.skip("needs 2 or more GPUs")
-    control = fsdp_program_all_to_alls(gpus[:2], linear_pins=False, monkeypatch=monkeypatch)
+    control = fsdp_program_all_to_alls(gpus[:2], linear_pins=False)
     if control == 0:
         pytest.skip("XLA no longer moves these activations without the linear layers' pins: the test would not "
                     "see a regression (pick a shape where the control has all-to-alls)")
-    assert fsdp_program_all_to_alls(gpus[:2], linear_pins=True, monkeypatch=monkeypatch) == 0
+    assert fsdp_program_all_to_alls(gpus[:2], linear_pins=True) == 0

@@ -950,7 +950,7 @@ def test_packed_gather_reaches_the_16_bit_gemms_packed(monkeypatch):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
     p = packed24.Packed24(*packed24.pack24(w, m))
     assert p.shape == w.shape and p.dtype == w.dtype and "Packed24(shape=(32, 48)" in repr(p)
-    np.testing.assert_array_equal(p.unpack()[0], jnp.where(m, w, 0))
+    np.testing.assert_array_equal(packed24.unpacked_weight(p.values, p.bits), jnp.where(m, w, 0))
     assert [a.shape for a in jax.tree.leaves(p)] == [(16, 48), (4, 48)]  # a pytree of its arrays
 
 

@@ -135,9 +135,5 @@ class Packed24:
     def dtype(self):
         return self.values.dtype
 
-    def unpack(self):
-        """``(w ⊙ mask, mask)``: :func:`unpack24`."""
-        return unpack24(self.values, self.bits)
-
     def __repr__(self) -> str:
         return f"Packed24(shape={self.shape}, dtype={self.dtype})"
