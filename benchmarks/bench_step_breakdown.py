@@ -639,6 +639,8 @@ def main(argv=None) -> int:
                     "the kernel times are the first GPU's")
     ap.add_argument("--vocab-size", type=int, default=None, help="the model's vocabulary (default the byte data's 256)")
     ap.add_argument("--remat", choices=("none", "dots", "full"), default=None, help="the example's --remat")
+    ap.add_argument("--xla-preset", choices=sorted(btg.XLA_PRESETS), default="none",
+                    help="bench_train_gpt.py's --xla-preset: a named set of XLA compiler options for every program")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: step_breakdown_<tag>.json/.md "
                                                 "(default: the backend and the size)")
@@ -688,7 +690,7 @@ def main(argv=None) -> int:
     if res["baseline"] not in rts:  # else the first dense recipe
         res["baseline"] = next((lb for lb, rt in rts.items() if rt.exp.cfg.method == "dense"), None)
     try:
-        exes = btg.compile_all(rts, False, a.compile_workers, log)
+        exes = btg.compile_all(rts, False, a.compile_workers, log, btg.compile_options([], a.xla_preset))
     except Exception:  # noqa: BLE001  (recorded in the report)
         res["error"] = traceback.format_exc()
         log(res["error"])

@@ -226,8 +226,27 @@ def callbacks_since(before: dict, after: dict) -> tuple[int, float, dict]:
     return sum(n for n, _ in by_rule.values()), sum(sec for _, sec in by_rule.values()), by_rule
 
 
-def compile_options(pairs) -> dict:
-    """``["k=v", ...]`` → XLA compiler options (ints and booleans parsed)."""
+#: ``--xla-preset``: named sets of XLA compiler options. ``fsdp``: collective scheduling for FSDP on one node
+#: (the latency-hiding scheduler; all-gathers, reduce-scatters and all-reduces combined up to 512 MiB and
+#: pipelined across the scanned layers, the loop double-buffered, collectives on a high-priority stream), the
+#: set JAX-Toolbox and MaxText run their GPU LLM recipes with. docs/multi_gpu.md gives it as XLA_FLAGS.
+XLA_PRESETS = {
+    "none": (),
+    "fsdp": ("xla_gpu_enable_latency_hiding_scheduler=true", "xla_gpu_enable_highest_priority_async_stream=true",
+             "xla_gpu_all_reduce_combine_threshold_bytes=536870912",
+             "xla_gpu_all_gather_combine_threshold_bytes=536870912",
+             "xla_gpu_reduce_scatter_combine_threshold_bytes=536870912",
+             "xla_gpu_enable_pipelined_all_gather=true", "xla_gpu_enable_pipelined_reduce_scatter=true",
+             "xla_gpu_enable_pipelined_all_reduce=true", "xla_gpu_enable_while_loop_double_buffering=true"),
+}
+
+
+def compile_options(pairs, preset: str = "none") -> dict:
+    """``--xla-preset``'s options, then ``["k=v", ...]`` (which override them) → XLA compiler options (ints and
+    booleans parsed)."""
+    if preset not in XLA_PRESETS:
+        raise SystemExit(f"--xla-preset must be one of {sorted(XLA_PRESETS)}, got {preset!r}")
+    pairs = [*XLA_PRESETS[preset], *pairs]
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -617,6 +636,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-option", action="append", default=[], metavar="KEY=VALUE",
                     help="XLA compiler option for every program (repeatable), e.g. xla_gpu_autotune_level=0 "
                          "to see how much of a compile time is GEMM autotuning")
+    ap.add_argument("--xla-preset", choices=sorted(XLA_PRESETS), default="none",
+                    help="a named set of XLA compiler options for every program (XLA_PRESETS; 'fsdp': collective "
+                         "scheduling for FSDP); --compile-option overrides its entries")
     ap.add_argument("--profile-compile", action="store_true",
                     help="cProfile each train program's compile (run with --compile-workers 1): where the Python "
                          "time of the partitioner callbacks goes")
@@ -702,7 +724,7 @@ def main(argv=None) -> int:
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
-        exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
+        exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option, a.xla_preset),
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)
         t0 = time.perf_counter()
         try:
