@@ -640,11 +640,12 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab-size", type=int, default=None, help="the model's vocabulary (default the byte data's 256)")
     ap.add_argument("--remat", choices=("none", "dots", "full"), default=None, help="the example's --remat")
     ap.add_argument("--xla-preset", choices=sorted(btg.XLA_PRESETS), default="none",
-                    help="bench_train_gpt.py's --xla-preset: a named set of XLA compiler options for every program")
+                    help="bench_train_gpt.py's --xla-preset: a named set of XLA flags added to XLA_FLAGS before JAX starts")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: step_breakdown_<tag>.json/.md "
                                                 "(default: the backend and the size)")
     a = ap.parse_args(argv)
+    btg.apply_xla_preset(a.xla_preset)
 
     labels = [r for r in a.recipes.split(",") if r]
     parsed = {lb: split_attention(lb) for lb in labels}
@@ -690,7 +691,7 @@ def main(argv=None) -> int:
     if res["baseline"] not in rts:  # else the first dense recipe
         res["baseline"] = next((lb for lb, rt in rts.items() if rt.exp.cfg.method == "dense"), None)
     try:
-        exes = btg.compile_all(rts, False, a.compile_workers, log, btg.compile_options([], a.xla_preset))
+        exes = btg.compile_all(rts, False, a.compile_workers, log)
     except Exception:  # noqa: BLE001  (recorded in the report)
         res["error"] = traceback.format_exc()
         log(res["error"])

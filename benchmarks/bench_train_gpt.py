@@ -46,6 +46,7 @@ import gc
 import gzip
 import io
 import json
+import os
 import pstats
 import re
 import statistics
@@ -226,27 +227,38 @@ def callbacks_since(before: dict, after: dict) -> tuple[int, float, dict]:
     return sum(n for n, _ in by_rule.values()), sum(sec for _, sec in by_rule.values()), by_rule
 
 
-#: ``--xla-preset``: named sets of XLA compiler options. ``fsdp``: collective scheduling for FSDP on one node
-#: (the latency-hiding scheduler; all-gathers, reduce-scatters and all-reduces combined up to 512 MiB and
-#: pipelined across the scanned layers, the loop double-buffered, collectives on a high-priority stream), the
-#: set JAX-Toolbox and MaxText run their GPU LLM recipes with. docs/multi_gpu.md gives it as XLA_FLAGS.
+#: ``--xla-preset``: named sets of XLA flags. ``fsdp``: collective scheduling for FSDP on one node (the
+#: latency-hiding scheduler; all-gathers, reduce-scatters and all-reduces combined up to 512 MiB and pipelined
+#: across the scanned layers, the loop double-buffered, collectives on a high-priority stream), the set
+#: JAX-Toolbox and MaxText run their GPU LLM recipes with; docs/multi_gpu.md gives it as XLA_FLAGS. They go to
+#: XLA_FLAGS, not to the compiler options: jax 0.11.2 refuses some of them as compile options ("No such compile
+#: option") while XLA_FLAGS accepts them.
 XLA_PRESETS = {
     "none": (),
-    "fsdp": ("xla_gpu_enable_latency_hiding_scheduler=true", "xla_gpu_enable_highest_priority_async_stream=true",
-             "xla_gpu_all_reduce_combine_threshold_bytes=536870912",
-             "xla_gpu_all_gather_combine_threshold_bytes=536870912",
-             "xla_gpu_reduce_scatter_combine_threshold_bytes=536870912",
-             "xla_gpu_enable_pipelined_all_gather=true", "xla_gpu_enable_pipelined_reduce_scatter=true",
-             "xla_gpu_enable_pipelined_all_reduce=true", "xla_gpu_enable_while_loop_double_buffering=true"),
+    "fsdp": ("--xla_gpu_enable_latency_hiding_scheduler=true", "--xla_gpu_enable_highest_priority_async_stream=true",
+             "--xla_gpu_all_reduce_combine_threshold_bytes=536870912",
+             "--xla_gpu_all_gather_combine_threshold_bytes=536870912",
+             "--xla_gpu_reduce_scatter_combine_threshold_bytes=536870912",
+             "--xla_gpu_enable_pipelined_all_gather=true", "--xla_gpu_enable_pipelined_reduce_scatter=true",
+             "--xla_gpu_enable_pipelined_all_reduce=true", "--xla_gpu_enable_while_loop_double_buffering=true"),
 }
 
 
-def compile_options(pairs, preset: str = "none") -> dict:
-    """``--xla-preset``'s options, then ``["k=v", ...]`` (which override them) → XLA compiler options (ints and
-    booleans parsed)."""
+def apply_xla_preset(preset: str) -> None:
+    """Append ``XLA_PRESETS[preset]`` to ``XLA_FLAGS``; XLA reads them once, when JAX starts its backends, so
+    this must run before the first computation (an error says so if a backend is already up)."""
     if preset not in XLA_PRESETS:
         raise SystemExit(f"--xla-preset must be one of {sorted(XLA_PRESETS)}, got {preset!r}")
-    pairs = [*XLA_PRESETS[preset], *pairs]
+    if not XLA_PRESETS[preset]:
+        return
+    from jax._src import xla_bridge
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError("--xla-preset: JAX's backends are already initialized, so XLA_FLAGS would be ignored")
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *XLA_PRESETS[preset]]).strip()
+
+
+def compile_options(pairs) -> dict:
+    """``["k=v", ...]`` → XLA compiler options (ints and booleans parsed)."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -637,8 +649,8 @@ def main(argv=None) -> int:
                     help="XLA compiler option for every program (repeatable), e.g. xla_gpu_autotune_level=0 "
                          "to see how much of a compile time is GEMM autotuning")
     ap.add_argument("--xla-preset", choices=sorted(XLA_PRESETS), default="none",
-                    help="a named set of XLA compiler options for every program (XLA_PRESETS; 'fsdp': collective "
-                         "scheduling for FSDP); --compile-option overrides its entries")
+                    help="a named set of XLA flags (XLA_PRESETS; 'fsdp': collective scheduling for FSDP), added to "
+                         "XLA_FLAGS before JAX starts")
     ap.add_argument("--profile-compile", action="store_true",
                     help="cProfile each train program's compile (run with --compile-workers 1): where the Python "
                          "time of the partitioner callbacks goes")
@@ -661,6 +673,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: train_gpt_<tag>.json/.md")
     a = ap.parse_args(argv)
+    apply_xla_preset(a.xla_preset)
 
     sizes = [s for s in a.size.split(",") if s]
     recipes = [r for r in a.recipes.split(",") if r]
@@ -724,7 +737,7 @@ def main(argv=None) -> int:
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
         rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
-        exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option, a.xla_preset),
+        exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)
         t0 = time.perf_counter()
         try:
