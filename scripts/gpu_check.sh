@@ -44,6 +44,9 @@
 #         SCALING_GPUS, SCALING_RECIPES; FSDP over the GPUs of each count; benchmarks/weak_scaling.py makes one table)
 #   distckpt: one process per GPU (examples/launch.py, train_gpt.py --distributed, FSDP over every GPU), sharded
 #         checkpoints, resumed on half the processes; losses compared (DISTCKPT_SIZE, _LAYERS, _STEPS, _BATCH, _ARGS)
+#   test: the GPU tests (-m gpu); TEST_PATHS, TEST_K (pytest -k), TEST_TIMEOUT (480 s), TEST_SHARD=I/N (the I-th of N
+#         parts: on a multi-GPU host the whole suite takes longer than one device call; scripts/gpu_test_report.py
+#         adds the parts up)
 #   keepext: copy the built extension to $OUT/ext/ (carry it back as jax_sparse24/_sparse24_ffi*.so
 #            and leave out `build` to skip the compile on the next machine: same sources only)
 #
@@ -119,11 +122,14 @@ fi
 
 if want test; then
   t0=$(date +%s)
-  # TEST_PATHS (default tests) and TEST_K (a pytest -k expression) pick a part of the suite
-  timeout ${TEST_TIMEOUT:-480} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/gpu_tests.xml" ${TEST_PATHS:-tests} \
-    ${TEST_K:+-k "$TEST_K"} > "$OUT/logs/gpu_tests.log" 2>&1
-  rc=$?; note "gpu tests rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/gpu_tests.log")"; [ $rc -eq 0 ] || status=1
-  grep -E "^(FAILED|ERROR)" "$OUT/logs/gpu_tests.log" | head -30
+  # TEST_PATHS (default tests) and TEST_K (a pytest -k expression) pick a part of the suite; TEST_SHARD=I/N runs
+  # the I-th of N round-robin parts (tests/conftest.py --shard): the whole suite in N device calls, added up by
+  # `python scripts/gpu_test_report.py <the calls' gpu_tests_shard*.xml>`
+  log="gpu_tests${TEST_SHARD:+_shard${TEST_SHARD%/*}of${TEST_SHARD#*/}}"
+  timeout ${TEST_TIMEOUT:-480} $PY -m pytest -m gpu -q -rs --junitxml="$OUT/logs/$log.xml" ${TEST_PATHS:-tests} \
+    ${TEST_K:+-k "$TEST_K"} ${TEST_SHARD:+--shard "$TEST_SHARD"} > "$OUT/logs/$log.log" 2>&1
+  rc=$?; note "gpu tests${TEST_SHARD:+ (part $TEST_SHARD)} rc=$rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/logs/$log.log")"; [ $rc -eq 0 ] || status=1
+  grep -E "^(FAILED|ERROR)" "$OUT/logs/$log.log" | head -30
 fi
 
 if want bench; then

@@ -81,3 +81,38 @@ def pytest_xdist_auto_num_workers(config):
     if _gpu_visible():
         return 0
     return min(_cpu_count(), 4)
+
+
+# `--shard I/N`: run the I-th of N parts of the collected tests (1-based), the tests dealt round-robin in node-id
+# order, so the N parts together are the whole suite and each part mixes the test files. The GPU suite no longer fits
+# one 10-minute device call on a multi-GPU host: scripts/gpu_check.sh runs it in parts (TEST_SHARD=I/N) and
+# scripts/gpu_test_report.py adds the parts' JUnit files up into one report.
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` → ``(I, N)`` with ``1 <= I <= N``; ``ValueError`` naming the constraint otherwise."""
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not sep or not 1 <= i <= n:
+        raise ValueError(f"--shard wants I/N with 1 <= I <= N (e.g. 2/3), got {text!r}")
+    return i, n
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I/N",
+                     help="run the I-th of N round-robin parts of the collected tests (1-based)")
+
+
+def pytest_collection_modifyitems(config, items):
+    text = config.getoption("--shard")
+    if not text:
+        return
+    try:
+        i, n = parse_shard(text)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    ordered = sorted(items, key=lambda item: item.nodeid)
+    keep = {id(item) for k, item in enumerate(ordered) if k % n == i - 1}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in keep])
+    items[:] = [item for item in items if id(item) in keep]
