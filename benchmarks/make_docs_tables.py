@@ -36,7 +36,8 @@ def load(name: str) -> dict:
 
 
 def command(name: str) -> str:
-    """The recorded command of a result file, without the flags that only say where it was written."""
+    """The recorded command of a result file, without the flags that only say where it was written; a flag given
+    twice with a value (a script's default, then the caller's) keeps its last value, where argparse reads it."""
     words = shlex.split(load(name)["command"])
     out, skip = [], 0
     for w in words:
@@ -46,7 +47,11 @@ def command(name: str) -> str:
             skip = 0 if "=" in w else _DROP[w]
         else:
             out.append(w)
-    return shlex.join(out)
+    last = {w: k for k, w in enumerate(out) if w.startswith("--") and k + 1 < len(out) and not out[k + 1].startswith("--")}
+    keep = [k for k, w in enumerate(out) if not (w in last and last[w] != k
+                                                 and k + 1 < len(out) and not out[k + 1].startswith("--"))]
+    dropped_values = {k + 1 for k, w in enumerate(out) if k not in keep and w.startswith("--")}
+    return shlex.join(out[k] for k in keep if k not in dropped_values)
 
 
 def _x(v: float | None, digits: int = 2) -> str:
@@ -101,26 +106,15 @@ def _model(t: dict) -> str:
 
 # --- README -------------------------------------------------------------------------------------------
 
-HEADLINE = [  # (what, file, variant)
-    ("LLaMA-7B-shaped layers (d 4096, 4 layers), one H100", "train_gpt_h100_llama-7b_l4_prepared.json", "srste"),
-    ("same, 2:4 GEMMs in fp8", "train_gpt_h100_llama-7b_l4_fp8flax.json", "srste+fp8-delayed"),
-    ("LLaMA-1B-shaped layers (d 2048, 4 layers), one H100", "train_gpt_h100_llama-1b_l4_prepared.json", "srste"),
-    ("LLaMA-300M-shaped (d 1024, 24 layers), one H100", "train_gpt_h100_llama-300m_l24_prepared.json", "srste"),
-    ("GPT-2 124M-shaped (d 768, 12 layers), weights prepared once per step, one H100", "train_gpt_h100_gpt2_l12_prepared.json", "srste/prepared"),
-    ("LLaMA-1B, full depth (16 layers), FSDP on 4 H200", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
-    ("LLaMA-7B, full depth (32 layers), FSDP on 4 H100, 16,384 tokens per GPU",
-     "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32.json", "srste"),
-    ("same, 2:4 GEMMs in fp8", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32_fp8.json", "srste+fp8"),
-    ("LLaMA-7B-shaped, 16 layers (two 7B states fit 2 H100s at this depth), FSDP on 2 H100, 16,384 tokens per GPU",
-     "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16.json", "srste"),
-    ("same, 2:4 GEMMs in fp8", "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16_fp8.json", "srste+fp8"),
-    ("LLaMA-7B, full depth, FSDP on 4 H100, 8,192 tokens per GPU", "train_gpt_h100x4_llama-7b_l32_fsdp4_full.json",
-     "srste"),
-    ("same, 2:4 GEMMs in fp8 (measured before the fp8 packed compressor)", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_fp8.json",
+NODE_7B = "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32.json"
+HEADLINE = [  # (what, file, variant): one kind of GPU (4 x H200), the current code
+    ("LLaMA-7B (32 layers), 16,384 tokens per GPU", NODE_7B, "srste"),
+    ("LLaMA-7B, 8,192 tokens per GPU", "train_gpt_h200x4_llama-7b_l32_fsdp4_full.json", "srste"),
+    ("LLaMA-7B, 16,384 tokens per GPU, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
      "srste+fp8"),
-    ("LLaMA-7B, full depth, FSDP on 4 H200, 8,192 tokens per GPU, GEMM outputs kept (`--remat dots`; measured "
-     "before the packed compressor)", "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "srste"),
-    ("same, 2:4 GEMMs in fp8", "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "srste+fp8"),
+    ("same run: dense with Flax's fp8 layers (no 2:4), the fp8 baseline", "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
+     "dense+fp8-flax"),
+    ("LLaMA-1B (16 layers), 8,192 tokens per GPU", "train_gpt_h200x4_llama-1b_l16_fsdp4.json", "srste"),
 ]
 
 
@@ -135,15 +129,12 @@ def table_headline() -> str:
                      "same run" if same else f"`{command(f)}`",
                      "same run" if same else f"[`{f[:-5]}.md`](benchmarks/results/{f[:-5]}.md)"])
         prev = f
-    return _table(["model", "tokens/s vs dense", "reproduce", "result"], rows)
+    return _table(["model (4 × H200, FSDP, full depth, vocabulary 32,000)", "tokens/s vs bf16 dense", "reproduce", "result"], rows)
 
 
 # --- docs/performance.md --------------------------------------------------------------------------------
 
-TRAIN_STEP = ["train_gpt_h100_gpt2_l12_prepared.json", "train_gpt_h100_gpt2-medium.json",
-              "train_gpt_h100_width2048.json", "train_gpt_h100_width4096.json",
-              "train_gpt_h100_llama-300m_l24_prepared.json", "train_gpt_h100_llama-1b_l4_prepared.json",
-              "train_gpt_h100_llama-7b_l4_prepared.json"]
+TRAIN_STEP = ["train_gpt_h100_gpt2_l12_prepared.json", "train_gpt_h100_llama-300m_l24_prepared.json"]
 
 
 def table_train_step() -> str:
@@ -156,7 +147,7 @@ def table_train_step() -> str:
                    "dense control", "file"], rows)
 
 
-FP8_STEP = ["train_gpt_h100_llama-7b_l4_fp8dense.json", "train_gpt_h100_llama-7b_l4_fp8flax.json"]
+FP8_STEP = ["train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_fp8.json"]
 _FP8_LABELS = {"dense+fp8": "dense, our fp8 layer (`--recipe dense --fp8`)",
                "dense+fp8-delayed": "dense, our fp8 layer, delayed scaling (`--fp8 --fp8-scaling delayed`)",
                "dense+fp8-flax": "dense, Flax's fp8 layer (`--fp8 --fp8-scaling delayed --fp8-dense flax`)",
@@ -173,7 +164,8 @@ def table_fp8_step() -> str:
                 continue
             rows.append([_FP8_LABELS.get(r["variant"], r["variant"]), f"{r['median_step_s'] * 1e3:.1f}",
                          _x(r["vs_dense"], 3), f"`{f}`"])
-    return _table(["variant (LLaMA-7B-shaped, 4 layers, 16,384 tokens)", "step (ms)", "vs bf16 dense", "file"],
+    return _table(["variant (LLaMA-7B, 32 layers, FSDP on 4 × H200, 16,384 tokens per GPU)", "step (ms)",
+                   "vs bf16 dense", "file"],
                   rows)
 
 
@@ -189,12 +181,8 @@ def table_fp8_quality() -> str:
     return _table(["recipe", "final val loss", "vs dense", "tokens/s"], rows)
 
 
-NODE = ["train_gpt_h200x4_llama-1b_l16_fsdp4.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full.json",
-        "train_gpt_h100x4_llama-7b_l32_fsdp4_full_dg.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_fp8.json",
-        "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32.json", "train_gpt_h100x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
-        "train_gpt_h200x4_llama-7b_l32_fsdp4_dots.json", "train_gpt_h100x2_llama-7b_l16_fsdp2_full.json",
-        "train_gpt_h100x2_llama-7b_l16_fsdp2_full_fp8.json", "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16.json",
-        "train_gpt_h100x2_llama-7b_l16_fsdp2_full_b16_fp8.json"]
+NODE = [NODE_7B, "train_gpt_h200x4_llama-7b_l32_fsdp4_full.json", "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
+        "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_nopreset.json", "train_gpt_h200x4_llama-1b_l16_fsdp4.json"]
 
 
 def _callbacks_s(r: dict) -> str:
@@ -210,31 +198,14 @@ def table_node() -> str:
         t = _throughput(name)
         rows = [[r["variant"], f"{r['tokens_per_s']:,.0f}", _x(r["vs_dense"], 3), f"{r['model_tflops_per_gpu']:.0f}",
                  _mfu(r), f"{r['compile_s']:.1f}", _callbacks_s(r)] for r in t["rows"]]
-        remat = _option(name, "--remat")
+        remat, preset = _option(name, "--remat"), _option(name, "--xla-preset")
         out.append(f"{_SIZES[t['size']]} ({t['n_layer']} layers, vocabulary {t['vocab_size']:,}"
-                   + (f", `--remat {remat}`" if remat else "") + f"), mesh `{t['mesh']}` over "
+                   + (f", `--remat {remat}`" if remat else "") + (f", `--xla-preset {preset}`" if preset else "") + f"), mesh `{t['mesh']}` over "
                    f"{t['n_devices']} GPUs ({load(name)['device'].split(': ')[-1]}), {t['tokens_per_step']:,} tokens per step, peak "
                    f"{t['peak_gib_per_device']:.1f} GiB per GPU ([`{name[:-5]}.md`](../benchmarks/results/{name[:-5]}.md)):\n\n"
                    + _table(["variant", "tokens/s", "vs dense", "model TFLOP/s per GPU", "MFU", "compile (s)",
                              "of it, partitioner callbacks (s)"], rows))
     return "\n".join(out)
-
-
-EXAMPLE_GPU = "example_train_h100_llama-7b_l4.json"
-
-
-def table_example_gpu() -> str:
-    """The README's GPU command (examples/train.py --compare): its summary.json."""
-    d = load(EXAMPLE_GPU)
-    base = d["runs"][0]
-    rows = [[r["recipe"], f"{r['tokens_per_s']:,.0f}", _x(r["tokens_per_s"] / base["tokens_per_s"]),
-             _x(r["run_tokens_per_s"] / base["run_tokens_per_s"]), f"{r['final_val_loss']:.4f}",
-             "–" if r is base else _vs(r["final_val_loss"], base["final_val_loss"])]
-            for r in d["runs"]]
-    return (f"{d['size']} ({d['n_layer']} layers), {d['steps']} steps of {d['batch_size']} x {d['seq_len']} tokens, vocabulary "
-            f"{d['vocab_size']:,}, one {d['device']} ([`{EXAMPLE_GPU}`](benchmarks/results/{EXAMPLE_GPU})):\n\n"
-            + _table(["recipe", "tokens/s (steady)", "vs dense", "whole run vs dense", "final val loss", "vs dense"],
-                     rows))
 
 
 def table_spmm() -> str:
@@ -251,8 +222,7 @@ def table_fp8_gemm() -> str:
     return _table(["T, I, O", "XLA fp8 dense", "fp8 2:4", "fp8 2:4 + compression", "bf16 2:4"], rows)
 
 
-BREAKDOWN = "step_breakdown_h100_llama-7b_l4.json"
-BREAKDOWN_FSDP = "step_breakdown_h100_llama-7b_l16x2_fsdp2_full.json"
+BREAKDOWN = "step_breakdown_h200_llama-7b_l32x4_fsdp4_full_b32.json"
 
 
 def table_breakdown(name: str = BREAKDOWN) -> str:
@@ -308,8 +278,7 @@ def table_quality_bpe() -> str:
 
 
 TABLES = {"headline": table_headline, "train-step": table_train_step, "fp8-step": table_fp8_step,
-          "fp8-quality": table_fp8_quality, "node": table_node, "example-gpu": table_example_gpu, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
-          "breakdown-fsdp": lambda: table_breakdown(BREAKDOWN_FSDP),
+          "fp8-quality": table_fp8_quality, "node": table_node, "spmm": table_spmm, "fp8-gemm": table_fp8_gemm, "breakdown": table_breakdown,
           "quality": table_quality, "quality-bpe": table_quality_bpe}
 
 

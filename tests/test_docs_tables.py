@@ -56,9 +56,15 @@ def test_unknown_table_is_an_error():
 
 
 def test_headline_commands_drop_only_output_flags():
-    cmd = mdt.command("train_gpt_h100_llama-7b_l4_prepared.json")
+    cmd = mdt.command(mdt.NODE_7B)
     assert cmd.startswith("python benchmarks/bench_train_gpt.py ") and "--size llama-7b" in cmd
     assert "--out" not in cmd and "--tag" not in cmd and "--compile-workers" not in cmd
+
+
+def test_a_flag_given_twice_keeps_its_last_value(monkeypatch):
+    """gpu_check.sh passes its defaults, then the caller's flags: argparse reads the last, so does the table."""
+    monkeypatch.setattr(mdt, "load", lambda name: {"command": "python b.py --iters 5 --out o --remat full --iters 4 --quiet"})
+    assert mdt.command("x.json") == "python b.py --remat full --iters 4 --quiet"
 
 
 @pytest.mark.parametrize("name", sorted({f for _, f, _ in mdt.HEADLINE} | set(mdt.NODE)))
