@@ -520,3 +520,21 @@ def test_probe_remat_hlo_flags_a_gemm_computed_twice_under_dots():
     assert probe.recomputed({("fsdp=4", "none"): none, ("fsdp=4", "dots"): dots_bad,
                              ("fsdp=4", "full"): dots_bad}) == [
         "mesh fsdp=4: remat=dots runs 15 2:4 GEMM calls, remat=none 12"]
+
+
+def test_xla_preset_goes_to_xla_flags_before_jax_starts():
+    """--xla-preset appends its flags to XLA_FLAGS in a fresh process; once JAX's backends are up it refuses
+    (the flags would be ignored), and an unknown preset names the choices."""
+    import subprocess
+    code = ("import os, sys; sys.path.insert(0, 'benchmarks'); os.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/x'; "
+            "import bench_train_gpt as b; b.apply_xla_preset('fsdp'); import jax; jax.devices(); "
+            "print(os.environ['XLA_FLAGS'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "--xla_dump_to=/tmp/x"
+    assert set(bench_train_gpt.XLA_PRESETS["fsdp"]) <= set(out.split())
+    jax.devices()  # this process's backends are up
+    with pytest.raises(RuntimeError, match="already initialized"):
+        bench_train_gpt.apply_xla_preset("fsdp")
+    bench_train_gpt.apply_xla_preset("none")  # nothing to add: fine at any time
+    with pytest.raises(SystemExit, match="one of"):
+        bench_train_gpt.apply_xla_preset("fast")
