@@ -18,6 +18,13 @@ Writes ``benchmarks/results/quality_<tag>.json`` / ``.md`` (final val loss, vs d
 loss, tokens/s, the largest one-step loss spike) and ``quality_<tag>.png`` (validation curves, and
 each recipe's gap to dense). Default tag: ``<size>_<backend>``.
 
+The JSON is compact (:func:`compact_run`): per run every validation record (``val_history``), the
+summaries the table takes from the per-step train records (spike and its step, the tail train loss,
+the best val loss and its step) computed from all of them, and the train loss / gradient norm / flip
+rate thinned to at most :data:`TRACE_POINTS` buckets (``train_trace``, mean / min / max of each). The
+full per-step history goes to ``--history-out FILE`` on request (and stays in ``--runs DIR``);
+``--compact FILE...`` rewrites a result JSON of the older full form in place.
+
     python benchmarks/bench_quality.py --size tiny \\
         --data /path/realtext_train.txt --val-data /path/realtext_val.txt        # CPU (bytes), a few minutes
     python benchmarks/bench_quality.py --size gpt2 --tokens 50e6 --data ... --val-data ...    # GPU
@@ -136,6 +143,73 @@ def _val_series(history):
     return [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
 
 
+#: the most points of a run's thinned train series (``train_trace``) in the result JSON
+TRACE_POINTS = 300
+#: the per-step series thinned, and the bucket statistics kept of each
+TRACE_STATS = {"loss": ("mean", "min", "max"), "grad_norm": ("mean", "max"), "flip": ("mean",),
+               "step_z": ("mean",)}
+TRACE_DIGITS = 6
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.{TRACE_DIGITS}g}")
+
+
+def thin_train(history: list[dict], points: int = TRACE_POINTS) -> dict:
+    """The train records of ``history`` (rows with a ``loss``) in at most ``points`` buckets of ``k``
+    consecutive logged steps (``k = ceil(n / points)``; the last bucket may be shorter): for each series of
+    :data:`TRACE_STATS` present, the bucket's statistics as ``<series>_<stat>`` lists; ``step`` is each
+    bucket's last step. ``sparse_steps``: the ``[first, last]`` step ranges that trained sparse (exact)."""
+    rows = [r for r in history if "loss" in r]
+    n = len(rows)
+    k = max(1, -(-n // points))
+    buckets = [rows[i:i + k] for i in range(0, n, k)]
+    out = {"thinning": f"buckets of {k} consecutive logged train steps (the last may be shorter), at most {points}; "
+                       f"step: each bucket's last step; <series>_<stat>: mean / min / max over the bucket's steps that "
+                       f"logged the series (null: none did), {TRACE_DIGITS} significant digits",
+           "bucket_steps": k, "steps_logged": n, "step": [b[-1]["step"] for b in buckets]}
+    for key, stats in TRACE_STATS.items():  # over the steps that logged it (flip: the mask-update steps)
+        vals = [np.array([r[key] for r in b if r.get(key) is not None], dtype=np.float64) for b in buckets]
+        if not any(v.size for v in vals):
+            continue
+        for stat in stats:
+            out[f"{key}_{stat}"] = [_sig(getattr(np, stat)(v)) if v.size else None for v in vals]
+    ranges, prev = [], None  # prev: the previous logged step
+    for r in rows:
+        if r.get("sparse"):
+            if ranges and ranges[-1][1] == prev:
+                ranges[-1][1] = r["step"]
+            else:
+                ranges.append([r["step"], r["step"]])
+        prev = r["step"]
+    out["sparse_steps"] = ranges
+    return out
+
+
+def compact_run(run: dict) -> dict:
+    """A run's record as the result JSON keeps it: without the per-step ``history``, with every validation
+    record (``val_history``), the summaries the table and plots take from the per-step records computed from
+    all of them (``tail_train_loss``, ``best_val_loss`` / ``best_val_step``, and ``spike`` / ``spike_step``
+    where the record lacks them) and the thinned train series (``train_trace``, :func:`thin_train`). A record
+    that is already compact is returned as it is."""
+    if "history" not in run:
+        return run
+    out = {k: v for k, v in run.items() if k != "history"}
+    history = run["history"]
+    if "spike" not in out:
+        out["spike"], out["spike_step"] = spike(history)
+    out["tail_train_loss"] = tail_train_loss(history)
+    out["best_val_loss"], out["best_val_step"] = best_val_loss(history)
+    out["val_history"] = [{"step": r["step"], "val_loss": r["val_loss"]} for r in history if "val_loss" in r]
+    out["train_trace"] = thin_train(history)
+    return out
+
+
+def compact_result(res: dict) -> dict:
+    """``res`` with every run compact (:func:`compact_run`)."""
+    return dict(res, runs={k: compact_run(r) for k, r in res["runs"].items()})
+
+
 def best_val_loss(history: list[dict]) -> tuple[float, int] | tuple[None, None]:
     """``(lowest validation loss, its step)`` over the run's evaluations after step 0. When the budget covers
     the corpus several times the final value also measures memorisation (it rises again); the lowest one
@@ -154,10 +228,11 @@ def plot(res: dict, path: Path) -> None:
         return
     tok_step = res["batch_size"] * res["seq_len"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    dense = dict(_val_series(res["runs"]["dense"]["history"])) if "dense" in res["runs"] else None
+    res = compact_result(res)
+    dense = dict(_val_series(res["runs"]["dense"]["val_history"])) if "dense" in res["runs"] else None
     late = []  # gaps of the last three quarters: the y range (an early spike would flatten the rest)
     for i, (label, r) in enumerate(res["runs"].items()):
-        s = _val_series(r["history"])
+        s = _val_series(r["val_history"])
         x = np.array([t for t, _ in s]) * tok_step / 1e6
         y = np.array([v for _, v in s])
         ax1.plot(x, y, "o-", ms=3, lw=1.5, color=f"C{i}", label=f"{label} ({y[-1]:.4f})")
@@ -190,6 +265,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def to_markdown(res: dict) -> str:
+    res = compact_result(res)  # the summaries of the per-step records: computed at write time
     commands = list(dict.fromkeys(r.get("command", res["command"]) for r in res["runs"].values())) or [res["command"]]
     lines = [f"# Quality at a fixed token budget: {res['size']} on {res['data_name']} ({res['device']})", ""]
     corpus = ("" if res.get("train_tokens") is None else
@@ -213,7 +289,7 @@ def to_markdown(res: dict) -> str:
         lines[-2:-2] = [f"The budget covers the training text {passes:.1f} times." if passes >= 1 else
                         f"The budget covers {100 * passes:.2g}% of the training text.", ""]
     dense = res["runs"].get("dense")
-    dense_tail = None if dense is None else tail_train_loss(dense["history"])
+    dense_tail = None if dense is None else dense["tail_train_loss"]
 
     def ratio(a, b):
         return "-" if a is None or b is None else f"{100 * (a / b - 1):+.2f}%"
@@ -223,10 +299,10 @@ def to_markdown(res: dict) -> str:
         full = r.get("final_val_loss_full")
         vs_full = "-" if not dense or label == "dense" else ratio(full, dense.get("final_val_loss_full"))
         full_s = "-" if full is None else f"{full:.4f}"
-        best, at = best_val_loss(r["history"])
+        best, at = r["best_val_loss"], r["best_val_step"]
         best_s = "-" if best is None else f"{best:.4f} ({at * res['batch_size'] * res['seq_len'] / 1e6:.1f})"
-        vs_best = "-" if not dense or label == "dense" else ratio(best, best_val_loss(dense["history"])[0])
-        tail = tail_train_loss(r["history"])
+        vs_best = "-" if not dense or label == "dense" else ratio(best, dense["best_val_loss"])
+        tail = r["tail_train_loss"]
         vs_tail = "-" if not dense or label == "dense" else ratio(tail, dense_tail)
         flags = " ".join([r["recipe"], *r["extra"]])
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
@@ -279,6 +355,12 @@ def main(argv=None) -> int:
                     help="keep each run's metrics.jsonl/summary.json/loss.png here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default=None, help="results file name: quality_<tag>.json/.md/.png")
+    ap.add_argument("--history-out", type=Path, default=None,
+                    help="also write every run's full per-step history here (JSON; the result JSON keeps the "
+                         "validation records, the summaries and a thinned train series)")
+    ap.add_argument("--compact", type=Path, nargs="+", metavar="JSON", default=None,
+                    help="train nothing: rewrite these quality_<tag>.json files of the older form (a per-step "
+                         "history per run) in the compact form, in place")
     ap.add_argument("--report-only", action="store_true",
                     help="train nothing: build the table and plot from the results saved in --runs (all of them, "
                          "or the --recipes labels given, in that order)")
@@ -288,6 +370,16 @@ def main(argv=None) -> int:
         print(f"bench_quality.py: error: {msg}", file=sys.stderr)
         return 2
 
+    if a.compact:
+        for path in a.compact:
+            try:
+                res = json.loads(path.read_text())
+                res["runs"]  # noqa: B018
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                return fail(f"{path}: not a bench_quality result ({e})")
+            path.write_text(dump_result(compact_result(res)))
+            print(f"compacted {path}", file=sys.stderr)
+        return 0
     if a.report_only:
         if a.runs is None:
             return fail("--report-only needs --runs DIR (the directory the recipes were trained into)")
@@ -298,7 +390,7 @@ def main(argv=None) -> int:
             return fail(str(e))
         if a.tag:
             res["tag"] = a.tag
-        return write_report(res, a.out)
+        return write_report(res, a.out, a.history_out)
     try:
         entries = [parse_entry(e, a.tail_fraction) for e in split_entries(a.recipes)]
     except ValueError as e:
@@ -393,7 +485,7 @@ def main(argv=None) -> int:
             return fail(f"{e} (this run's results are saved in {a.runs}; merge with --report-only)")
         merged["tag"] = tag
         res = merged
-    return write_report(res, a.out)
+    return write_report(res, a.out, a.history_out)
 
 
 #: each recipe's result in a ``--runs`` directory: ``<runs>/<label>/result.json``
@@ -448,17 +540,44 @@ def load_runs(runs: Path, labels: list[str] | None, expect: dict | None = None) 
     return res
 
 
-def write_report(res: dict, out: Path) -> int:
-    """``quality_<tag>.json`` / ``.md`` / ``.png`` in ``out``; prints the table."""
+def _dump(obj, depth: int = 0) -> str:
+    pad, end = " " * (depth + 1), "\n" + " " * depth
+    if isinstance(obj, dict) and obj:
+        items = (f"{pad}{json.dumps(str(k))}: {_dump(v, depth + 1)}" for k, v in obj.items())
+        return "{\n" + ",\n".join(items) + end + "}"
+    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
+        return "[\n" + ",\n".join(pad + _dump(v, depth + 1) for v in obj) + end + "]"
+    return json.dumps(obj, separators=(",", ":"))  # a value, or a list of values (a thinned series) on one line
+
+
+def dump_result(res: dict) -> str:
+    """The result JSON's text: indented like ``json.dumps(indent=1)``, each list of plain values on one line."""
+    return _dump(res) + "\n"
+
+
+def write_report(res: dict, out: Path, history_out: Path | None = None) -> int:
+    """``quality_<tag>.json`` (compact: :func:`compact_run`) / ``.md`` / ``.png`` in ``out``; prints the table.
+    ``history_out``: also every run's full per-step history there."""
     tag = res["tag"]
+    if history_out is not None:
+        missing = [k for k, r in res["runs"].items() if "history" not in r]
+        if missing:
+            print(f"bench_quality.py: error: --history-out: no per-step history of {missing} (a compact result)",
+                  file=sys.stderr)
+            return 2
+        history_out.parent.mkdir(parents=True, exist_ok=True)
+        history_out.write_text(json.dumps({"tag": tag, "command": res["command"],
+                                           "runs": {k: r["history"] for k, r in res["runs"].items()}},
+                                          separators=(",", ":")) + "\n")
+    res = compact_result(res)
     out.mkdir(parents=True, exist_ok=True)
-    # compact: the per-step histories of every recipe (several MB with indentation)
-    (out / f"quality_{tag}.json").write_text(json.dumps(res, separators=(",", ":")) + "\n")
+    (out / f"quality_{tag}.json").write_text(dump_result(res))
     md = to_markdown(res)
     (out / f"quality_{tag}.md").write_text(md)
     plot(res, out / f"quality_{tag}.png")
     print(md)
-    print(f"wrote {out / f'quality_{tag}'}.json/.md/.png", file=sys.stderr, flush=True)
+    print(f"wrote {out / f'quality_{tag}'}.json/.md/.png" + (f" and {history_out}" if history_out else ""),
+          file=sys.stderr, flush=True)
     return 0
 
 

@@ -299,10 +299,12 @@ def test_bench_quality_tiny(tmp_path):
     runs = res["runs"]
     assert runs["dense-tail"]["config"]["finetune_fraction"] == 0.5 and runs["dense-tail"]["phase_step"] == 3
     assert runs["srste-a0"]["config"]["decay_alpha"] == 0 and runs["srste"]["config"]["decay_alpha"] > 0
-    first = {k: r["history"][0]["val_loss"] for k, r in runs.items()}  # same init: dense vs 2:4 at step 0 differ
+    first = {k: r["val_history"][0]["val_loss"] for k, r in runs.items()}  # same init: dense vs 2:4 at step 0 differ
     assert first["srste"] == first["dense-tail"] == first["srste-a0"]
     assert len({json.dumps(r["config"]["data_sha256"]) for r in runs.values()}) == 1
-    assert all(len([h for h in r["history"] if "loss" in h]) == 6 for r in runs.values())
+    # the compact result: no per-step history; the 6 train steps in the thinned trace (one step per bucket here)
+    assert all("history" not in r and r["train_trace"]["steps_logged"] == 6 for r in runs.values())
+    assert all(r["train_trace"]["step"] == list(range(1, 7)) for r in runs.values())
     md = (tmp_path / "quality_t.md").read_text()
     assert "| dense-tail | `srste --finetune-fraction 0.5` |" in md and "val.txt" in md
     assert "Commands (2 processes" in md and "--recipes dense,srste" in md
@@ -313,13 +315,17 @@ def test_bench_quality_tiny(tmp_path):
     assert all(np.isfinite(r["final_val_loss_full"]) for r in runs.values())
     assert runs["dense"]["final_val_loss_full"] != runs["dense"]["final_val_loss"]  # more windows than the 1 batch
     full_vs = 100 * (runs["srste"]["final_val_loss_full"] / runs["dense"]["final_val_loss_full"] - 1)
-    tail_vs = 100 * (bench_quality.tail_train_loss(runs["srste"]["history"])
-                     / bench_quality.tail_train_loss(runs["dense"]["history"]) - 1)
+    full = {k: json.loads((tmp_path / "runs" / k / "result.json").read_text())["run"]["history"]
+            for k in ("dense", "srste")}  # --runs keeps each run's per-step history
+    assert runs["srste"]["tail_train_loss"] == bench_quality.tail_train_loss(full["srste"])
+    assert (runs["srste"]["spike"], runs["srste"]["spike_step"]) == bench_quality.spike(full["srste"])
+    tail_vs = 100 * (runs["srste"]["tail_train_loss"] / runs["dense"]["tail_train_loss"] - 1)
     assert f"| {runs['srste']['final_val_loss_full']:.4f} | {full_vs:+.2f}% |" in md and f"| {tail_vs:+.2f}% |" in md
     assert "3,840 val tokens" in md
     # the lowest evaluation after step 0 and when it came; the budget over the text's size
-    best = {k: min(h["val_loss"] for h in r["history"] if "val_loss" in h and h["step"] > 0) for k, r in runs.items()}
-    assert bench_quality.best_val_loss(runs["srste"]["history"])[0] == best["srste"]
+    best = {k: min(h["val_loss"] for h in r["val_history"] if h["step"] > 0) for k, r in runs.items()}
+    assert runs["srste"]["best_val_loss"] == best["srste"]
+    assert bench_quality.best_val_loss(runs["srste"]["val_history"]) == (best["srste"], runs["srste"]["best_val_step"])
     assert f"| {best['srste']:.4f} (" in md and f"| {100 * (best['srste'] / best['dense'] - 1):+.2f}% |" in md
     assert "The budget covers 2.6% of the training text." in md  # 6 x 4 x 32 of 30,000 bytes
     assert bench_quality.best_val_loss([{"step": 0, "val_loss": 1.0}, {"step": 5, "val_loss": 2.0},
@@ -330,9 +336,13 @@ def test_bench_quality_tiny(tmp_path):
     # --report-only: the table again from the saved results (a subset, in the order given), no training
     (tmp_path / "quality_t.json").unlink()
     assert bench_quality.main(["--report-only", "--runs", str(tmp_path / "runs"), "--recipes", "srste,dense",
-                               "--out", str(tmp_path), "--tag", "r"]) == 0
+                               "--out", str(tmp_path), "--tag", "r", "--history-out", str(tmp_path / "h.json")]) == 0
     rep = json.loads((tmp_path / "quality_r.json").read_text())
     assert list(rep["runs"]) == ["srste", "dense"] and rep["runs"]["srste"] == runs["srste"]
+    # --history-out: the full per-step history of each run, outside the results
+    hist = json.loads((tmp_path / "h.json").read_text())["runs"]
+    assert list(hist) == ["srste", "dense"] and hist["srste"][0]["val_loss"] == first["srste"]
+    assert [h for h in hist["srste"] if "loss" in h] == [h for h in full["srste"] if "loss" in h]
     assert "| srste | `srste` |" in (tmp_path / "quality_r.md").read_text()
     assert bench_quality.main(["--report-only", "--runs", str(tmp_path / "runs"), "--recipes", "fast",
                                "--out", str(tmp_path)]) == 2  # no such result
