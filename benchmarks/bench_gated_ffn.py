@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path[:0] = [os.path.join(HERE, "harness"), os.path.join(HERE, "..", "examples")]
 
 from bench_spmm import measure, write_results  # noqa: E402
 

@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
 
 import bench_train_gpt  # noqa: E402
 import train_gpt  # noqa: E402
-from gpt_data import load_data  # noqa: E402
+from data import load_data  # noqa: E402
 
 MODES = ("loader", "fixed", "fixed (control)")
 

@@ -2,7 +2,7 @@
 """End-to-end GPT train-step throughput, dense vs every 2:4 recipe, plus a short quality run.
 
 Part 1 — throughput. For each ``--size`` every recipe's training program (the jitted step of
-``examples/train_gpt.py``: forward, backward, optimizer, mask refresh; sparse recipes in their
+``benchmarks/harness/train_gpt.py``: forward, backward, optimizer, mask refresh; sparse recipes in their
 sparse phase — ``srste`` before its dense fine-tune, ``step`` with the optimizer state in phase 1)
 is compiled, warmed up and timed in interleaved rounds (the order rotates every round) on four
 distinct batches of the bundled corpus; the median step time gives tokens/s. A second,
@@ -55,13 +55,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
+import gpt_report  # noqa: E402
+import model  # noqa: E402
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 from jax_sparse24._src.sharding import partition_callback_stats, profile_partition_callbacks  # noqa: E402
@@ -497,7 +499,7 @@ def quality(rts, exes, data, steps, log) -> dict:
                 t_train += time.perf_counter() - t0
                 for i, g in enumerate(got):
                     hist.append({"step": step + 2 - len(got) + i, "loss": float(g["loss"]),
-                                 "flip": train_gpt._nan_to_none(g["flip"]), "sparse": bool(g["sparse"])})
+                                 "flip": gpt_report.nan_to_none(g["flip"]), "sparse": bool(g["sparse"])})
                 losses = []
                 hist.append({"step": step + 1, "val_loss": evaluate(step + 1)})
                 t0 = time.perf_counter()
@@ -719,7 +721,7 @@ def main(argv=None) -> int:
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg
-        tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
+        tp["attention"] = model.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
         tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum,
                   auto_plan=auto_plan(rts), mesh=a.mesh, n_devices=jax.device_count(), vocab_size=cfg.vocab_size,
                   model_flops_per_token=model_flops_per_token(cfg))

@@ -82,7 +82,7 @@ class GPTConfig:
             return int(self.ffn_hidden_size)
         return 64 * math.ceil(8 * self.n_embd / 3 / 64) if self.ffn == "swiglu" else 4 * self.n_embd
 
-    def linear(self, features: int, name: str, sparse_layer: bool, std: float, features_in: int) -> nn.Module:
+    def make_linear(self, features: int, name: str, sparse_layer: bool, std: float, features_in: int) -> nn.Module:
         """The linear layer ``name`` (``features_in -> features``): ``Sparse24Dense`` where ``sparse_layer``
         and the method is not ``"dense"`` (or with fp8: XLA's fp8 dense GEMMs), else ``nn.Dense``. A
         subclass may return other layers (same names, same kernel shapes)."""
@@ -188,7 +188,7 @@ class CausalSelfAttention(nn.Module):
         cfg = self.cfg
         b, t, c = x.shape
         hd = c // cfg.n_head
-        qkv = _call(cfg.linear(3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
+        qkv = _call(cfg.make_linear(3 * c, "qkv", cfg.sparse_attn, 0.02, c), x, sparse)
         qkv = qkv.reshape(b, t, cfg.n_head, 3, hd)  # q|k|v of head 0, then of head 1, ...
         q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
         if cfg.arch == "llama":
@@ -196,7 +196,7 @@ class CausalSelfAttention(nn.Module):
         with jax.named_scope("attention"):  # marks attention's kernels in the compiled program
             y = jax.nn.dot_product_attention(q, k, v, is_causal=True,
                                              implementation=attention_implementation(cfg.attention, q.dtype, hd))
-        proj = cfg.linear(c, "proj", cfg.sparse_attn, 0.02 / math.sqrt(2 * cfg.n_layer), c)
+        proj = cfg.make_linear(c, "proj", cfg.sparse_attn, 0.02 / math.sqrt(2 * cfg.n_layer), c)
         return _call(proj, y.reshape(b, t, c), sparse)
 
 
@@ -207,12 +207,12 @@ class MLP(nn.Module):
     def __call__(self, x, sparse):
         cfg, h = self.cfg, self.cfg.ffn_hidden
         if cfg.ffn == "swiglu":  # one fused d -> 2h GEMM, gate and up columns interleaved (a0 g0 a1 g1 ...)
-            ab = _call(cfg.linear(2 * h, "fc", True, 0.02, cfg.n_embd), x, sparse)
+            ab = _call(cfg.make_linear(2 * h, "fc", True, 0.02, cfg.n_embd), x, sparse)
             ab = ab.reshape(*ab.shape[:-1], h, 2)
             y = nn.silu(ab[..., 0]) * ab[..., 1]
         else:
-            y = nn.gelu(_call(cfg.linear(h, "fc", True, 0.02, cfg.n_embd), x, sparse), approximate=True)
-        return _call(cfg.linear(cfg.n_embd, "proj", True, 0.02 / math.sqrt(2 * cfg.n_layer), h), y, sparse)
+            y = nn.gelu(_call(cfg.make_linear(h, "fc", True, 0.02, cfg.n_embd), x, sparse), approximate=True)
+        return _call(cfg.make_linear(cfg.n_embd, "proj", True, 0.02 / math.sqrt(2 * cfg.n_layer), h), y, sparse)
 
 
 def _norm(cfg: GPTConfig, name: str) -> nn.Module:

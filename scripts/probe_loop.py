@@ -1,7 +1,7 @@
 """Why a train step's speed differs between the benchmark's timed rounds and the example's loop.
 
 ``bench_train_gpt.py`` times AOT-compiled executables on four fixed batches in rounds without a
-fetch; ``examples/train_gpt.py`` calls the jitted step on a fresh batch every step and fetches the
+fetch; ``benchmarks/harness/train_gpt.py`` calls the jitted step on a fresh batch every step and fetches the
 metrics every ``--log-every`` steps. This probe times the same programs both ways and in between,
 rounds interleaved over (recipe, loop), and prints ms per step and the ratio to dense per loop:
 

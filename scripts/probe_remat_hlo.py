@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import jax  # noqa: E402
 

@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_train_gpt  # noqa: E402
+import gpt_experiment  # noqa: E402
 
 SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
@@ -376,7 +377,7 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     """RECIPE[@BACKEND][+fp8]/prepared runs the example's --prepare-weights always (weights prepared once
     per step at --grad-accum 1 too); fp8 and dense layers prepare nothing, so there it changes nothing;
     /prepared and /per-call exclude each other."""
-    prepares = bench_train_gpt.train_gpt.prepares_weights
+    prepares = bench_train_gpt.gpt_experiment.prepares_weights
     exp = bench_train_gpt._experiment("tiny", "srste/prepared", 4, 32, 10, [])
     assert (exp.hp["recipe"], exp.hp["prepare_weights"], exp.hp["grad_accum"]) == ("srste", "always", 1)
     assert prepares(exp) and not prepares(bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, []))

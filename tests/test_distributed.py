@@ -1,4 +1,4 @@
-"""Multi-device and multi-process runs of examples/train_gpt.py on the CPU: FSDP and
+"""Multi-device and multi-process runs of benchmarks/harness/train_gpt.py on the CPU: FSDP and
 tensor parallel equal the single-device step without resharding activations inside a layer,
 checkpoints written on 4 devices resume on 2 processes (resharded, fingerprints verified) with the
 losses of an uninterrupted run, and examples/launch.py stops every process when one dies."""
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import gpt_runtime  # noqa: E402
 from jaxpr_util import sharding_constraints  # noqa: E402
@@ -50,10 +50,10 @@ def _runtime(recipe: str, mesh_shape, extra=(), layers: str = "scan"):
     hp = dict(train_gpt.resolve_flags(args, recipe), data_sha256="-")
     exp = train_gpt.build_experiment(hp)
     if exp.cfg.layers != layers:  # the other block layout: (L, in, out) stacks or h_<i> modules
-        import gpt_model
+        import model
 
         exp.cfg = dataclasses.replace(exp.cfg, layers=layers)
-        exp.model, exp.sparse_paths = gpt_model.GPT(exp.cfg), gpt_model.sparse_layer_paths(exp.cfg)
+        exp.model, exp.sparse_paths = model.GPT(exp.cfg), model.sparse_layer_paths(exp.cfg)
     n = int(np.prod(mesh_shape))
     mesh = None if n == 1 else gpt_runtime._make_mesh(mesh_shape, devices=jax.devices()[:n])
     return gpt_runtime.make_runtime(exp, mesh)
@@ -143,7 +143,7 @@ def test_checkpoint_of_four_devices_resumes_on_two_processes(tmp_path):
     common = TINY + ["--recipe", "ste", "--steps", "4", "--eval-every", "2", "--ckpt-every", "2"]
     code = f"""
 import sys
-sys.path.insert(0, {str(ROOT / 'examples')!r})
+sys.path.insert(0, {str(ROOT / 'benchmarks' / 'harness')!r})
 import train_gpt
 sys.exit(train_gpt.main({common!r} + ["--mesh", "fsdp=2,model=2", "--out", {str(part)!r}]))
 """
@@ -152,7 +152,7 @@ sys.exit(train_gpt.main({common!r} + ["--mesh", "fsdp=2,model=2", "--out", {str(
     a = _losses(part)  # the uninterrupted run; continued below from its checkpoint of step 2
     t = time.monotonic()
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "launch.py"), "--nproc", "2", "--cpu",
-                          "--log-dir", str(tmp_path / "logs"), "--", str(ROOT / "examples" / "train_gpt.py"),
+                          "--log-dir", str(tmp_path / "logs"), "--", str(ROOT / "benchmarks" / "harness" / "train_gpt.py"),
                           *common, "--distributed", "--mesh", "data=2", "--resume-from", "2", "--out", str(part)],
                          env=_env(1), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:] + (tmp_path / "logs" / "proc1.log").read_text()[-2000:]

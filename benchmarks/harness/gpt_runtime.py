@@ -15,9 +15,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
 
-from gpt_errors import CLIError
+from data import CLIError
 from gpt_model import student_params_from_teacher
-from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, measures_flips,
+from gpt_experiment import (Experiment, subtree, init_state, make_eval_step, make_train_step, measures_flips,
                             prepares_weights, refreshes_masks, start_finetune)
 
 
@@ -412,9 +412,9 @@ def kernel_plan(rt: "Runtime") -> dict:
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
-        kernel = _get(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
+        kernel = subtree(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
         # the GEMMs' operand: the stored shard gathered over fsdp (FSDP gathers each layer's weight)
-        sh = _get(shardings, path)["kernel"]
+        sh = subtree(shardings, path)["kernel"]
         spec = P(*(tuple(a for a in shd._axes(e) if a != "fsdp") or None for e in sh.spec))
         i, o = NamedSharding(sh.mesh, spec).shard_shape(kernel.shape)[-2:]
         plan.setdefault("x".join(map(str, kernel.shape[-2:])), s24.linear_plan(

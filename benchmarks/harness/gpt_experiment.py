@@ -31,8 +31,9 @@ from jax_sparse24 import nn as s24nn
 from jax_sparse24 import optim as s24optim
 from jax_sparse24.training import SparseTrainState
 
-from gpt_errors import CLIError
-from gpt_model import GPT, STACK, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
+from data import CLIError
+from gpt_model import GPTConfig
+from model import GPT, SIZES, STACK, attention_implementation, sparse_layer_paths
 
 #: recipe -> Sparse24Dense settings and optimizer extras.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -147,7 +148,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         # layer; the 2:4 recipes keep theirs (so --compare dense,srste --fp8-dense flax pairs them).
         fp8_dense=(getattr(args, "fp8_dense", "sparse24")
                    if recipe == "dense" or getattr(args, "compare", None) is None else "sparse24"),
-        flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
+        flip_every=flag_or_size_default(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
         layers=getattr(args, "layers", "scan"),  # in CONFIG_KEYS: the checkpoint's tree layout
         remat=getattr(args, "remat", "none"),  # not in CONFIG_KEYS: same math, recomputed
     )
@@ -202,7 +203,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
     return hp
 
 
-def _every(args, name):
+def flag_or_size_default(args, name):
     v = getattr(args, name)
     return SIZE_DEFAULTS[args.size][name] if v is None else v
 
@@ -397,7 +398,7 @@ def init_state(exp: Experiment, seed: int):
     return state
 
 
-def _get(tree, path):
+def subtree(tree, path):
     for k in path:
         tree = tree[k]
     return tree

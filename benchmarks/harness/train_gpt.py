@@ -137,19 +137,20 @@ import textwrap
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
-from gpt_errors import INTERRUPT  # noqa: E402
-
-if __name__ == "__main__":
-    INTERRUPT.install()  # before the slow imports: a Ctrl-C during them is reported by main() too
-
-import numpy as np  # noqa: E402
-
+_ROOT = _HERE.parents[1]
+for _p in (_HERE, _ROOT / "examples"):  # the harness's modules; the example's model, data and Ctrl-C flag
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 try:
     import jax_sparse24  # noqa: F401
 except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(_HERE.parent))
+    sys.path.insert(0, str(_ROOT))
+from gpt_errors import INTERRUPT  # noqa: E402
+
+if __name__ == "__main__":
+    INTERRUPT.install()  # before the harness's imports: a Ctrl-C during them is reported by main() too
+
+import numpy as np  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -157,27 +158,19 @@ import jax.numpy as jnp  # noqa: E402
 import jax_sparse24 as s24  # noqa: E402
 
 from gpt_checkpoints import (  # noqa: E402
-    Checkpoints, _precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
-from gpt_data import DEFAULT_DATA, ByteData, load_data  # noqa: E402
-from gpt_tokens import check_tokenizer  # noqa: E402
-from gpt_errors import PROG, CLIError, Diverged, Interrupted  # noqa: E402
+    Checkpoints, precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
+from data import DEFAULT_DATA, ByteData, CLIError, check_tokenizer, load_data  # noqa: E402
+from gpt_errors import PROG, Diverged, Interrupted  # noqa: E402
 from gpt_experiment import (  # noqa: E402
-    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
+    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, flag_or_size_default, subtree, build_experiment, resolve_flags, run_config,
     sizes_help, step_phase)
-from gpt_model import FP8_DENSE_IMPLS, SIZES  # noqa: E402
+from gpt_model import FP8_DENSE_IMPLS  # noqa: E402
+from model import SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
-from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
+from gpt_report import Progress, TrainLog, fmt, write_compare, write_jsonl  # noqa: E402
 from gpt_runtime import format_plan, init_distributed, is_writer, kernel_plan, make_runtime, parse_mesh, writer_only  # noqa: E402
 # several processes (--distributed): only process 0 writes metrics, plots and the comparison
-_write_jsonl, plot_run, plot_compare, _write_compare = map(writer_only, (_write_jsonl, plot_run, plot_compare, _write_compare))
-
-# Not used below; reached as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
-from jax_sparse24 import nn as s24nn  # noqa: E402,F401
-from gpt_checkpoints import check_config  # noqa: E402,F401
-from gpt_experiment import CONFIG_KEYS, init_state, make_eval_step, make_train_step, prepares_weights  # noqa: E402,F401
-from gpt_model import attention_implementation  # noqa: E402,F401
-from gpt_report import _nan_to_none  # noqa: E402,F401
-from gpt_runtime import Runtime  # noqa: E402,F401
+write_jsonl, plot_run, plot_compare, write_compare = map(writer_only, (write_jsonl, plot_run, plot_compare, write_compare))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -361,7 +354,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     exp = build_experiment(hp)
     steps = hp["steps"]
     stop = steps if args.stop_at is None else min(steps, args.stop_at)
-    eval_every, ckpt_every, log_every = (_every(args, n) for n in ("eval_every", "ckpt_every", "log_every"))
+    eval_every, ckpt_every, log_every = (flag_or_size_default(args, n) for n in ("eval_every", "ckpt_every", "log_every"))
     B, T = hp["batch_size"], hp["seq_len"]
     if mesh is not None and (B // hp["grad_accum"]) % mesh.shape["data"]:
         raise CLIError(f"--batch-size {B} / --grad-accum {hp['grad_accum']} is not divisible by the mesh's data "
@@ -390,7 +383,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         state = rt.start_finetune(state)
 
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
-    n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
+    n_sparse = sum(int(np.prod(subtree(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
 
     argv = getattr(args, "argv", None)  # main()'s command line: the resume hint
     label = f"{recipe}: " if getattr(args, "compare", None) is not None else ""
@@ -436,7 +429,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         meta = {"config": config, "step": step, "train_time": log.train_time, "train_tokens": log.train_tokens,
                 "n_params": n_params, "jax": jax.__version__}
         ckpts.save(step, st, meta)
-        _write_jsonl(metrics_path, history)
+        write_jsonl(metrics_path, history)
         last_saved = step
         return True
 
@@ -527,7 +520,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             phase_step, phase_label = switched[0], "STEP: sparse phase"
     if interrupted and step == step0:  # stopped by the fallback above before any step: nothing new
         stop_before_training()
-    _write_jsonl(metrics_path, history)
+    write_jsonl(metrics_path, history)
     vals = [r["val_loss"] for r in history if "val_loss" in r]
     full = {}
     if not interrupted and diverged is None and args.final_eval_tokens > 0:  # outside the loop: not in tokens/s
@@ -676,7 +669,7 @@ def _main(argv: list) -> int:
             recipes = [args.recipe]
             outs = {args.recipe: args.out}
         for name in ("eval_every", "ckpt_every", "log_every", "eval_batches"):
-            if _every(args, name) < (0 if name == "ckpt_every" else 1):
+            if flag_or_size_default(args, name) < (0 if name == "ckpt_every" else 1):
                 raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
@@ -700,12 +693,12 @@ def _main(argv: list) -> int:
         mesh = parse_mesh(args.mesh)
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
-        data = load_data(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"), val_path=args.val_data)
+        data = load_data(args.data, seq_len, batch, args.seed, flag_or_size_default(args, "eval_batches"), val_path=args.val_data)
         args.vocab_size, args.tokenizer_sha256 = data.vocab_size, data.tokenizer_sha256  # resolve_flags: hp
         if args.compare is not None:
             precheck_compare_out(args.out, args.resume, args.overwrite)
         for r in recipes:
-            _precheck_out(outs[r], args.resume, args.overwrite, args.resume_from)
+            precheck_out(outs[r], args.resume, args.overwrite, args.resume_from)
         if args.resume:  # refuse mismatched / corrupt checkpoints before training anything
             for r in recipes:
                 hp = resolve_flags(args, r)
@@ -733,7 +726,7 @@ def _main(argv: list) -> int:
             summaries.append(s)
             if s.get("already_finished"):
                 print(f"{PROG}: {r}: already finished ({s['steps_done']} steps, final val loss "
-                      f"{_fmt(s['final_val_loss'], '.4f')}); its summary.json is kept -> {outs[r]}", file=sys.stderr)
+                      f"{fmt(s['final_val_loss'], '.4f')}); its summary.json is kept -> {outs[r]}", file=sys.stderr)
                 continue
             if s["steps_done"] < s["steps"]:
                 saved = Checkpoints(outs[r] / "ckpt").steps()
@@ -745,13 +738,13 @@ def _main(argv: list) -> int:
                 continue
             full = ("" if "final_val_loss_full" not in s else
                     f" ({s['final_val_loss_full']:.4f} over {s['final_eval_tokens']:,} val tokens)")
-            print(f"{PROG}: {r}: final val loss {_fmt(s['final_val_loss'], '.4f')}{full}, "
-                  f"{_fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
+            print(f"{PROG}: {r}: final val loss {fmt(s['final_val_loss'], '.4f')}{full}, "
+                  f"{fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
                   file=sys.stderr)
         if args.compare is not None:
             plot_compare({s["recipe"]: s["history"] for s in summaries}, args.out / "compare.png",
                          f"{args.size}")
-            _write_compare(args.out, summaries, compare_speed=s24.cuda_kernels_available())
+            write_compare(args.out, summaries, compare_speed=s24.cuda_kernels_available())
     except CLIError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

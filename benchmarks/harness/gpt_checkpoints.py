@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpt_errors import PROG, CLIError
+from data import CLIError
+from gpt_errors import PROG
 from gpt_experiment import TEACHER_MATCH_KEYS, build_experiment, init_state
-from gpt_report import _read_jsonl
+from gpt_report import read_jsonl
 
 
 def _leaf_fingerprint(x):
@@ -368,7 +369,7 @@ def _check_out_is_dir(out: Path) -> None:
             return
 
 
-def _precheck_out(out: Path, resume: bool, overwrite: bool, resume_from: Optional[int] = None) -> None:
+def precheck_out(out: Path, resume: bool, overwrite: bool, resume_from: Optional[int] = None) -> None:
     """Refuse to write over a previous run (any of its files, not only ckpt/) without --overwrite."""
     _check_out_is_dir(out)
     ck = Checkpoints(out / "ckpt")
@@ -443,7 +444,7 @@ def start_or_resume(rt, ckpts: Checkpoints, out: Path, config: dict, resume: boo
     if discarded and is_writer():
         print(f"{PROG}: discarded the checkpoints after step {step0} (steps {discarded}) in {ckpts.dir}",
               file=sys.stderr)
-    history = [r for r in _read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= step0]
+    history = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= step0]
     if is_writer():
         print(f"{PROG}: resumed {config['recipe']} from {ckpts.dir / str(step0)} (step {step0}/{config['steps']})",
               file=sys.stderr)
