@@ -95,6 +95,17 @@ def test_prepare_data_bytes_and_val_files(tmp_path, corpus):
         (d / "b.txt.gz").read_bytes())
 
 
+def test_prepare_data_error_is_on_a_line_of_its_own(tmp_path, capsys):
+    """With the progress bar shown (no --quiet), a UTF-8 error clears the unfinished bar: the error line is
+    the last line of stderr and holds nothing of the bar."""
+    f = tmp_path / "t.txt"
+    f.write_bytes(("hello world\n" * 5000).encode() + "caf\xe9\n".encode("latin1"))
+    assert prepare_data.main(["--data", f, "--out", tmp_path / "out", "--chunk-mb", "0.01"]) == 2
+    last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert last.split("\r")[-1].startswith("prepare_data.py: error: ") and "is not UTF-8 text" in last, repr(last)
+    assert "check" not in last.split("\r")[-1] and "%" not in last.split("\r")[-1], repr(last)
+
+
 @pytest.mark.parametrize("case, message", [
     ("latin1", "is not UTF-8 text (byte 7"),
     ("latin1-val", "v.txt is not UTF-8 text (byte 3"),

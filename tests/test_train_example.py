@@ -172,30 +172,6 @@ def test_interrupted_run_resumes_to_the_same_losses(tmp_path, capsys, monkeypatc
     assert not (out / "ckpt").exists()
 
 
-def test_train_gpt_help_is_grouped_with_examples_that_parse():
-    import shlex
-
-    import train_gpt
-
-    ap = train_gpt.build_parser()
-    groups = {g.title: [a.dest for a in g._group_actions] for g in ap._action_groups}
-    for title in ("model", "data", "recipe", "optimizer", "parallelism and memory", "checkpoint and output",
-                  "benchmarking"):
-        assert groups[title], title
-    assert groups["options"] == ["help"]  # every flag in a group
-    for flag in ("distributed", "mesh", "layers", "remat", "compare", "resume"):
-        assert any(flag in dests for dests in groups.values()), flag
-    text = ap.format_help()
-    commands = [" ".join(c.split()) for c in text.split("examples:")[1].replace("\\\n", " ").splitlines()
-                if c.strip().startswith("python examples/")]
-    assert len(commands) >= 4 and sum("train_gpt.py" in c for c in commands) >= 3
-    for c in commands:
-        argv = shlex.split(c)
-        if "train_gpt.py" in c:
-            ap.parse_args(argv[argv.index(next(a for a in argv if a.endswith("train_gpt.py"))) + 1:])
-
-
-
 def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path):
     """README command 1 (shortened) interrupted during the imports, the first compilation (SIGINT there used to
     crash the process: exit 139 in 10 of 14 tries) and training: exit 130, one line, no traceback. Runs in

@@ -1133,3 +1133,26 @@ def test_finetune_start(tmp_path, capsys):
     # recipes without a fine-tune store "weights" whatever the flag
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, "--finetune-start", "masked"]), "dense")
     assert hp["finetune_start"] == "weights"
+
+
+def test_train_gpt_help_is_grouped_with_examples_that_parse():
+    import shlex
+
+    import train_gpt
+
+    ap = train_gpt.build_parser()
+    groups = {g.title: [a.dest for a in g._group_actions] for g in ap._action_groups}
+    for title in ("model", "data", "recipe", "optimizer", "parallelism and memory", "checkpoint and output",
+                  "benchmarking"):
+        assert groups[title], title
+    assert groups["options"] == ["help"]  # every flag in a group
+    for flag in ("distributed", "mesh", "layers", "remat", "compare", "resume"):
+        assert any(flag in dests for dests in groups.values()), flag
+    text = ap.format_help()
+    commands = [" ".join(c.split()) for c in text.split("examples:")[1].replace("\\\n", " ").splitlines()
+                if c.strip().startswith(("python examples/", "python benchmarks/"))]
+    assert len(commands) >= 4 and sum("train_gpt.py" in c for c in commands) >= 3
+    for c in commands:
+        argv = shlex.split(c)
+        if "train_gpt.py" in c:
+            ap.parse_args(argv[argv.index(next(a for a in argv if a.endswith("train_gpt.py"))) + 1:])

@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Pre-train a small GPT with every 2:4 sparse-training recipe of jax_sparse24.
+"""The measuring harness: pre-train a GPT with every 2:4 sparse-training recipe of jax_sparse24 and every knob
+the benchmarks turn (``benchmarks/bench_train_gpt.py``, ``bench_step_breakdown.py``, ``bench_quality.py``, ...).
+The script a user copies is ``examples/train.py``; this one is for measuring.
 
 First run (CPU, about a minute or two, on the bundled real text: the loss falls from ~5.5 to ~2.3)::
 
-    python examples/train_gpt.py --size tiny --steps 300 --out runs/tiny
+    python benchmarks/harness/train_gpt.py --size tiny --steps 300 --out runs/tiny
 
 Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too with
 ``--sparse-attn``):
@@ -49,12 +51,12 @@ public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``,
 in ``examples/data/SOURCES.md``), or a directory written by ``examples/prepare_data.py`` (a byte-level
 BPE tokenizer, e.g. ``--vocab-size 32000``, and its token shards): the model's vocabulary is then the
 tokenizer's, training reads windows of the memmapped shards (each process its rows of the global batch,
-prefetched in a thread; ``gpt_tokens.py``), and the tokenizer's sha256 is part of the checkpointed config
+prefetched in a thread; ``examples/data.py``), and the tokenizer's sha256 is part of the checkpointed config
 (a ``--resume`` with other data or another tokenizer is refused)::
 
     python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
         --val examples/data/realtext_small_val.txt.xz --out data/realtext_small_bpe32k --vocab-size 32000
-    python examples/train_gpt.py --data data/realtext_small_bpe32k --size gpt2 --compare dense,srste
+    python benchmarks/harness/train_gpt.py --data data/realtext_small_bpe32k --size gpt2 --compare dense,srste
 
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
@@ -109,15 +111,16 @@ one sparse kernel, ``dense`` the dense GEMM on the masked weight).
 
 The script reads top to bottom: the flags (:func:`build_parser`), one training run (:func:`train`:
 build the experiment, start or resume, the step loop and its logging, the summary) and the CLI
-(:func:`main`). The rest lives beside it in ``examples/``:
+(:func:`main`). The rest lives beside it in ``benchmarks/harness/``, and in ``examples/``:
 
-* ``gpt_model.py`` — the GPT / LLaMA-style model (``SIZES``, attention kernels);
+* ``examples/model.py`` — the GPT / LLaMA-style model (``SIZES``, attention kernels); ``gpt_model.py`` — its
+  harness config (Flax's fp8 dense layer, AST's low-rank layers) and layout conversions;
 * ``gpt_experiment.py`` — recipes, per-size defaults, flag resolution, the optimizer chain and the
   train/eval steps (``RECIPES``, ``resolve_flags``, ``build_experiment``, ``make_train_step``);
 * ``gpt_runtime.py`` — ``--mesh``, shardings, the jitted ``Runtime``, the per-layer kernel plan;
-* ``gpt_data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``) and
-  ``load_data``; ``gpt_tokens.py`` — ``TokenData``, the token shards of ``--data DIR`` written by
-  ``prepare_data.py`` (subword tokenizer; memmap windows, each process its rows, prefetched);
+* ``examples/data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``),
+  ``TokenData`` (the token shards of ``--data DIR`` written by ``prepare_data.py``: memmap windows, each
+  process its rows, prefetched) and ``load_data``; ``examples/train.py`` — the Ctrl-C flag;
 * ``gpt_checkpoints.py`` — orbax checkpoints with fingerprints, config checks, the ``--out`` /
   ``--resume`` / ``--resume-from`` rules, the ``ast`` teacher;
 * ``gpt_report.py`` — progress line, ``metrics.jsonl``, the ``--compare`` table;
@@ -182,15 +185,15 @@ write_jsonl, plot_run, plot_compare, write_compare = map(writer_only, (write_jso
 EPILOG_EXAMPLES = """\
 examples:
   # first run: CPU, the tiny model on the bundled text
-  python examples/train_gpt.py --size tiny --steps 300 --out runs/tiny
+  python benchmarks/harness/train_gpt.py --size tiny --steps 300 --out runs/tiny
 
   # subword tokens (a BPE tokenizer and token shards), then a LLaMA-shaped model, dense vs srste, on a GPU
   python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
       --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-  python examples/train_gpt.py --data data/realtext --size llama-300m --compare dense,srste --out runs/llama-300m
+  python benchmarks/harness/train_gpt.py --data data/realtext --size llama-300m --compare dense,srste --out runs/llama-300m
 
   # 4 GPUs, one process each, parameters and optimizer state FSDP-sharded (add --resume to continue)
-  python examples/launch.py --nproc 4 -- examples/train_gpt.py --distributed --mesh fsdp=4 \\
+  python examples/launch.py --nproc 4 -- benchmarks/harness/train_gpt.py --distributed --mesh fsdp=4 \\
       --size llama-1b --remat dots --data data/realtext --out runs/llama-1b
 """
 EPILOG = (
@@ -612,7 +615,7 @@ def _finished_summary(out: Path, config: dict, args) -> "dict | None":
 
 
 def _resume_hint(argv) -> str:
-    """``; resume with: python examples/train_gpt.py ... --resume`` (the command line of ``main``, or
+    """``; resume with: python benchmarks/harness/train_gpt.py ... --resume`` (the command line of ``main``, or
     ``; continue with --resume`` when train() was not called by it)."""
     if argv is None:
         return "; continue with the same flags and --resume"
