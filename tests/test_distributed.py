@@ -179,7 +179,33 @@ def test_launcher_stops_the_others_when_one_process_dies(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 3
     assert time.monotonic() - t < 20
-    assert "process 1 exited with code 3" in res.stderr and "rank 1 failing" in res.stderr
+    assert re.search(r"process 1 \(pid \d+\) exited with code 3; stopping", res.stderr) and "rank 1 failing" in res.stderr
+
+
+def test_launcher_names_a_killed_process_and_keeps_the_survivors_errors_off_the_terminal(tmp_path):
+    """Process 1 is killed by SIGKILL; process 0 (which ignores SIGTERM, as a JAX process with the
+    distributed runtime does) then prints a traceback, as a collective or compilation cut short would: the
+    launcher names process 1, its pid and its signal, the traceback stays in process 0's log, process 0 is
+    killed after --grace, and the launcher exits 128 + 9."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['JAX_PROCESS_ID'] == '1':\n"
+        "    time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('rank 0 training', flush=True)\n"
+        "time.sleep(3)\n"  # the peer is dead by now
+        "print('Traceback (most recent call last):\\nRuntimeError: ptxas exited with non-zero error code 15',"
+        " file=sys.stderr, flush=True)\n"
+        "time.sleep(600)\n")
+    res = subprocess.run([sys.executable, str(ROOT / "examples" / "launch.py"), "--nproc", "2", "--cpu",
+                          "--grace", "4", "--log-dir", str(tmp_path / "logs"), "--", str(script)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 128 + 9, res.stderr
+    assert "rank 0 training" in res.stdout
+    assert re.search(r"process 1 \(pid \d+\) was killed by SIGKILL \(signal 9\); stopping the other", res.stderr)
+    assert "Traceback" not in res.stderr + res.stdout and "ptxas" not in res.stderr, res.stderr
+    assert "ptxas exited" in (tmp_path / "logs" / "proc0.log").read_text()
 
 
 def test_distributed_flag_without_environment_is_a_clear_error(capsys, monkeypatch):
