@@ -104,6 +104,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # model.py and data.py beside this file
@@ -349,12 +350,12 @@ def train(args, recipe: str, data, mesh) -> dict:
     state = init()
     periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
     for sparse in [True] if dense_after is None else [True, False]:
-        if not STOP.requested:
+        if not stop_now():
             state, _ = jit_train(state, put(data.batch(0)), sparse)
-    if periods and not STOP.requested:
+    if periods and not stop_now():
         state = refresh(state)
     jax.block_until_ready(state)
-    if STOP.requested:
+    if stop_now():
         raise KeyboardInterrupt(f"interrupted while compiling {recipe}: nothing was saved")
     # spans: (2:4 phase?, steps, seconds) between two device syncs; spans[last:]: since the last evaluation
     state, history, train_loss, spans, last = init(), [], [], [], 0
@@ -373,10 +374,11 @@ def train(args, recipe: str, data, mesh) -> dict:
 
     # The loop. The clock counts training steps only: it stops for the evaluations, checkpoints and at the
     # switch to the dense fine-tune, so each span between two device syncs runs one program.
-    losses = []
+    losses, stopped = [], False
     clock = time.perf_counter()
     for step in range(start, steps):
-        if STOP.requested:
+        if stop_now(step, args.eval_every):
+            stopped = True
             break
         sparse = dense_after is None or step < dense_after
         state, loss = jit_train(state, put(data.batch(step)), sparse)
@@ -385,7 +387,7 @@ def train(args, recipe: str, data, mesh) -> dict:
         losses.append(loss)
         due, save_due = (step + 1) % args.eval_every == 0 or step + 1 == steps, (
             args.ckpt_every and ((step + 1) % args.ckpt_every == 0 or step + 1 == steps))
-        if not (due or save_due or step + 1 == dense_after or STOP.requested):
+        if not (due or save_due or step + 1 == dense_after):
             continue
         train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
         spans.append((sparse, len(losses), time.perf_counter() - clock))
@@ -397,11 +399,14 @@ def train(args, recipe: str, data, mesh) -> dict:
             history.append({"step": step + 1, "loss": loss, "val_loss": val})
             log(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  {rate:9,.0f} tokens/s  "
                 f"{sum(s[2] for s in spans):6.1f} s", progress=True)
-        if save_due and not STOP.requested:
+        if save_due:
             save(state, step + 1)
         clock = time.perf_counter()
+    if losses:  # (stopped between two syncs)
+        train_loss += [float(x) for x in jax.device_get(losses)]
+        spans.append((sparse, len(losses), time.perf_counter() - clock))
     done = len(train_loss)
-    if STOP.requested:  # Ctrl-C: a checkpoint of the steps done, and how to continue
+    if stopped:  # Ctrl-C: a checkpoint of the steps done, and how to continue
         if done == start:
             raise KeyboardInterrupt(f"interrupted before {recipe}'s first step: nothing was saved")
         if args.ckpt_every:
@@ -426,6 +431,16 @@ def train(args, recipe: str, data, mesh) -> dict:
 # ------------------------------------------------------------------------------------------------
 # Outputs: the table, loss.png, summary.json
 # ------------------------------------------------------------------------------------------------
+
+def stop_now(step=None, every: int = 1) -> bool:
+    """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a
+    collective) at the steps ``every`` divides, and no process skips a program alone elsewhere."""
+    if jax.process_count() == 1:
+        return STOP.requested
+    if step is None or step % every:
+        return False
+    return bool(multihost_utils.process_allgather(np.int32(STOP.requested)).max())
+
 
 def log(line: str, progress: bool = False) -> None:
     """A line of process 0 (one process writes the logs and the files): progress on stdout, the rest on stderr."""
@@ -490,7 +505,7 @@ def run(args) -> int:
         log(f"{len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
             f"{args.size} ({args.n_layer} layers), {args.steps} steps of {args.batch_size} x {data.seq_len} tokens "
             f"on {jax.device_count()} x {device}")
-        if STOP.requested:
+        if stop_now(0):
             raise KeyboardInterrupt("interrupted before training: nothing was saved")
         runs = [train(args, recipe, data, mesh) for recipe in args.recipes]
     except (CLIError, OSError) as e:
