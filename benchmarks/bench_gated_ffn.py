@@ -45,7 +45,7 @@ TOKENS = 8192
 
 
 def swiglu_hidden(d: int) -> int:
-    """The example's SwiGLU hidden size (gpt_model.GPTConfig.ffn_hidden)."""
+    """The example's SwiGLU hidden size (examples/model.py: GPTConfig.ffn_hidden)."""
     return int(64 * math.ceil(8 * d / 3 / 64))
 
 
