@@ -176,6 +176,8 @@ class OneHotEmbed(nn.Embed):
     GPT-2 step on an H100). For small vocabularies only: the one-hot array is tokens x vocabulary."""
 
     def __call__(self, inputs):
+        if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
+            raise ValueError(f"OneHotEmbed: the tokens must be integers, got {jnp.asarray(inputs).dtype}")
         table = self.embedding.astype(self.dtype) if self.dtype is not None else self.embedding
         return jax.nn.one_hot(inputs, self.num_embeddings, dtype=table.dtype) @ table
 

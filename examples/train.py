@@ -4,15 +4,10 @@
     python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
     python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
 
-On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer (LLaMA-7B's width at
-4 of its 32 blocks, which fits one GPU); on several GPUs, the same run sharded over a mesh::
+On GPUs (token shards of examples/prepare_data.py; docs/multi_gpu.md)::
 
-    python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
-        --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --steps 300 \\
-        --compare dense,srste --out runs/llama-7b-l4
-    python examples/train.py --data data/realtext --size llama-7b --n-layer 32 --mesh fsdp=4 --remat full \\
-        --out runs/llama-7b                                                    # one process, 4 GPUs
+    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --compare dense,srste
+    python examples/train.py --data data/realtext --size llama-7b --n-layer 32 --mesh fsdp=4 --remat full
     python examples/launch.py --nproc 4 -- examples/train.py --distributed --mesh fsdp=4 ...  # one per GPU
 
 It reads top to bottom: Ctrl-C, flags, devices, model and optimizer, the jitted steps, checkpoints, the loop,
@@ -47,47 +42,28 @@ class StopFlag:
     XLA compiles on its own threads, the interpreter exits and tears the runtime down under the running
     compilation, which then crashes (SIGSEGV). So the first Ctrl-C is only noted, and the loop stops at its
     next step; a second one gets the default action (the process ends at once, nothing more saved).
-    ``notice_after_s``: if still running that long after a Ctrl-C, say so (a long compilation).
     """
 
-    def __init__(self, prog: str, notice_after_s: float | None = None):
-        self.prog, self.notice_after_s = prog, notice_after_s
-        self.requested, self._prev, self._timer = False, None, None
+    requested, _prev = False, None
 
-    def _on_sigint(self, signum, frame):
+    def on_sigint(self, signum, frame):
         self.requested = True
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # the next Ctrl-C ends the process
-        if self.notice_after_s is not None and self._timer is None:
-            self._timer = threading.Timer(self.notice_after_s, self._notice)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _notice(self):
-        sys.stderr.write(f"\n{self.prog}: Ctrl-C: stopping after the current compilation, evaluation or checkpoint "
-                         "write (Ctrl-C again quits at once, without saving)\n")
-        sys.stderr.flush()
 
     def install(self) -> bool:
         """Install the handler (main thread only); True if it was not installed before."""
         if self._prev is not None or threading.current_thread() is not threading.main_thread():
             return False
-        self._prev = signal.signal(signal.SIGINT, self._on_sigint)
+        self._prev = signal.signal(signal.SIGINT, self.on_sigint)
         return True
 
-    def done(self) -> None:
-        """The run has stopped: no notice any more."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     def uninstall(self) -> None:
-        self.done()
         if self._prev is not None:
             signal.signal(signal.SIGINT, self._prev)
             self._prev = None
 
 
-STOP = StopFlag(PROG)
+STOP = StopFlag()
 if __name__ == "__main__":
     STOP.install()  # before the slow imports: a Ctrl-C during them is a flag too
 
@@ -137,9 +113,7 @@ BATCH_AXES = ("data", "fsdp")  # the axes that split the batch
 RUN_FILES = ("summary.json", "loss.png", "ckpt")  # what a run writes into --out
 
 
-# ------------------------------------------------------------------------------------------------
-# Flags
-# ------------------------------------------------------------------------------------------------
+# --- Flags --------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
@@ -205,9 +179,7 @@ def check_out(args) -> None:
                        "replace it, or choose another --out")
 
 
-# ------------------------------------------------------------------------------------------------
-# Devices: one or several processes, a mesh, where each array of the train state lives
-# ------------------------------------------------------------------------------------------------
+# --- Devices: one or several processes, a mesh, where each array of the train state lives -------------------
 
 def init_devices(args):
     """``jax.distributed`` (``--distributed``) and the mesh of ``--mesh`` (all devices; default: one)."""
@@ -247,9 +219,7 @@ def state_shardings(abstract_state, mesh):
         raise CLIError(f"--mesh: {e}") from None
 
 
-# ------------------------------------------------------------------------------------------------
-# One recipe: model, optimizer, the jitted steps, checkpoints, the loop
-# ------------------------------------------------------------------------------------------------
+# --- One recipe: model, optimizer, the jitted steps, checkpoints, the loop ----------------------------------
 
 def train(args, recipe: str, data, mesh) -> dict:
     r = RECIPES[recipe]
@@ -428,9 +398,7 @@ def train(args, recipe: str, data, mesh) -> dict:
             "dense_after": dense_after, "sparse_lr_scale": lr_scale, "history": history, "train_loss": train_loss}
 
 
-# ------------------------------------------------------------------------------------------------
-# Outputs: the table, loss.png, summary.json
-# ------------------------------------------------------------------------------------------------
+# --- Outputs: the table, loss.png, summary.json -------------------------------------------------------------
 
 def stop_now(step=None, every: int = 1) -> bool:
     """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a

@@ -152,13 +152,13 @@ def test_ctrl_c_anywhere_exits_130_with_one_line_and_resumes(tmp_path):
 
 def test_second_ctrl_c_quits_at_once():
     """The first Ctrl-C sets the flag (no exception anywhere) and hands the next one to the default action."""
-    from gpt_errors import StopFlag
+    from gpt_errors import HarnessStopFlag
 
-    flag = StopFlag()
+    flag = HarnessStopFlag()
     prev = signal.getsignal(signal.SIGINT)
     try:
         with flag.handling():
-            assert signal.getsignal(signal.SIGINT) == flag._on_sigint and not flag.requested
+            assert signal.getsignal(signal.SIGINT) == flag.on_sigint and not flag.requested
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler runs here; nothing is raised
             assert flag.requested and signal.getsignal(signal.SIGINT) == signal.SIG_DFL

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 
 from train import StopFlag
@@ -46,11 +47,33 @@ TEST_PAUSE_ENV = "TRAIN_GPT_TEST_PAUSE"
 
 
 class HarnessStopFlag(StopFlag):
-    """The example's Ctrl-C flag with a scope (:meth:`handling`) and the test hook (:meth:`pause`)."""
+    """The example's Ctrl-C flag with a notice when stopping takes long, a scope (:meth:`handling`) and the test
+    hook (:meth:`pause`)."""
 
     def __init__(self):
-        super().__init__(PROG, notice_after_s=NOTICE_AFTER_S)
-        self._paused = set()
+        self._paused, self._timer = set(), None
+
+    def on_sigint(self, signum, frame):
+        super().on_sigint(signum, frame)
+        if self._timer is None:
+            self._timer = threading.Timer(NOTICE_AFTER_S, self._notice)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _notice(self):
+        sys.stderr.write(f"\n{PROG}: Ctrl-C: stopping after the current compilation, evaluation or checkpoint "
+                         "write (Ctrl-C again quits at once, without saving)\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        """The run has stopped: no "still stopping" line any more."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def uninstall(self) -> None:
+        self.done()
+        super().uninstall()
 
     @contextlib.contextmanager
     def handling(self):
