@@ -293,7 +293,7 @@ def train(args, recipe: str, data, mesh) -> dict:
 
     # Checkpoints: the arrays of the train state (orbax, each process its shards) and the run's history.
     ckpt = ocp.CheckpointManager((args.out / "ckpt" / recipe).resolve(),
-                                 options=ocp.CheckpointManagerOptions(max_to_keep=2, create=args.ckpt_every > 0))
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=1, create=args.ckpt_every > 0))
     config = dict(recipe=recipe, size=args.size, n_layer=args.n_layer, steps=steps, batch_size=B, seq_len=T,
                   lr=args.lr, seed=args.seed, data_sha256=data.sha256)
     arrays = lambda st: dict(step=st.step, params=st.params, opt_state=st.opt_state, sparsity=st.sparsity)  # noqa: E731

@@ -246,7 +246,7 @@ if asked gpt; then
 fi
 
 if asked exloop; then
-  # The example's own loop (benchmarks/harness/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
+  # The harness's own loop (benchmarks/harness/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
   # one process per run: EXLOOP_REPEATS (default 2) rounds of EXLOOP_RUNS="recipe:prepare-weights ..." (default
   # "dense:on srste:always srste:off"; each once, dense:on for the ratios; the order rotates per round) on
   # EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS (EXLOOP_TIMEOUT per run);
@@ -386,6 +386,7 @@ if asked example; then
   t0=$(date +%s); etag=${EXAMPLE_TAG:-llama-7b_l4}
   timeout ${EXAMPLE_TIMEOUT:-540} $PY examples/train.py --data ${EXAMPLE_DATA:-runs/data/realtext_small_bpe32k} \
     ${EXAMPLE_ARGS:---size llama-7b --n-layer 4} --steps ${EXAMPLE_STEPS:-300} --compare dense,srste --out runs/example_$etag --overwrite \
+    --ckpt-every 0 \
     > "$OUT/logs/example_$etag.log" 2>&1
   rc=$?; note "example $etag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (dense|srste) ' "$OUT/logs/example_$etag.log" | tr '\n' ' ')"
   if [ $rc -eq 0 ]; then cp runs/example_$etag/summary.json "$OUT/example_train_${GPU_TAG}_$etag.json"
