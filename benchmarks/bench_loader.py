@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         extra = shlex.split(a.flags)
-        rt = train_gpt.make_runtime(bench_train_gpt._experiment(a.size, a.recipe, batch, seq, 10**6, extra,
+        rt = train_gpt.make_runtime(bench_train_gpt.experiment(a.size, a.recipe, batch, seq, 10**6, extra,
                                                                 data.vocab_size), None)
         exes = bench_train_gpt.compile_all({a.recipe: rt}, False, 1, log)
         times = measure(rt, exes, a.recipe, data, a.warmup, a.iters, a.rounds, log)

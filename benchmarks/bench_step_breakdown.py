@@ -679,7 +679,7 @@ def main(argv=None) -> int:
     for lb, (rl, attention) in parsed.items():
         ex = extra + ["--attention", attention or a.attention]
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
-        rts[lb] = train_gpt.make_runtime(btg._experiment(a.size, rl, batch, seq, 10**6, ex, a.vocab_size), mesh)
+        rts[lb] = train_gpt.make_runtime(btg.experiment(a.size, rl, batch, seq, 10**6, ex, a.vocab_size), mesh)
     cfg = next(iter(rts.values())).exp.cfg
     kinds = sorted({model.attention_implementation(rt.exp.cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
                     for rt in rts.values()})

@@ -135,7 +135,7 @@ def weight_gather_of(label: str) -> str:
     return "dense" if label.endswith(DENSE_GATHER) else "packed"
 
 
-def _split_label(label: str) -> Label:
+def split_label(label: str) -> Label:
     """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared][/dense-gather]`` -> :class:`Label`;
     ``ValueError`` saying what is wrong for an unknown recipe or backend, or both prepare suffixes."""
     gather = weight_gather_of(label)
@@ -162,18 +162,18 @@ def _split_label(label: str) -> Label:
 
 
 def label_errors(labels) -> list[str]:
-    """What :func:`_split_label` says about each label it refuses."""
+    """What :func:`split_label` says about each label it refuses."""
     errors = []
     for label in labels:
         try:
-            _split_label(label)
+            split_label(label)
         except ValueError as e:
             errors.append(str(e))
     return errors
 
 
-def _experiment(size, label, batch, seq, steps, extra, vocab_size=None):
-    lb = _split_label(label)
+def experiment(size, label, batch, seq, steps, extra, vocab_size=None):
+    lb = split_label(label)
     if lb.fp8:
         extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling, "--fp8-dense", lb.fp8_dense]
     extra = [*extra, "--prepare-weights", lb.prepare_weights or "on"]
@@ -702,7 +702,7 @@ def main(argv=None) -> int:
         log(f"{size}: batch {batch} x {seq}" + (f"; quality run {qsteps} steps" if do_quality else ""))
         data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
-        rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
+        rts = {r: train_gpt.make_runtime(experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)

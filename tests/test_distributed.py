@@ -55,7 +55,7 @@ def _runtime(recipe: str, mesh_shape, extra=(), layers: str = "scan"):
         exp.cfg = dataclasses.replace(exp.cfg, layers=layers)
         exp.model, exp.sparse_paths = model.GPT(exp.cfg), model.sparse_layer_paths(exp.cfg)
     n = int(np.prod(mesh_shape))
-    mesh = None if n == 1 else gpt_runtime._make_mesh(mesh_shape, devices=jax.devices()[:n])
+    mesh = None if n == 1 else gpt_runtime.mesh_of_shape(mesh_shape, devices=jax.devices()[:n])
     return gpt_runtime.make_runtime(exp, mesh)
 
 
@@ -216,20 +216,20 @@ def test_distributed_flag_without_environment_is_a_clear_error(capsys, monkeypat
 
 
 def test_fingerprint_never_gathers_and_does_not_depend_on_the_sharding():
-    """Checkpoint fingerprints (gpt_checkpoints._fingerprint): each device hashes its own shards and
+    """Checkpoint fingerprints (gpt_checkpoints.fingerprint): each device hashes its own shards and
     only scalars are all-reduced (no all-gather, no all-to-all in the program); the hashes equal
     those of the unsharded arrays, so a checkpoint verifies on any mesh."""
     import gpt_checkpoints
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = gpt_runtime._make_mesh((2, 1, 2), devices=jax.devices()[:4])
+    mesh = gpt_runtime.mesh_of_shape((2, 1, 2), devices=jax.devices()[:4])
     x = jax.random.normal(jax.random.key(0), (3, 16, 32)).astype(jnp.bfloat16)
     tree = {"k": x, "m": x > 0, "s": jnp.arange(5, dtype=jnp.int32)}
     specs = {"k": P(None, "fsdp", "model"), "m": P(None, "model", "data"), "s": P()}
     sharded = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in tree.items()}
-    want = [int(v) for v in gpt_checkpoints._fingerprint(jax.device_get(tree))]
-    assert [int(v) for v in gpt_checkpoints._fingerprint(sharded)] == want
+    want = [int(v) for v in gpt_checkpoints.fingerprint(jax.device_get(tree))]
+    assert [int(v) for v in gpt_checkpoints.fingerprint(sharded)] == want
     leaves = jax.tree.leaves(sharded)
-    prog = gpt_checkpoints._fingerprint_program(tuple(a.sharding for a in leaves), NamedSharding(mesh, P()))
+    prog = gpt_checkpoints.fingerprint_program(tuple(a.sharding for a in leaves), NamedSharding(mesh, P()))
     hlo = prog.lower(leaves).compile().as_text()
     assert "all-gather" not in hlo and "all-to-all" not in hlo and "all-reduce" in hlo

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +171,20 @@ def test_interrupted_run_resumes_to_the_same_losses(tmp_path, capsys, monkeypatc
     assert "error: --resume: the checkpoint in" in err and "is of another run (steps 6 there, 8 now)" in err
     assert run(*flags, "--out", out, "--overwrite", "--ckpt-every", 0) == 0
     assert not (out / "ckpt").exists()
+
+
+def test_mesh_run_matches_one_device(tmp_path, capsys):
+    """--mesh data=2,fsdp=2,model=2 on 8 CPU devices (FSDP, tensor parallel, the activation pins): the losses
+    of the one-device run; a mesh that does not fit the devices or the batch is one line naming it."""
+    flags = ["--recipe", "srste", "--steps", 4, "--eval-every", 2, "--ckpt-every", 0]
+    assert run(*flags, "--out", tmp_path / "one") == 0
+    assert run(*flags, "--mesh", "data=2,fsdp=2,model=2", "--out", tmp_path / "mesh") == 0
+    one, mesh = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("one", "mesh"))
+    assert mesh["mesh"] == {"data": 2, "fsdp": 2, "model": 2}
+    np.testing.assert_allclose(mesh["runs"][0]["train_loss"], one["runs"][0]["train_loss"], rtol=2e-4)
+    assert "needs 3 devices, but 8 are available" in error_of(capsys, "--mesh", "model=3", "--out", tmp_path / "x")
+    err = error_of(capsys, "--mesh", "data=8", "--batch-size", 4, "--out", tmp_path / "x")
+    assert "--batch-size 4 is not divisible by the mesh's data x fsdp devices (8)" in err
 
 
 def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path):

@@ -54,7 +54,7 @@ def _leaf_sharding(x):
     return sh if isinstance(sh, jax.sharding.Sharding) else None
 
 
-def _fingerprint(tree):
+def fingerprint(tree):
     """Per-leaf uint32 hashes of the exact bits of ``tree`` (detects corrupt checkpoint data).
 
     One program over the whole tree, each array read in its own sharding (``in_shardings``) and
@@ -68,11 +68,11 @@ def _fingerprint(tree):
         out = jax.sharding.NamedSharding(mesh_sh.mesh, jax.sharding.PartitionSpec())
     else:
         out = None
-    return _fingerprint_program(tuple(shardings), out)(leaves)
+    return fingerprint_program(tuple(shardings), out)(leaves)
 
 
 @functools.lru_cache(maxsize=8)
-def _fingerprint_program(shardings: tuple, out):
+def fingerprint_program(shardings: tuple, out):
     return jax.jit(lambda xs: [_leaf_fingerprint(x) for x in xs], in_shardings=(list(shardings),),
                    out_shardings=None if out is None else [out] * len(shardings))
 
@@ -234,7 +234,7 @@ class Checkpoints:
             state = self._restore(step, ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
         except Exception as e:  # noqa: BLE001
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or unreadable: {_short(e)}") from None
-        got = [int(v) for v in jax.device_get(_fingerprint(state))]
+        got = [int(v) for v in jax.device_get(fingerprint(state))]
         if got != list(meta["fingerprint"]):
             bad = sum(a != b for a, b in zip(got, meta["fingerprint"]))
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt: {bad} arrays do not match "
@@ -275,7 +275,7 @@ class Checkpoints:
     def save(self, step: int, state, meta: dict) -> None:
         import orbax.checkpoint as ocp
 
-        meta = dict(meta, fingerprint=[int(v) for v in jax.device_get(_fingerprint(state))])
+        meta = dict(meta, fingerprint=[int(v) for v in jax.device_get(fingerprint(state))])
         mngr = self._manager(read_only=False)
         if step in mngr.all_steps():
             return

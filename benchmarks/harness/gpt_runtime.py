@@ -113,14 +113,14 @@ def parse_mesh(spec: Optional[str]):
         hint = (" (on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
                 if jax.default_backend() == "cpu" and jax.process_count() == 1 else "")
         raise CLIError(f"--mesh {spec}: the mesh has {n} devices but {have} are available{hint}")
-    return _make_mesh(tuple(sizes[a] for a in MESH_AXES))
+    return mesh_of_shape(tuple(sizes[a] for a in MESH_AXES))
 
 
 def single_device_mesh():
-    return _make_mesh((1,) * len(MESH_AXES), devices=jax.devices()[:1])
+    return mesh_of_shape((1,) * len(MESH_AXES), devices=jax.devices()[:1])
 
 
-def _make_mesh(shape, devices=None):
+def mesh_of_shape(shape, devices=None):
     names = MESH_AXES
     kw = {} if devices is None else {"devices": devices}
     try:
