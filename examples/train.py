@@ -73,6 +73,7 @@ import os  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
@@ -260,11 +261,10 @@ def train(args, recipe: str, data, mesh) -> dict:
     fsdp = mesh.shape["fsdp"] > 1
 
     # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
+    pinned = "^(GPT|MLP|CausalSelfAttention)|Block"  # FSDP: their activations stay split by batch (not the weights')
+
     def loss_fn(params, state, tokens, sparse):
-        if fsdp:  # each layer's weight gathered for it; the activations stay split by batch
-            with s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules="^(GPT|MLP|CausalSelfAttention)|Block"):
-                logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
-        else:
+        with s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=pinned) if fsdp else nullcontext():
             logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 

@@ -153,8 +153,8 @@ def test_interrupted_run_resumes_to_the_same_losses(tmp_path, capsys, monkeypatc
     capsys.readouterr()
     assert run(*flags, "--out", out) == 130
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"train.py: interrupted at step 4 of srste: checkpoint saved in {(out / 'ckpt' / 'srste').resolve()}; "
-                              "continue with: python ") and err[-1].endswith(" --resume"), err
+    saved = f"train.py: interrupted at step 4 of srste: checkpoint saved in {(out / 'ckpt' / 'srste').resolve()}; "
+    assert err[-1].startswith(saved + "continue with: python ") and err[-1].endswith(" --resume"), err
     assert not (out / "summary.json").exists()
     monkeypatch.setattr(train, "load_data", load_data)
     train.STOP.requested = False
@@ -217,4 +217,5 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path):
         lines = err.strip().splitlines()
         assert p.returncode == 130, (delay, p.returncode, err)
         assert "Traceback" not in err and lines[-1].startswith("train.py: interrupted "), (delay, err)
-        assert sum("interrupted" in line for line in lines) == 1 and all(line.startswith("train.py: ") for line in lines), err
+        assert sum("interrupted" in line for line in lines) == 1, err
+        assert all(line.startswith("train.py: ") for line in lines), err
