@@ -377,7 +377,7 @@ def test_gpt_checkpoint_layout_mismatch_is_a_clear_error(tmp_path):
     is refused by name, both layouts in the message."""
     _gpt()
     import gpt_checkpoints
-    from gpt_errors import CLIError
+    from data import CLIError
 
     with pytest.raises(CLIError, match="layers='unroll' in the checkpoint but 'scan' now"):
         gpt_checkpoints.check_config({"recipe": "srste"}, {"recipe": "srste", "layers": "scan"}, tmp_path)
