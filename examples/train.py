@@ -103,9 +103,10 @@ TINY = ("tiny", "llama-tiny")  # sste and ste: sparse_lr_scale 2 here (their 2:4
 _SMALL = dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_batches=4)
 _LARGE = dict(steps=5000, seq_len=2048, warmup=200, eval_batches=4, sparse_attn=True)
 SIZE_DEFAULTS = {
-    "tiny": _SMALL, "llama-tiny": dict(_SMALL, sparse_attn=True),
+    "tiny": _SMALL,
     "gpt2": dict(_LARGE, batch_size=16, seq_len=1024, lr=6e-4, sparse_attn=False),
     "gpt2-medium": dict(_LARGE, batch_size=8, seq_len=1024, lr=3e-4, sparse_attn=False),
+    "llama-tiny": dict(_SMALL, sparse_attn=True),
     "llama-300m": dict(_LARGE, batch_size=8, lr=6e-4), "llama-1b": dict(_LARGE, batch_size=8, lr=3e-4),
     "llama-7b": dict(_LARGE, batch_size=8, lr=1.5e-4),
 }
