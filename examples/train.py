@@ -221,6 +221,16 @@ def state_shardings(abstract_state, mesh):
         raise CLIError(f"--mesh: {e}") from None
 
 
+def stop_now(step=None, every: int = 1) -> bool:
+    """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a
+    collective) at the steps ``every`` divides, and no process skips a program alone elsewhere."""
+    if jax.process_count() == 1:
+        return STOP.requested
+    if step is None or step % every:
+        return False
+    return bool(multihost_utils.process_allgather(np.int32(STOP.requested)).max())
+
+
 # --- One recipe: model, optimizer, the jitted steps, checkpoints, the loop ----------------------------------
 
 def train(args, recipe: str, data, mesh) -> dict:
@@ -400,16 +410,6 @@ def train(args, recipe: str, data, mesh) -> dict:
 
 
 # --- Outputs: the table, loss.png, summary.json -------------------------------------------------------------
-
-def stop_now(step=None, every: int = 1) -> bool:
-    """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a
-    collective) at the steps ``every`` divides, and no process skips a program alone elsewhere."""
-    if jax.process_count() == 1:
-        return STOP.requested
-    if step is None or step % every:
-        return False
-    return bool(multihost_utils.process_allgather(np.int32(STOP.requested)).max())
-
 
 def log(line: str, progress: bool = False) -> None:
     """A line of process 0 (one process writes the logs and the files): progress on stdout, the rest on stderr."""
