@@ -165,8 +165,8 @@ from gpt_checkpoints import (  # noqa: E402
 from data import DEFAULT_DATA, ByteData, CLIError, check_tokenizer, load_data  # noqa: E402
 from gpt_errors import PROG, Diverged, Interrupted  # noqa: E402
 from gpt_experiment import (  # noqa: E402
-    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, flag_or_size_default, subtree, build_experiment, resolve_flags, run_config,
-    sizes_help, step_phase)
+    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, build_experiment, flag_or_size_default, resolve_flags,
+    run_config, sizes_help, step_phase, subtree)
 from gpt_model import FP8_DENSE_IMPLS  # noqa: E402
 from model import SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
