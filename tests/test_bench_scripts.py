@@ -377,7 +377,7 @@ def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     """RECIPE[@BACKEND][+fp8]/prepared runs the example's --prepare-weights always (weights prepared once
     per step at --grad-accum 1 too); fp8 and dense layers prepare nothing, so there it changes nothing;
     /prepared and /per-call exclude each other."""
-    prepares = bench_train_gpt.gpt_experiment.prepares_weights
+    prepares = gpt_experiment.prepares_weights
     exp = bench_train_gpt.experiment("tiny", "srste/prepared", 4, 32, 10, [])
     assert (exp.hp["recipe"], exp.hp["prepare_weights"], exp.hp["grad_accum"]) == ("srste", "always", 1)
     assert prepares(exp) and not prepares(bench_train_gpt.experiment("tiny", "srste", 4, 32, 10, []))
