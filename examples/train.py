@@ -272,25 +272,30 @@ def train(args, recipe: str, data, mesh) -> dict:
     fsdp = mesh.shape["fsdp"] > 1
 
     # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
-    pinned = "^(GPT|MLP|CausalSelfAttention)|Block"  # FSDP: their activations stay split by batch (not the weights')
-
     def loss_fn(params, state, tokens, sparse):
-        with s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=pinned) if fsdp else nullcontext():
-            logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
+        logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
+    def pinned():  # FSDP: the blocks' and linear layers' activations stay split by batch (each weight is gathered)
+        modules = "^(GPT|MLP|CausalSelfAttention)|Block"
+        return s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=modules) if fsdp else nullcontext()
+
     def train_step(state, tokens, sparse):
-        if sparse and sparse_kernels:  # the 2:4 weights masked (on a GPU compressed) once, all layers together
-            state = state.prepare(tokens[:, :-1], sparse=True)
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
+        with pinned():
+            if sparse and sparse_kernels:  # the 2:4 weights masked (on a GPU compressed) once, all layers together
+                state = state.prepare(tokens[:, :-1], sparse=True)
+            loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
         # masked decay, the AdamW update, step + 1 (the masks are refreshed in a program of their own)
         return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
+
+    def eval_loss(state, tokens, sparse):
+        with pinned():
+            return loss_fn(state.params, state, tokens, sparse)
 
     donate = (0,) if gpu else ()  # on a GPU the step updates the state in place
     jit_train = jax.jit(train_step, static_argnums=2, donate_argnums=donate, in_shardings=(shardings, batch_sharding),
                         out_shardings=(shardings, replicated))
-    eval_step = jax.jit(lambda state, tokens, sparse: loss_fn(state.params, state, tokens, sparse), static_argnums=2,
-                        in_shardings=(shardings, batch_sharding), out_shardings=replicated)
+    eval_step = jax.jit(eval_loss, static_argnums=2, in_shardings=(shardings, batch_sharding), out_shardings=replicated)
     refresh = jax.jit(lambda state: state.refresh_masks(), donate_argnums=donate, in_shardings=(shardings,),
                       out_shardings=shardings)  # srste: new 2:4 masks
     init = jax.jit(fresh_state, out_shardings=shardings)
@@ -336,6 +341,7 @@ def train(args, recipe: str, data, mesh) -> dict:
     if periods and not stop_now():
         state = refresh(state)
     jax.block_until_ready(state)
+    del state  # its buffers are free before the state to train is allocated
     if stop_now():
         raise KeyboardInterrupt(f"interrupted while compiling {recipe}: nothing was saved")
     # spans: (2:4 phase?, steps, seconds) between two device syncs; spans[last:]: since the last evaluation
