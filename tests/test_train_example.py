@@ -198,7 +198,7 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path):
     delays = [None, 0.2, 1.0, 2.5]  # None: during the imports (once jaxlib's library is loaded)
     procs = []
     for i, delay in enumerate(delays):
-        cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--size", "tiny", "--n-layer", "1", "--steps", "50",
+        cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--size", "tiny", "--n-layer", "1", "--steps", "1000",
                "--out", str(tmp_path / f"run{i}")]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                       env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")))
