@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path[:0] = [os.path.join(HERE, "harness"), os.path.join(HERE, "..", "examples")]
 
 from bench_spmm import measure, write_results  # noqa: E402
 
@@ -45,7 +45,7 @@ TOKENS = 8192
 
 
 def swiglu_hidden(d: int) -> int:
-    """The example's SwiGLU hidden size (gpt_model.GPTConfig.ffn_hidden)."""
+    """The example's SwiGLU hidden size (examples/model.py: GPTConfig.ffn_hidden)."""
     return int(64 * math.ceil(8 * d / 3 / 64))
 
 

@@ -25,14 +25,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
 
 import bench_train_gpt  # noqa: E402
 import train_gpt  # noqa: E402
-from gpt_data import load_data  # noqa: E402
+from data import load_data  # noqa: E402
 
 MODES = ("loader", "fixed", "fixed (control)")
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         extra = shlex.split(a.flags)
-        rt = train_gpt.make_runtime(bench_train_gpt._experiment(a.size, a.recipe, batch, seq, 10**6, extra,
+        rt = train_gpt.make_runtime(bench_train_gpt.experiment(a.size, a.recipe, batch, seq, 10**6, extra,
                                                                 data.vocab_size), None)
         exes = bench_train_gpt.compile_all({a.recipe: rt}, False, 1, log)
         times = measure(rt, exes, a.recipe, data, a.warmup, a.iters, a.rounds, log)

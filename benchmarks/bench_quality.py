@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Quality at a fixed token budget: dense vs every 2:4 recipe, from one seed on the same batches.
 
-Every recipe is one run of the example's training loop (``examples/train_gpt.py``'s ``train``:
+Every recipe is one run of the example's training loop (``benchmarks/harness/train_gpt.py``'s ``train``:
 the same flags, init, data stream, schedules, srste's dense fine-tune and STEP's switch), with the
 same ``--seed`` — so the same initial weights and the same batch at every step — and
 ``--tokens / (batch x seq_len)`` optimizer steps. Recipes: ``dense``, ``srste``, ``sste``, ``ste``,
@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -50,9 +50,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
 
-import bench_train_gpt as btg  # noqa: E402  (puts examples/ on sys.path)
+import bench_train_gpt as btg  # noqa: E402  (puts benchmarks/harness/ and examples/ on sys.path)
+import model  # noqa: E402
 import train_gpt  # noqa: E402
-from gpt_model import ONE_HOT_MAX_VOCAB  # noqa: E402
+from model import ONE_HOT_MAX_VOCAB  # noqa: E402
 
 #: The speedup of a 2:4 GEMM over the dense one that the ceiling assumes: cuSPARSELt's measured
 #: 1.64x over XLA's dense GEMM at 8192^3 (benchmarks/results/spmm.md), rounded down.
@@ -570,7 +571,7 @@ def measure(rec: dict, label: str, rt, exes: dict, data, a, log) -> None:
     cfg = exp.cfg
     rec.update(recipe=exp.hp["recipe"], method=cfg.method, fp8=cfg.fp8, fp8_scaling=cfg.fp8_scaling,
                fp8_dense=cfg.fp8_dense, backend=cfg.backend,
-               attention=train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head),
+               attention=model.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head),
                sparse_layers=len(exp.sparse_paths))
     tokens = exp.hp["batch_size"] * exp.hp["seq_len"]
     rec["flops"] = gemm_flops(rt.abstract_state["params"], exp.sparse_paths, tokens, exp.cfg.tie_head)
@@ -681,9 +682,9 @@ def main(argv=None) -> int:
     for lb, (rl, attention) in parsed.items():
         ex = extra + ["--attention", attention or a.attention]
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
-        rts[lb] = train_gpt.make_runtime(btg._experiment(a.size, rl, batch, seq, 10**6, ex, a.vocab_size), mesh)
+        rts[lb] = train_gpt.make_runtime(btg.experiment(a.size, rl, batch, seq, 10**6, ex, a.vocab_size), mesh)
     cfg = next(iter(rts.values())).exp.cfg
-    kinds = sorted({train_gpt.attention_implementation(rt.exp.cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
+    kinds = sorted({model.attention_implementation(rt.exp.cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
                     for rt in rts.values()})
     res["config"] = {"size": a.size, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
                      "ffn": cfg.ffn, "ffn_hidden": cfg.ffn_hidden, "sparse_attn": cfg.sparse_attn,

@@ -2,7 +2,7 @@
 """End-to-end GPT train-step throughput, dense vs every 2:4 recipe, plus a short quality run.
 
 Part 1 — throughput. For each ``--size`` every recipe's training program (the jitted step of
-``examples/train_gpt.py``: forward, backward, optimizer, mask refresh; sparse recipes in their
+``benchmarks/harness/train_gpt.py``: forward, backward, optimizer, mask refresh; sparse recipes in their
 sparse phase — ``srste`` before its dense fine-tune, ``step`` with the optimizer state in phase 1)
 is compiled, warmed up and timed in interleaved rounds (the order rotates every round) on four
 distinct batches of the bundled corpus; the median step time gives tokens/s. A second,
@@ -56,13 +56,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
+import gpt_report  # noqa: E402
+import model  # noqa: E402
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 from jax_sparse24._src.sharding import partition_callback_stats, profile_partition_callbacks  # noqa: E402
@@ -134,7 +136,7 @@ def weight_gather_of(label: str) -> str:
     return "dense" if label.endswith(DENSE_GATHER) else "packed"
 
 
-def _split_label(label: str) -> Label:
+def split_label(label: str) -> Label:
     """``RECIPE[@BACKEND][+fp8|+fp8-delayed|+fp8-flax][/per-call|/prepared][/dense-gather]`` -> :class:`Label`;
     ``ValueError`` saying what is wrong for an unknown recipe or backend, or both prepare suffixes."""
     gather = weight_gather_of(label)
@@ -161,18 +163,18 @@ def _split_label(label: str) -> Label:
 
 
 def label_errors(labels) -> list[str]:
-    """What :func:`_split_label` says about each label it refuses."""
+    """What :func:`split_label` says about each label it refuses."""
     errors = []
     for label in labels:
         try:
-            _split_label(label)
+            split_label(label)
         except ValueError as e:
             errors.append(str(e))
     return errors
 
 
-def _experiment(size, label, batch, seq, steps, extra, vocab_size=None):
-    lb = _split_label(label)
+def experiment(size, label, batch, seq, steps, extra, vocab_size=None):
+    lb = split_label(label)
     if lb.fp8:
         extra = [*extra, "--fp8", "--fp8-scaling", lb.fp8_scaling, "--fp8-dense", lb.fp8_dense]
     extra = [*extra, "--prepare-weights", lb.prepare_weights or "on"]
@@ -528,7 +530,7 @@ def quality(rts, exes, data, steps, log) -> dict:
                 t_train += time.perf_counter() - t0
                 for i, g in enumerate(got):
                     hist.append({"step": step + 2 - len(got) + i, "loss": float(g["loss"]),
-                                 "flip": train_gpt._nan_to_none(g["flip"]), "sparse": bool(g["sparse"])})
+                                 "flip": gpt_report.nan_to_none(g["flip"]), "sparse": bool(g["sparse"])})
                 losses = []
                 hist.append({"step": step + 1, "val_loss": evaluate(step + 1)})
                 t0 = time.perf_counter()
@@ -735,7 +737,7 @@ def main(argv=None) -> int:
         log(f"{size}: batch {batch} x {seq}" + (f"; quality run {qsteps} steps" if do_quality else ""))
         data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)
         mesh = train_gpt.parse_mesh(a.mesh) if a.mesh else None
-        rts = {r: train_gpt.make_runtime(_experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
+        rts = {r: train_gpt.make_runtime(experiment(size, r, batch, seq, steps, extra, a.vocab_size), mesh)
                for r in recipes}
         exes = compile_all(rts, do_quality, a.compile_workers, log, compile_options(a.compile_option),
                             dump_hlo=a.dump_hlo, profile=a.profile_compile)
@@ -754,7 +756,7 @@ def main(argv=None) -> int:
         log(f"  timed in {time.perf_counter() - t0:.1f}s")
         tp["size"] = size
         cfg = next(iter(rts.values())).exp.cfg
-        tp["attention"] = train_gpt.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
+        tp["attention"] = model.attention_implementation(cfg.attention, cfg.dtype, cfg.n_embd // cfg.n_head)
         tp.update(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, grad_accum=a.grad_accum,
                   auto_plan=auto_plan(rts), mesh=a.mesh, n_devices=jax.device_count(), vocab_size=cfg.vocab_size,
                   model_flops_per_token=model_flops_per_token(cfg))

@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Turn text files into token shards for ``train_gpt.py --data DIR`` (as nanoGPT's ``prepare.py``).
+"""Turn text files into token shards for ``train.py --data DIR`` (as nanoGPT's ``prepare.py``).
 
 ::
 
     pip install -e ".[data]"   # Hugging Face tokenizers
     python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
         --val examples/data/realtext_small_val.txt.xz --out data/realtext_small --vocab-size 32000
-    python examples/train_gpt.py --data data/realtext_small --size gpt2 --compare dense,srste
+    python examples/train.py --data data/realtext_small --size gpt2 --compare dense,srste
 
 Writes into ``--out`` (nothing at all if anything is wrong: it is built in a temporary directory
 beside ``--out`` and renamed at the end):
@@ -15,7 +15,7 @@ beside ``--out`` and renamed at the end):
   pre-tokenizer, ``<|endoftext|>`` = id 0, appended after every input file) trained on the training
   text, with ``--vocab-size`` entries (fewer if the text has too few merges). ``--tokenizer
   bytes`` skips it: the tokens are the UTF-8 bytes (vocabulary 256, the byte path of
-  ``train_gpt.py``, as shards).
+  ``train.py``, as shards).
 * ``train.bin`` / ``val.bin`` — the tokens as flat numpy memmaps, ``uint16`` when the vocabulary
   fits (<= 65536 entries), else ``uint32`` (``--dtype``).
 * ``index.json`` — dtype, token counts and sha256 of both shards, vocabulary size, the tokenizer's
@@ -55,8 +55,7 @@ import numpy as np
 _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
-from gpt_errors import CLIError  # noqa: E402
-from gpt_tokens import FORMAT, INDEX, TOKENIZER  # noqa: E402
+from data import FORMAT, INDEX, TOKENIZER, CLIError  # noqa: E402
 
 PROG = "prepare_data.py"
 EOT = "<|endoftext|>"
@@ -120,10 +119,14 @@ def _decode(chunk: bytes, path: Path, offset: int) -> str:
 class Progress:
     """A one-line progress bar on stderr (tqdm when installed), by bytes of input files read."""
 
+    #: the bars on the screen now (an error clears them first: :meth:`clear_all`)
+    shown: set = set()
+
     def __init__(self, total: int, desc: str, quiet: bool):
         self.total, self.desc, self.quiet, self.done, self.t0, self._last = total, desc, quiet, 0, time.time(), 0.0
         self._bar = None
         if not quiet:
+            Progress.shown.add(self)
             try:
                 from tqdm import tqdm
 
@@ -146,9 +149,21 @@ class Progress:
             print(f"\r{self.desc}: [{bar:<30s}] {frac:6.1%} {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB "
                   f"{now - self.t0:.0f}s", end="", file=sys.stderr, flush=True)
 
+    @classmethod
+    def clear_all(cls):
+        """Remove the unfinished bars from the terminal, so that what is printed next has its own line."""
+        for bar in list(cls.shown):
+            if bar._bar is not None:
+                bar._bar.leave = False
+                bar._bar.close()
+            else:
+                print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+            cls.shown.discard(bar)
+
     def close(self, note: str = ""):
         if self.quiet:
             return
+        Progress.shown.discard(self)
         if self._bar is not None:
             if note:
                 self._bar.set_postfix_str(note)
@@ -382,6 +397,7 @@ def main(argv=None) -> int:
     try:
         prepare(a)
     except CLIError as e:
+        Progress.clear_all()
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -54,8 +54,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
+import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24 import distill, prune  # noqa: E402
-from jax_sparse24._src import ops  # noqa: E402
 from jax_sparse24.optim import default_where, masked_decay  # noqa: E402
 
 DATA = _HERE / "data" / "corpus.txt"
@@ -304,10 +304,10 @@ def main(argv=None):
     ast_opt = optax.chain(masked_decay(decay, where=where),
                           optax.adamw(ft_sched, b2=0.99, weight_decay=args.weight_decay))
     at_init = eval_student(s_params)
-    init_masks = {p: ops.mask24(_get(s_params, p), axis=0) for p in layers}
+    init_masks = {p: s24.mask24(_get(s_params, p), axis=0) for p in layers}
     ast, t_ast = train(s_params, kd_loss_fn(student), ast_opt, args.ft_steps, train_data, args,
                        args.seed + 1, args.log_every, "AST")
-    flips = float(np.mean([float(ops.flip_rate(init_masks[p], ops.mask24(_get(ast, p), axis=0)))
+    flips = float(np.mean([float(s24.flip_rate(init_masks[p], s24.mask24(_get(ast, p), axis=0)))
                            for p in layers]))
     extra = n_params(ast) - n_params(dense)
     results["pruned_ast"] = {"val_loss": eval_student(ast), "val_loss_at_init": at_init, "train_s": t_ast,

@@ -1,138 +1,251 @@
 #!/usr/bin/env python
-"""Train a GPT with 2:4 sparse linear layers: the jax_sparse24 training script to copy.
+"""Train a GPT or LLaMA-style model with 2:4 sparse linear layers: the jax_sparse24 training script to copy.
 
     python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
     python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
 
-On a GPU, a LLaMA-shaped model on the bundled text with a 32000-token BPE tokenizer: LLaMA-7B's width
-(d 4096) at 4 of its 32 blocks, which fits one GPU (at narrower widths the sparse GEMMs gain less and
-the dense 32000-token head, attention and XLA's other kernels take a larger share of the step)::
+On GPUs (token shards of examples/prepare_data.py; docs/multi_gpu.md)::
 
-    python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
-        --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --steps 300 \\
-        --compare dense,srste --out runs/llama-7b-l4
+    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --compare dense,srste
+    python examples/train.py --data data/realtext --size llama-7b --n-layer 32 --mesh fsdp=4 --remat full
+    python examples/launch.py --nproc 4 -- examples/train.py --distributed --mesh fsdp=4 ...  # one per GPU
 
-The table's ``tokens/s`` is the training steps' rate in the recipe's main phase -- srste's 2:4 steps,
-not its dense fine-tune -- in the steady state: compilation, evaluations and the first span of steps
-(up to the first evaluation) are not timed. ``whole run`` compares every training step's rate
-(srste's dense fine-tune included). Each step masks (on a GPU also compresses) the 2:4 weights once,
-all layers together (``SparseTrainState.prepare``); on a GPU the train state is updated in place (donated).
+It reads top to bottom: Ctrl-C, flags, devices, model and optimizer, the jitted steps, checkpoints, the loop,
+the outputs. Recipes (``--recipe``; the FFN linears are 2:4, at the LLaMA sizes the attention projections too):
+``dense`` (``nn.Dense`` and AdamW, the baseline); ``srste`` (SR-STE: transposable masks refreshed every 40
+steps, the MVUE weight gradient, masked decay of the pruned weights, a dense fine-tune over the last sixth);
+``sste`` (S-STE, soft-thresholded weights); ``ste`` (the 2:4 magnitude mask of the weights, every step).
+The 2:4 kernels train at twice the learning rate while the model runs sparse (``sparse_lr_scale``: srste
+always, sste and ste on the tiny sizes).
 
-It reads top to bottom: flags, data, model, optimizer and train state, the jitted steps, the loop,
-the summary. Recipes (``--recipe``; the FFN linears are 2:4, at the LLaMA sizes the attention
-projections too):
-
-* ``dense``: plain ``nn.Dense`` layers and AdamW, the baseline;
-* ``srste``: SR-STE with transposable masks refreshed every 40 steps, the MVUE weight gradient,
-  masked decay of the pruned weights and a dense fine-tune over the last sixth of the steps;
-* ``sste``: S-STE, soft-thresholded weights; ``ste``: the 2:4 magnitude mask of the weights, every step.
-
-The 2:4 kernels train at twice the learning rate while the model runs sparse (``sparse_lr_scale``;
-srste always, sste and ste on the tiny sizes). ``--out`` gets ``loss.png`` and ``summary.json``.
-Checkpoints, ``--resume``, device meshes, fp8, STEP and AST are in the full harness,
-``examples/train_gpt.py``; the model is ``examples/gpt_model.py``.
+``tokens/s`` is the rate of the recipe's main phase (srste's 2:4 steps) in the steady state: compilation,
+evaluations and the first span of steps are not timed; ``whole run`` counts every training step. ``--out``
+gets ``loss.png``, ``summary.json`` and orbax checkpoints in ``ckpt/<recipe>/`` every ``--ckpt-every`` steps.
+``--resume`` continues from them (the batch and the MVUE key of step ``t`` are functions of ``(--seed, t)``);
+``--overwrite`` starts over; a previous run is never replaced without one of them. Ctrl-C stops at the next
+step, saves a checkpoint and exits 130 with one line saying how to resume (a second Ctrl-C quits at once).
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
+import signal
 import sys
-import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpt_model, gpt_data beside this file
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-
-import jax_sparse24 as s24
-from jax_sparse24.training import SparseTrainState
-
-from gpt_data import DEFAULT_DATA, load_data
-from gpt_errors import CLIError
-from gpt_experiment import SIZE_DEFAULTS
-from gpt_model import GPT, SIZES, GPTConfig, sparse_layer_paths
+import threading
 
 PROG = "train.py"
-#: recipe -> the method of the 2:4 layers (Sparse24Dense) and what the optimizer adds
+
+
+class StopFlag:
+    """Ctrl-C as a flag that the loop reads between steps: the SIGINT handler only sets :attr:`requested`.
+
+    A ``KeyboardInterrupt`` raised wherever the main thread happens to be is not safe with JAX: raised while
+    XLA compiles on its own threads, the interpreter exits and tears the runtime down under the running
+    compilation, which then crashes (SIGSEGV). So the first Ctrl-C is only noted, and the loop stops at its
+    next step; a second one gets the default action (the process ends at once, nothing more saved).
+    """
+
+    requested, _prev = False, None
+
+    def on_sigint(self, signum, frame):
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # the next Ctrl-C ends the process
+
+    def install(self) -> bool:
+        """Install the handler (main thread only); True if it was not installed before."""
+        if self._prev is not None or threading.current_thread() is not threading.main_thread():
+            return False
+        self._prev = signal.signal(signal.SIGINT, self.on_sigint)
+        return True
+
+    def uninstall(self) -> None:
+        if self._prev is not None:
+            signal.signal(signal.SIGINT, self._prev)
+            self._prev = None
+
+
+STOP = StopFlag()
+if __name__ == "__main__":
+    STOP.install()  # before the slow imports: a Ctrl-C during them is a flag too
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # model.py and data.py beside this file
+import jax_sparse24 as s24  # noqa: E402
+from jax_sparse24.training import SparseTrainState  # noqa: E402
+
+from data import DEFAULT_DATA, CLIError, load_data  # noqa: E402
+from model import GPT, SIZES, GPTConfig, sparse_layer_paths  # noqa: E402
+
+#: recipe -> the method of the 2:4 layers and what the optimizer adds
 RECIPES = {
     "dense": dict(method="dense"),
     "srste": dict(method="srste", mvue=True, masked_decay=2e-4, dense_tail=1 / 6, lr_scale=2.0),
     "sste": dict(method="soft", mvue=True),
     "ste": dict(method="ste"),
 }
-TINY = ("tiny", "llama-tiny")  # sste and ste: lr_scale 2 here, 1 at the larger sizes (gpt_experiment.py says why)
+TINY = ("tiny", "llama-tiny")  # sste and ste: sparse_lr_scale 2 here (their 2:4 layers lag early), 1 above
+#: per-size defaults of the flags; the LLaMA sizes make the attention projections 2:4 too
+_SMALL = dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_batches=4)
+_LARGE = dict(steps=5000, seq_len=2048, warmup=200, eval_batches=4, sparse_attn=True)
+SIZE_DEFAULTS = {
+    "tiny": _SMALL,
+    "gpt2": dict(_LARGE, batch_size=16, seq_len=1024, lr=6e-4, sparse_attn=False),
+    "gpt2-medium": dict(_LARGE, batch_size=8, seq_len=1024, lr=3e-4, sparse_attn=False),
+    "llama-tiny": dict(_SMALL, sparse_attn=True),
+    "llama-300m": dict(_LARGE, batch_size=8, lr=6e-4), "llama-1b": dict(_LARGE, batch_size=8, lr=3e-4),
+    "llama-7b": dict(_LARGE, batch_size=8, lr=1.5e-4),
+}
+MESH_AXES = ("data", "fsdp", "model")  # --mesh: data parallel, FSDP (ZeRO-3), Megatron tensor parallel
+BATCH_AXES = ("data", "fsdp")  # the axes that split the batch
+RUN_FILES = ("summary.json", "loss.png", "ckpt")  # what a run writes into --out
 
 
-# ----------------------------------------------------------------------------------------------
-# Flags
-# ----------------------------------------------------------------------------------------------
+# --- Flags --------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
     ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line, no usage
-    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (gpt_model.SIZES; default: tiny)")
+    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (model.SIZES; default: tiny)")
     ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe (default: srste)")
-    ap.add_argument("--compare", metavar="R1,R2,...",
-                    help="train these recipes one after another on the same data and print a table")
-    ap.add_argument("--n-layer", type=int, help="transformer blocks (default: the size's; fewer keep its width, e.g. "
-                                                "--size llama-7b --n-layer 4 on one GPU)")
+    ap.add_argument("--compare", metavar="R1,R2,...", help="train these recipes one after another on the same "
+                                                           "data and print a table")
+    ap.add_argument("--n-layer", type=int, help="transformer blocks (default: the size's; fewer keep its width)")
     ap.add_argument("--steps", type=int, help="optimizer steps (default: per size)")
-    ap.add_argument("--batch-size", type=int, help="sequences per step (default: per size)")
+    ap.add_argument("--batch-size", type=int, help="sequences per step, all devices together (default: per size)")
     ap.add_argument("--lr", type=float, help="peak learning rate (default: per size)")
     ap.add_argument("--eval-every", type=int, help="steps between evaluations (default: a tenth of the steps)")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                    help="a text file (its bytes are the tokens) or a directory made by examples/prepare_data.py "
-                         "(default: the bundled public-domain text)")
+    ap.add_argument("--ckpt-every", type=int, help="steps between checkpoints (default: a third of the steps; "
+                                                   "0: none)")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a text file (its bytes are the tokens) or a "
+                    "directory made by examples/prepare_data.py (default: the bundled public-domain text)")
     ap.add_argument("--out", type=Path, help="output directory (default: runs/SIZE)")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoints")
     ap.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
+    ap.add_argument("--mesh", help="shard over a device mesh, e.g. fsdp=4 or data=2,fsdp=2 (axes: "
+                                   f"{', '.join(MESH_AXES)}; sizes multiply to the device count)")
+    ap.add_argument("--remat", choices=("none", "dots", "full"), default="none",
+                    help="recompute each block in the backward pass: dots keeps the GEMM outputs (default: none)")
+    ap.add_argument("--distributed", action="store_true", help="one process per GPU: jax.distributed.initialize "
+                    "from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (set by examples/launch.py)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the init, the batches and the MVUE gradient")
     args = ap.parse_args(argv)
+    args.argv = list(argv)
     args.recipes = [r.strip() for r in (args.compare or args.recipe).split(",") if r.strip()]
-    bad = [r for r in args.recipes if r not in RECIPES] or len(set(args.recipes)) != len(args.recipes)
-    if not args.recipes or bad:
+    if not args.recipes or any(r not in RECIPES for r in args.recipes) or len(set(args.recipes)) < len(args.recipes):
         ap.error(f"--compare {args.compare!r}: give distinct recipes from {', '.join(RECIPES)}")
     d = SIZE_DEFAULTS[args.size]
     for flag in ("steps", "batch_size", "lr"):
         setattr(args, flag, d[flag] if getattr(args, flag) is None else getattr(args, flag))
     args.eval_every = max(1, args.steps // 10) if args.eval_every is None else args.eval_every
+    args.ckpt_every = max(1, args.steps // 3) if args.ckpt_every is None else args.ckpt_every
     args.n_layer = SIZES[args.size]["n_layer"] if args.n_layer is None else args.n_layer
     for flag in ("n_layer", "steps", "batch_size", "lr", "eval_every"):
         if not getattr(args, flag) > 0:
             ap.error(f"--{flag.replace('_', '-')} must be > 0")
+    if args.ckpt_every < 0:
+        ap.error("--ckpt-every must be >= 0 (0: no checkpoints)")
+    if args.resume and args.overwrite:
+        ap.error("--resume continues the run in --out and --overwrite starts it over: pass one of them")
     args.out = args.out or Path("runs") / args.size
-    if args.out.exists() and not args.out.is_dir():
-        ap.error(f"--out {args.out} is a file")
-    previous = [f for f in ("summary.json", "loss.png") if (args.out / f).exists()]
-    if previous and not args.overwrite:
-        ap.error(f"--out {args.out} holds a previous run ({', '.join(previous)}); pass --overwrite or another --out")
     return args
 
 
-# ----------------------------------------------------------------------------------------------
-# One run of one recipe
-# ----------------------------------------------------------------------------------------------
+def check_out(args) -> None:
+    """Refuse to write over a previous run in ``--out`` unless asked (after the data was found)."""
+    for p in (args.out, *args.out.parents):  # --out, or the first of its parents that exists, is a directory
+        if p.exists() and not p.is_dir():
+            raise CLIError(f"--out {args.out}: {p} is a file, not a directory; choose another --out")
+        if p.exists():
+            break
+    held = [f for f in RUN_FILES if (args.out / f).exists()]
+    if args.resume and not (args.out / "ckpt").is_dir():
+        raise CLIError(f"--resume: {args.out} holds no checkpoints (ckpt/) to continue from")
+    if held and not (args.resume or args.overwrite):
+        how = "--resume to continue it, " if "ckpt" in held else ""
+        raise CLIError(f"--out {args.out} holds a previous run ({', '.join(held)}); pass {how}--overwrite to "
+                       "replace it, or choose another --out")
 
-def train(args, recipe: str, data) -> dict:
+
+# --- Devices: one or several processes, a mesh, where each array of the train state lives -------------------
+
+def init_devices(args):
+    """``jax.distributed`` (``--distributed``) and the mesh of ``--mesh`` (all devices; default: one)."""
+    if args.distributed:
+        env = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+        if not all(os.environ.get(k) for k in env):
+            raise CLIError(f"--distributed needs {', '.join(env)}: start the processes with "
+                           "examples/launch.py --nproc N -- examples/train.py --distributed ...")
+        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(os.environ[env[0]], int(os.environ[env[1]]), int(os.environ[env[2]]))
+    sizes = {a: 1 for a in MESH_AXES}
+    try:
+        for part in filter(None, (args.mesh or "").split(",")):
+            name, size = part.split("=")
+            if name.strip() not in sizes:
+                raise ValueError(f"unknown axis {name.strip()!r}")
+            sizes[name.strip()] = int(size)
+        devices = jax.devices() if args.mesh else jax.devices()[:1]
+        mesh = s24.sharding.make_mesh(sizes, devices=devices)
+    except ValueError as e:
+        raise CLIError(f"--mesh {args.mesh!r}: {e} (axes {', '.join(MESH_AXES)}, e.g. fsdp=4; "
+                       f"{jax.device_count()} devices)") from None
+    if args.batch_size % (sizes["data"] * sizes["fsdp"]):
+        raise CLIError(f"--batch-size {args.batch_size} is not divisible by the mesh's data x fsdp devices "
+                       f"({sizes['data'] * sizes['fsdp']})")
+    return mesh
+
+
+def state_shardings(abstract_state, mesh):
+    """Params, masks and optimizer moments: Megatron tensor parallel over ``model`` (qkv and fc column
+    parallel, proj row parallel), every >= 2-D leaf also split over ``fsdp``; the blocks' layer axis never."""
+    rules = s24.sharding.megatron_mlp_rules(r"(attn/qkv|mlp/fc)", r"(attn|mlp)/proj")
+    try:
+        return s24.sharding.param_shardings(abstract_state, mesh, rules, fsdp="fsdp", stacked=r"(^|/)h/")
+    except ValueError as e:
+        raise CLIError(f"--mesh: {e}") from None
+
+
+def stop_now(step=None, every: int = 1) -> bool:
+    """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a
+    collective) at the steps ``every`` divides, and no process skips a program alone elsewhere."""
+    if jax.process_count() == 1:
+        return STOP.requested
+    if step is None or step % every:
+        return False
+    return bool(multihost_utils.process_allgather(np.int32(STOP.requested)).max())
+
+
+# --- One recipe: model, optimizer, the jitted steps, checkpoints, the loop ----------------------------------
+
+def train(args, recipe: str, data, mesh) -> dict:
     r = RECIPES[recipe]
     steps, B, T = args.steps, args.batch_size, data.seq_len
     gpu = jax.default_backend() == "gpu"
-
-    # The model: Sparse24Dense layers where the recipe's method is not "dense".
     cfg = GPTConfig(**dict(SIZES[args.size], block_size=T, n_layer=args.n_layer), vocab_size=data.vocab_size or 256,
                     method=r["method"], mvue=r.get("mvue", False),
                     sparse_attn=SIZE_DEFAULTS[args.size].get("sparse_attn", False),
-                    dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto",
+                    dtype=jnp.bfloat16 if gpu else jnp.float32, attention="auto", remat=args.remat,
                     layers="scan" if gpu else "unroll")  # scan: one block compiled for all; unrolled: faster on a CPU
     model = GPT(cfg)
 
     # The optimizer: AdamW with warm-up and cosine decay, plus the recipe's 2:4 transforms.
-    dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # dense fine-tune
+    dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # srste's dense fine-tune
     sparse_kernels = {"/".join(p) + "/kernel" for p in sparse_layer_paths(cfg)}
     is_sparse_kernel = lambda path, leaf: path in sparse_kernels  # noqa: E731
     decayed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731 - weights, not biases or norms
@@ -147,75 +260,121 @@ def train(args, recipe: str, data) -> dict:
     if sparse_kernels and lr_scale != 1:  # a 2:4 layer's output moves half as far per Adam step
         chain.append(s24.optim.sparse_lr_scale(lr_scale, where=is_sparse_kernel, active_until=dense_after))
 
-    # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
-    # On a GPU the state's buffers are donated: the step updates them in place (no second copy).
-    def loss_fn(params, state, tokens, sparse):
-        logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
-
-    donate = (0,) if gpu else ()
-
-    @functools.partial(jax.jit, static_argnames="sparse", donate_argnums=donate)
-    def train_step(state, tokens, sparse):
-        if sparse and sparse_kernels:  # the 2:4 weights masked and compressed once, all layers together
-            state = state.prepare(tokens[:, :-1], sparse=True)
-        loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
-        # masked decay, the AdamW update, step + 1 (the masks are refreshed below, in their own program)
-        return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
-
-    eval_step = jax.jit(lambda state, tokens, sparse: loss_fn(state.params, state, tokens, sparse),
-                        static_argnames="sparse")
-    refresh = jax.jit(lambda state: state.refresh_masks(), donate_argnums=donate)  # srste: new 2:4 masks
-
-    # The train state: params, masks ("sparsity"), optimizer state and the key of the MVUE gradient.
-    init = jax.jit(model.init)
-
+    # The train state (params, masks, optimizer state, the key of the MVUE gradient) and where it lives.
     def fresh_state():
-        variables = init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
+        variables = model.init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
         return SparseTrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.chain(*chain),
                                        sparsity=variables.get("sparsity", {}),
                                        rng=jax.random.key(args.seed + 1) if cfg.mvue else None)
 
-    def evaluate(state, sparse, batches) -> float:
-        return float(np.mean([eval_step(state, jnp.asarray(b), sparse) for b in batches]))
+    shardings = state_shardings(jax.eval_shape(fresh_state), mesh)
+    batch_sharding, replicated = NamedSharding(mesh, P(BATCH_AXES)), NamedSharding(mesh, P())
+    fsdp = mesh.shape["fsdp"] > 1
 
-    # Compile every program (and on a GPU pick its kernels) by running it once on a throw-away state,
-    # before the clock starts; training starts from a fresh one (the same, as the init is seeded).
+    # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
+    def loss_fn(params, state, tokens, sparse):
+        logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+    def pinned():  # FSDP: the blocks' and linear layers' activations stay split by batch (each weight is gathered)
+        modules = "^(GPT|MLP|CausalSelfAttention)|Block"
+        return s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=modules) if fsdp else nullcontext()
+
+    def train_step(state, tokens, sparse):
+        with pinned():
+            if sparse and sparse_kernels:  # the 2:4 weights masked (on a GPU compressed) once, all layers together
+                state = state.prepare(tokens[:, :-1], sparse=True)
+            loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
+        # masked decay, the AdamW update, step + 1 (the masks are refreshed in a program of their own)
+        return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
+
+    def eval_loss(state, tokens, sparse):
+        with pinned():
+            return loss_fn(state.params, state, tokens, sparse)
+
+    donate = (0,) if gpu else ()  # on a GPU the step updates the state in place
+    jit_train = jax.jit(train_step, static_argnums=2, donate_argnums=donate, in_shardings=(shardings, batch_sharding),
+                        out_shardings=(shardings, replicated))
+    eval_step = jax.jit(eval_loss, static_argnums=2, in_shardings=(shardings, batch_sharding), out_shardings=replicated)
+    refresh = jax.jit(lambda state: state.refresh_masks(), donate_argnums=donate, in_shardings=(shardings,),
+                      out_shardings=shardings)  # srste: new 2:4 masks
+    init = jax.jit(fresh_state, out_shardings=shardings)
+
+    def put(tokens):  # each process passes its rows of the global batch
+        rows = B // jax.process_count()
+        return s24.sharding.shard_batch(tokens[jax.process_index() * rows:][:rows], mesh, BATCH_AXES)
+
+    def evaluate(state, sparse, batches) -> float:
+        return float(np.mean([eval_step(state, put(b), sparse) for b in batches]))
+
+    # Checkpoints: the arrays of the train state (orbax, each process its shards) and the run's history.
+    ckpt = ocp.CheckpointManager((args.out / "ckpt" / recipe).resolve(),
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=1, create=args.ckpt_every > 0))
+    config = dict(recipe=recipe, size=args.size, n_layer=args.n_layer, steps=steps, batch_size=B, seq_len=T,
+                  lr=args.lr, seed=args.seed, data_sha256=data.sha256)
+    arrays = lambda st: dict(step=st.step, params=st.params, opt_state=st.opt_state, sparsity=st.sparsity)  # noqa: E731
+
+    def save(state, step):
+        if ckpt.latest_step() != step:
+            meta = dict(config=config, history=history, train_loss=train_loss, spans=spans, last=last)
+            ckpt.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays(state)),
+                                                    meta=ocp.args.JsonSave(meta)))
+            ckpt.wait_until_finished()
+
+    start = ckpt.latest_step() if args.resume else None  # --resume: from the latest checkpoint, if any
+    if start is not None:
+        meta = ckpt.restore(start, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        if meta["config"] != config:
+            diff = ", ".join(f"{k} {v!r} there, {config.get(k)!r} now" for k, v in meta["config"].items()
+                             if config.get(k) != v)
+            raise CLIError(f"--resume: the checkpoint in {ckpt.directory} is of another run ({diff}); resume with "
+                           "its flags, or pass --overwrite to start over")
+
+    # Compile every program (on a GPU also pick its kernels) by running it once on a throw-away state, before
+    # the clock starts; then the state to train: fresh (the init is seeded) or the checkpoint's.
     t = time.perf_counter()
-    state = fresh_state()
+    state = init()
     periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
     for sparse in [True] if dense_after is None else [True, False]:
-        state, _ = train_step(state, jnp.asarray(data.batch(0)), sparse)
-    if periods:
+        if not stop_now():
+            state, _ = jit_train(state, put(data.batch(0)), sparse)
+    if periods and not stop_now():
         state = refresh(state)
     jax.block_until_ready(state)
-    del state  # its buffers are free before the fresh state's are allocated
-    state = fresh_state()
+    del state  # its buffers are free before the state to train is allocated
+    if stop_now():
+        raise KeyboardInterrupt(f"interrupted while compiling {recipe}: nothing was saved")
+    # spans: (2:4 phase?, steps, seconds) between two device syncs; spans[last:]: since the last evaluation
+    state, history, train_loss, spans, last = init(), [], [], [], 0
+    if start is not None:
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), arrays(state),
+                              arrays(shardings))
+        state = state.replace(**ckpt.restore(start, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target))).state)
+        history, train_loss, spans, last = (meta[k] for k in ("history", "train_loss", "spans", "last"))
+    start = start or 0
     leaves = jax.tree_util.tree_leaves_with_path(state.params)
     n_params = sum(x.size for _, x in leaves)
     n_sparse = sum(x.size for path, x in leaves if "/".join(k.key for k in path) in sparse_kernels)
-    print(f"{PROG}: {recipe}: {n_params / 1e6:.1f}M params ({n_sparse / n_params:.0%} in 2:4 layers), compiled in "
-          f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
-    if gpu and sparse_kernels:  # which kernel each GEMM of a 2:4 layer runs (backend="auto": the measured table)
-        shapes = dict.fromkeys(x.shape[-2:] for path, x in leaves if "/".join(k.key for k in path) in sparse_kernels)
-        plans = {s: s24.linear_plan(B * T, *s, cfg.dtype, transposable=cfg.method == "srste", mvue=cfg.mvue,
-                                    reuse=1, batched=True) for s in shapes}  # prepared once per step, batched
-        print(f"{PROG}: {recipe}: kernels (in x out: forward, input gradient, weight gradient): " + "; ".join(
-            f"{i}x{o}: {', '.join(p.values())}" for (i, o), p in plans.items()), file=sys.stderr)
+    log(f"{recipe}: {n_params / 1e6:.1f}M params ({n_sparse / n_params:.0%} in 2:4 layers), compiled in "
+        f"{time.perf_counter() - t:.0f} s" + (f"; resumed at step {start}" if start else ""))
 
-    # The loop. The clock counts training steps only: it stops for the evaluations and at the switch to
-    # the dense fine-tune, so each span between two device syncs runs one program.
-    history, losses, train_loss = [], [], []
-    spans, last = [], 0  # spans: (2:4 phase?, steps, seconds); spans[last:]: those since the last evaluation
+    # The loop. The clock counts training steps only: it stops for the evaluations, checkpoints and at the
+    # switch to the dense fine-tune, so each span between two device syncs runs one program.
+    losses, stopped = [], False
     clock = time.perf_counter()
-    for step in range(steps):
+    for step in range(start, steps):
+        if stop_now(step, args.eval_every):
+            stopped = True
+            break
         sparse = dense_after is None or step < dense_after
-        state, loss = train_step(state, jnp.asarray(data.batch(step)), sparse)
+        state, loss = jit_train(state, put(data.batch(step)), sparse)
         if sparse and s24.nn.refresh_due(periods, step + 1):
             state = refresh(state)
         losses.append(loss)
-        due = (step + 1) % args.eval_every == 0 or step + 1 == steps
-        if not (due or step + 1 == dense_after):
+        due, save_due = (step + 1) % args.eval_every == 0 or step + 1 == steps, (
+            args.ckpt_every and ((step + 1) % args.ckpt_every == 0 or step + 1 == steps))
+        if not (due or save_due or step + 1 == dense_after):
             continue
         train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
         spans.append((sparse, len(losses), time.perf_counter() - clock))
@@ -225,35 +384,53 @@ def train(args, recipe: str, data) -> dict:
             rate, last = B * T * n / sum(s[2] for s in spans[last:]), len(spans)
             loss, val = float(np.mean(train_loss[-n:])), evaluate(state, sparse, data.val_batches)
             history.append({"step": step + 1, "loss": loss, "val_loss": val})
-            print(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  "
-                  f"{rate:9,.0f} tokens/s  {sum(s[2] for s in spans):6.1f} s", flush=True)
+            log(f"{recipe:>5s} step {step + 1:5d}/{steps}  loss {loss:.4f}  val {val:.4f}  {rate:9,.0f} tokens/s  "
+                f"{sum(s[2] for s in spans):6.1f} s", progress=True)
+        if save_due:
+            save(state, step + 1)
         clock = time.perf_counter()
+    if losses:  # (stopped between two syncs)
+        train_loss += [float(x) for x in jax.device_get(losses)]
+        spans.append((sparse, len(losses), time.perf_counter() - clock))
+    done = len(train_loss)
+    if stopped:  # Ctrl-C: a checkpoint of the steps done, and how to continue
+        if done == start:
+            raise KeyboardInterrupt(f"interrupted before {recipe}'s first step: nothing was saved")
+        if args.ckpt_every:
+            save(state, done)
+        command = [os.path.relpath(__file__), *[a for a in args.argv if a not in ("--overwrite", "--resume")]]
+        where = (f"checkpoint saved in {ckpt.directory}; continue with: python {shlex.join(command)} --resume"
+                 if args.ckpt_every else "no checkpoint (--ckpt-every 0)")
+        raise KeyboardInterrupt(f"interrupted at step {done} of {recipe}: {where}")
 
     # Tokens/s: the steady state of the main phase (the 2:4 steps of a 2:4 recipe, every step of dense),
     # without its first span (the first steps after compiling); the whole run's rate includes the fine-tune.
-    main = [s for s in spans if s[0]] or spans
-    main = main[1:] if len(main) > 1 else main
+    main_spans = [s for s in spans if s[0]] or spans
+    main_spans = main_spans[1:] if len(main_spans) > 1 else main_spans
     train_time = sum(s[2] for s in spans)
-    final = evaluate(state, sparse, data.final_val_batches(16 * B * T))  # more windows than the curve's
-    return {"recipe": recipe, "n_params": n_params, "final_val_loss": final,
-            "tokens_per_s": B * T * sum(s[1] for s in main) / sum(s[2] for s in main),
-            "run_tokens_per_s": steps * B * T / train_time, "train_time_s": train_time,
+    final = evaluate(state, dense_after is None, data.final_val_batches(16 * B * T))  # more windows than the curve's
+    rate = lambda sp: B * T * sum(s[1] for s in sp) / sum(s[2] for s in sp) if sp else None  # noqa: E731
+    return {"recipe": recipe, "n_params": n_params, "final_val_loss": final, "tokens_per_s": rate(main_spans),
+            "run_tokens_per_s": rate(spans), "train_time_s": train_time, "resumed_at": start,
             "dense_after": dense_after, "sparse_lr_scale": lr_scale, "history": history, "train_loss": train_loss}
 
 
-# ----------------------------------------------------------------------------------------------
-# Outputs: the table, loss.png, summary.json
-# ----------------------------------------------------------------------------------------------
+# --- Outputs: the table, loss.png, summary.json -------------------------------------------------------------
+
+def log(line: str, progress: bool = False) -> None:
+    """A line of process 0 (one process writes the logs and the files): progress on stdout, the rest on stderr."""
+    if jax.process_index() == 0:
+        print(line if progress else f"{PROG}: {line}", file=sys.stdout if progress else sys.stderr, flush=True)
+
 
 def table(runs: list[dict]) -> str:
     base = next((s for s in runs if s["recipe"] == "dense"), None)
+    ratio = lambda s, k: f"{s[k] / base[k]:.2f}x" if base and s[k] and base[k] else "-"  # noqa: E731
     lines = ["| recipe | tokens/s | vs dense | whole run | final val loss | vs dense |", "|---|---|---|---|---|---|"]
     for s in runs:
-        speed = f"{s['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
-        run = f"{s['run_tokens_per_s'] / base['run_tokens_per_s']:.2f}x" if base else f"{s['run_tokens_per_s']:,.0f}"
         loss = f"{100 * (s['final_val_loss'] / base['final_val_loss'] - 1):+.2f}%" if base else "-"
-        lines.append(f"| {s['recipe']} | {s['tokens_per_s']:,.0f} | {speed} | {run} | {s['final_val_loss']:.4f} "
-                     f"| {loss} |")
+        lines.append(f"| {s['recipe']} | {s['tokens_per_s'] or 0:,.0f} | {ratio(s, 'tokens_per_s')} | "
+                     f"{ratio(s, 'run_tokens_per_s')} | {s['final_val_loss']:.4f} | {loss} |")
     return "\n".join(lines)
 
 
@@ -278,35 +455,51 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else [str(a) for a in argv])
+    """Exit code 0; 2 for bad input (one line, nothing written); 130 after Ctrl-C (one line)."""
+    fresh = STOP.install()
+    if fresh:  # (a Ctrl-C before main, during the imports, is kept)
+        STOP.requested = False
     try:
-        # The data: bytes of a text file, or the token shards of prepare_data.py. The batch of step t
-        # is a function of (seed, t), so every recipe sees the same batches.
-        d = SIZE_DEFAULTS[args.size]
-        data = load_data(args.data, d["seq_len"], args.batch_size, args.seed, d["eval_batches"])
-        args.out.mkdir(parents=True, exist_ok=True)
-    except (CLIError, OSError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    device = jax.devices()[0].device_kind
-    print(f"{PROG}: {len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
-          f"{args.size} ({args.n_layer} layers), {args.steps} steps of {args.batch_size} x {data.seq_len} tokens on {device}", file=sys.stderr)
-    try:
-        runs = [train(args, recipe, data) for recipe in args.recipes]
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted: no results written", file=sys.stderr)
-        return 130
+        return run(parse_args(sys.argv[1:] if argv is None else [str(a) for a in argv]))
+    finally:
+        if fresh:
+            STOP.uninstall()
 
-    summary = {"size": args.size, "n_layer": args.n_layer, "steps": args.steps, "batch_size": args.batch_size, "seq_len": data.seq_len,
-               "data": str(data.path), "vocab_size": data.vocab_size or 256, "device": device,
-               "runs": runs}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+def run(args) -> int:
     try:
-        plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
-    except ImportError:
-        print(f"{PROG}: no loss.png: matplotlib is not installed (pip install -e '.[examples]')", file=sys.stderr)
-    print(table(runs))
-    print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
+        mesh = init_devices(args)
+        d = SIZE_DEFAULTS[args.size]  # the data first: a wrong --data is named before anything about --out
+        data = load_data(args.data, d["seq_len"], args.batch_size, args.seed, d["eval_batches"])
+        check_out(args)
+        if args.overwrite and jax.process_index() == 0:
+            for f in RUN_FILES:
+                shutil.rmtree(args.out / f) if (args.out / f).is_dir() else (args.out / f).unlink(missing_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        device = jax.devices()[0].device_kind
+        log(f"{len(data.train):,} training {data.unit} from {data.path}, vocabulary {data.vocab_size or 256}; "
+            f"{args.size} ({args.n_layer} layers), {args.steps} steps of {args.batch_size} x {data.seq_len} tokens "
+            f"on {jax.device_count()} x {device}")
+        if stop_now(0):
+            raise KeyboardInterrupt("interrupted before training: nothing was saved")
+        runs = [train(args, recipe, data, mesh) for recipe in args.recipes]
+    except (CLIError, OSError) as e:
+        log(f"error: {e}")
+        return 2
+    except KeyboardInterrupt as e:
+        log(str(e) or "interrupted before training: nothing was saved")
+        return 130
+    if jax.process_index() == 0:
+        summary = {"size": args.size, "n_layer": args.n_layer, "steps": args.steps, "batch_size": args.batch_size,
+                   "seq_len": data.seq_len, "data": str(data.path), "vocab_size": data.vocab_size or 256,
+                   "device": device, "mesh": dict(mesh.shape), "runs": runs}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        try:
+            plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
+        except ImportError:
+            log("no loss.png: matplotlib is not installed (pip install -e '.[examples]')")
+        print(table(runs))
+        print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
     return 0
 
 

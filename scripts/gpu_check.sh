@@ -252,7 +252,7 @@ if asked gpt; then
 fi
 
 if asked exloop; then
-  # The example's own loop (examples/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
+  # The harness's own loop (benchmarks/harness/train_gpt.py: tokens/s over the run, compilation and evaluation excluded),
   # one process per run: EXLOOP_REPEATS (default 2) rounds of EXLOOP_RUNS="recipe:prepare-weights ..." (default
   # "dense:on srste:always srste:off"; each once, dense:on for the ratios; the order rotates per round) on
   # EXLOOP_SIZE (gpt2) for EXLOOP_STEPS (400) steps with EXLOOP_FLAGS (EXLOOP_TIMEOUT per run);
@@ -268,7 +268,7 @@ if asked exloop; then
       # moment and its kernels; the table shows both beside tokens/s)
       nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 \
         > "/tmp/exloop/$rep/$recipe-$how.smi" 2>/dev/null & smi=$!
-      timeout ${EXLOOP_TIMEOUT:-150} $PY examples/train_gpt.py --recipe $recipe --size $size --steps ${EXLOOP_STEPS:-400} \
+      timeout ${EXLOOP_TIMEOUT:-150} $PY benchmarks/harness/train_gpt.py --recipe $recipe --size $size --steps ${EXLOOP_STEPS:-400} \
         --prepare-weights $how --eval-every 100000 --ckpt-every 0 --finetune-fraction 0 --quiet --overwrite \
         --out "/tmp/exloop/$rep/$recipe-$how" ${EXLOOP_FLAGS:-} > "$OUT/logs/exloop_${rep}_$recipe-$how.log" 2>&1 \
         || { note "exloop $rep $run failed"; tail -5 "$OUT/logs/exloop_${rep}_$recipe-$how.log"; status=1; }
@@ -302,7 +302,7 @@ if "dense-on" not in runs:
     print("exloop: no dense:on run, the ratios are NaN", file=sys.stderr)
 base = statistics.median(runs.get("dense-on", [float("nan")]))
 lines = [f"# The example's own loop: {size}, {steps} steps per run, flags `{flags}`", "",
-         "`python examples/train_gpt.py --recipe R --size SIZE --steps N --prepare-weights HOW --eval-every 100000 "
+         "`python benchmarks/harness/train_gpt.py --recipe R --size SIZE --steps N --prepare-weights HOW --eval-every 100000 "
          "--ckpt-every 0 --finetune-fraction 0 --quiet --overwrite FLAGS`, one process per run, runs interleaved; "
          "tokens/s over the run (compilation and evaluation excluded). Runs in this order: " + ", ".join(order)
          + ". `SM MHz / W`: the card's mean SM clock and power draw while each run trained (nvidia-smi every "
@@ -392,6 +392,7 @@ if asked example; then
   t0=$(date +%s); etag=${EXAMPLE_TAG:-llama-7b_l4}
   timeout ${EXAMPLE_TIMEOUT:-540} $PY examples/train.py --data ${EXAMPLE_DATA:-runs/data/realtext_small_bpe32k} \
     ${EXAMPLE_ARGS:---size llama-7b --n-layer 4} --steps ${EXAMPLE_STEPS:-300} --compare dense,srste --out runs/example_$etag --overwrite \
+    --ckpt-every 0 \
     > "$OUT/logs/example_$etag.log" 2>&1
   rc=$?; note "example $etag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\| (dense|srste) ' "$OUT/logs/example_$etag.log" | tr '\n' ' ')"
   if [ $rc -eq 0 ]; then cp runs/example_$etag/summary.json "$OUT/example_train_${GPU_TAG}_$etag.json"
@@ -472,13 +473,13 @@ if asked distckpt; then
     --final-eval-tokens 0 ${DISTCKPT_ARGS:-}"
   t0=$(date +%s)
   timeout ${DISTCKPT_TIMEOUT:-300} $PY examples/launch.py --nproc "$ngpu" --log-dir "$OUT/logs/distckpt_a" -- \
-    examples/train_gpt.py $common --distributed --mesh "fsdp=$ngpu" --out "$run" > "$OUT/logs/distckpt_a.log" 2>&1
+    benchmarks/harness/train_gpt.py $common --distributed --mesh "fsdp=$ngpu" --out "$run" > "$OUT/logs/distckpt_a.log" 2>&1
   rc=$?; note "distckpt: $ngpu processes, fsdp=$ngpu, $steps steps rc=$rc in $(( $(date +%s) - t0 )) s"
   [ $rc -eq 0 ] || { tail -30 "$OUT/logs/distckpt_a.log"; status=1; }
   cp "$run/metrics.jsonl" "$OUT/logs/distckpt_a_metrics.jsonl" 2>/dev/null
   t0=$(date +%s)
   timeout ${DISTCKPT_TIMEOUT:-300} $PY examples/launch.py --nproc "$half" --log-dir "$OUT/logs/distckpt_b" -- \
-    examples/train_gpt.py $common --distributed --mesh "fsdp=$half" --resume-from $(( steps / 2 )) --out "$run" \
+    benchmarks/harness/train_gpt.py $common --distributed --mesh "fsdp=$half" --resume-from $(( steps / 2 )) --out "$run" \
     > "$OUT/logs/distckpt_b.log" 2>&1
   rc=$?; note "distckpt: resumed at step $(( steps / 2 )) on $half processes rc=$rc in $(( $(date +%s) - t0 )) s"
   [ $rc -eq 0 ] || { tail -30 "$OUT/logs/distckpt_b.log"; status=1; }
@@ -499,7 +500,7 @@ json.dump(res, open(out + ".json", "w"), indent=1)
 rows = "\n".join(f"| {s} | {a[s]:.6f} | {b[s]:.6f} | {abs(b[s] - a[s]) / abs(a[s]):.1e} |" for s in after if s in b)
 open(out + ".md", "w").write(
     f"# One process per GPU, sharded checkpoint, resumed on fewer processes\n\n"
-    f"`bash scripts/gpu_check.sh distckpt`: `examples/launch.py --nproc {n} -- examples/train_gpt.py --distributed "
+    f"`bash scripts/gpu_check.sh distckpt`: `examples/launch.py --nproc {n} -- benchmarks/harness/train_gpt.py --distributed "
     f"--mesh fsdp={n} {res['args']}`, then the same run resumed from its step-{half} checkpoint by "
     f"`--nproc {n2} ... --mesh fsdp={n2} --resume-from {half}` (restored into the new mesh's shardings, "
     f"no array gathered on one device).\n\n| step | loss, {n} processes | loss, resumed on {n2} | relative difference |\n"
@@ -525,7 +526,7 @@ if want multigpu; then
       for variant in $variants; do
         backend=${variant%%:*}; flags=; [[ $variant == *:* ]] && flags=${variant#*:}
         t0=$(date +%s); tag="train_${mesh//[=,]/_}_$backend${flags:+_fp8}"; [[ $flags == *delayed* ]] && tag+=_delayed
-        timeout ${MULTIGPU_TIMEOUT:-180} $PY examples/train_gpt.py --recipe srste --size gpt2 --steps 30 \
+        timeout ${MULTIGPU_TIMEOUT:-180} $PY benchmarks/harness/train_gpt.py --recipe srste --size gpt2 --steps 30 \
           --grad-accum 2 --mesh "$mesh" --sparse-backend "$backend" ${flags//,/ } --out "/tmp/$tag" --overwrite --quiet \
           --eval-every 15 --log-every 10 > "$OUT/logs/$tag.log" 2>&1
         rc=$?; note "multigpu[$mesh $backend ${flags//,/ }] rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'final val loss|Error' "$OUT/logs/$tag.log" | tail -1 | cut -c1-300)"

@@ -196,8 +196,8 @@ DEFAULT_SHAPES = [(8192, 4096, 11008), (16384, 4096, 11008), (8192, 8192, 8192),
 def step_shapes(size: str, tokens: int = 16384):
     """The forward-form (T, I, O) of the forward, input-gradient and weight-gradient GEMMs of each
     distinct linear layer (in x out) of the example's model ``size``."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
-    from gpt_model import SIZES, GPTConfig  # noqa: E402
+    sys.path[:0] = [os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) for p in ("benchmarks/harness", "examples")]
+    from model import SIZES, GPTConfig  # noqa: E402
 
     if size not in SIZES:
         raise SystemExit(f"--step: unknown size {size!r} (one of {sorted(SIZES)})")

@@ -1,7 +1,7 @@
 """Why a train step's speed differs between the benchmark's timed rounds and the example's loop.
 
 ``bench_train_gpt.py`` times AOT-compiled executables on four fixed batches in rounds without a
-fetch; ``examples/train_gpt.py`` calls the jitted step on a fresh batch every step and fetches the
+fetch; ``benchmarks/harness/train_gpt.py`` calls the jitted step on a fresh batch every step and fetches the
 metrics every ``--log-every`` steps. This probe times the same programs both ways and in between,
 rounds interleaved over (recipe, loop), and prints ms per step and the ratio to dense per loop:
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     d = train_gpt.SIZE_DEFAULTS[a.size]
     batch, seq = d["batch_size"], d["seq_len"]
     extra = [] if a.n_layer is None else ["--n-layer", str(a.n_layer)]
-    rts = {lb: train_gpt.make_runtime(bench_train_gpt._experiment(a.size, lb, batch, seq, 10**6, extra))
+    rts = {lb: train_gpt.make_runtime(bench_train_gpt.experiment(a.size, lb, batch, seq, 10**6, extra))
            for lb in labels}
     exes = bench_train_gpt.compile_all(rts, False, 4, lambda m: print(m, file=sys.stderr))
     data = train_gpt.ByteData(train_gpt.DEFAULT_DATA, seq, batch, seed=0, eval_batches=2)

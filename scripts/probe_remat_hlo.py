@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import jax  # noqa: E402
 
@@ -57,7 +57,7 @@ def main() -> int:
     by_mode = {}
     for mesh in [None, *a.mesh]:
         for remat in a.remat.split(","):
-            exp = btg._experiment(a.size, a.recipe, a.batch_size, a.seq_len, 10,
+            exp = btg.experiment(a.size, a.recipe, a.batch_size, a.seq_len, 10,
                                   ["--remat", remat, "--n-layer", a.n_layer], 32000)
             rt = train_gpt.make_runtime(exp, train_gpt.parse_mesh(mesh) if mesh else None)
             st, tok = rt.abstract_args()

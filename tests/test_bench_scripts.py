@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_train_gpt  # noqa: E402
+import gpt_experiment  # noqa: E402
 
 SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
@@ -45,14 +46,14 @@ def test_bench_train_gpt_width_override_and_quality(tmp_path):
     assert tp["park_idle"] and "the other variants' states in host memory during a round" in md
     assert bench_train_gpt.main(["--size", "huge", "--out", str(tmp_path)]) == 2
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "fast/per-call", "--out", str(tmp_path)]) == 2
-    exp = bench_train_gpt._experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
+    exp = bench_train_gpt.experiment("tiny", "srste/per-call", 4, 32, 10, ["--grad-accum", "2"])
     assert exp.hp["prepare_weights"] == "off" and exp.hp["recipe"] == "srste"
-    assert bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "on"
+    assert bench_train_gpt.experiment("tiny", "srste", 4, 32, 10, ["--grad-accum", "2"]).hp["prepare_weights"] == "on"
     # RECIPE@BACKEND: the example's --sparse-backend, combinable with /per-call
-    exp = bench_train_gpt._experiment("tiny", "srste@dense/per-call", 4, 32, 10, ["--grad-accum", "2"])
+    exp = bench_train_gpt.experiment("tiny", "srste@dense/per-call", 4, 32, 10, ["--grad-accum", "2"])
     assert (exp.hp["recipe"], exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.backend) == (
         "srste", "dense", "off", "dense")
-    assert bench_train_gpt._experiment("tiny", "sste", 4, 32, 10, []).cfg.backend == "auto"
+    assert bench_train_gpt.experiment("tiny", "sste", 4, 32, 10, []).cfg.backend == "auto"
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "srste@fast", "--out", str(tmp_path)]) == 2
 
 
@@ -129,7 +130,7 @@ def test_bench_train_gpt_markdown_shows_the_clock_column_only_with_samples():
 def test_bench_train_gpt_park_moves_a_state_to_host_and_back_unchanged():
     import jax
 
-    exp = bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, SHAPE)
+    exp = bench_train_gpt.experiment("tiny", "srste", 4, 32, 10, SHAPE)
     rt = bench_train_gpt.train_gpt.make_runtime(exp)
     state = rt.init()
     r = {"rt": rt, "state": state}
@@ -375,44 +376,44 @@ def test_bench_fp8_gemm_smoke(tmp_path):
 
 
 def test_bench_train_gpt_fp8_labels():
-    exp = bench_train_gpt._experiment("tiny", "srste+fp8", 4, 32, 10, [])
+    exp = bench_train_gpt.experiment("tiny", "srste+fp8", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.method == "srste" and exp.hp["fp8"]
-    exp = bench_train_gpt._experiment("tiny", "dense+fp8/per-call", 4, 32, 10, [])
+    exp = bench_train_gpt.experiment("tiny", "dense+fp8/per-call", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.method == "dense" and exp.hp["prepare_weights"] == "off"
-    assert not bench_train_gpt._experiment("tiny", "srste@dense", 4, 32, 10, []).cfg.fp8
+    assert not bench_train_gpt.experiment("tiny", "srste@dense", 4, 32, 10, []).cfg.fp8
 
 
 def test_bench_train_gpt_prepared_labels(tmp_path, capsys):
     """RECIPE[@BACKEND][+fp8]/prepared runs the example's --prepare-weights always (weights prepared once
     per step at --grad-accum 1 too); fp8 and dense layers prepare nothing, so there it changes nothing;
     /prepared and /per-call exclude each other."""
-    prepares = bench_train_gpt.train_gpt.prepares_weights
-    exp = bench_train_gpt._experiment("tiny", "srste/prepared", 4, 32, 10, [])
+    prepares = gpt_experiment.prepares_weights
+    exp = bench_train_gpt.experiment("tiny", "srste/prepared", 4, 32, 10, [])
     assert (exp.hp["recipe"], exp.hp["prepare_weights"], exp.hp["grad_accum"]) == ("srste", "always", 1)
-    assert prepares(exp) and not prepares(bench_train_gpt._experiment("tiny", "srste", 4, 32, 10, []))
-    exp = bench_train_gpt._experiment("tiny", "srste@cutlass/prepared", 4, 32, 10, [])
+    assert prepares(exp) and not prepares(bench_train_gpt.experiment("tiny", "srste", 4, 32, 10, []))
+    exp = bench_train_gpt.experiment("tiny", "srste@cutlass/prepared", 4, 32, 10, [])
     assert (exp.hp["sparse_backend"], exp.hp["prepare_weights"], exp.cfg.fp8) == ("cutlass", "always", False)
-    exp = bench_train_gpt._experiment("tiny", "srste+fp8/prepared", 4, 32, 10, [])
+    exp = bench_train_gpt.experiment("tiny", "srste+fp8/prepared", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.hp["prepare_weights"] == "always" and not prepares(exp)
-    assert not prepares(bench_train_gpt._experiment("tiny", "dense/prepared", 4, 32, 10, []))
-    assert bench_train_gpt._split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always", "current",
+    assert not prepares(bench_train_gpt.experiment("tiny", "dense/prepared", 4, 32, 10, []))
+    assert bench_train_gpt.split_label("srste@dense+fp8/prepared") == ("srste", "dense", True, "always", "current",
                                                                        "sparse24", "packed")
-    assert bench_train_gpt._split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed", "sparse24",
+    assert bench_train_gpt.split_label("srste+fp8-delayed") == ("srste", None, True, None, "delayed", "sparse24",
                                                                  "packed")
     # /dense-gather (last): FSDP weights gathered with their masks by XLA, combinable with the others
-    assert bench_train_gpt._split_label("srste+fp8/per-call/dense-gather") == ("srste", None, True, "off", "current",
+    assert bench_train_gpt.split_label("srste+fp8/per-call/dense-gather") == ("srste", None, True, "off", "current",
                                                                                "sparse24", "dense")
-    assert bench_train_gpt._split_label("srste/dense-gather").weight_gather == "dense"
-    exp = bench_train_gpt._experiment("tiny", "dense+fp8-delayed", 4, 32, 10, [])
+    assert bench_train_gpt.split_label("srste/dense-gather").weight_gather == "dense"
+    exp = bench_train_gpt.experiment("tiny", "dense+fp8-delayed", 4, 32, 10, [])
     assert exp.cfg.fp8 and exp.cfg.fp8_scaling == "delayed" and exp.hp["fp8_scaling"] == "delayed"
     assert exp.cfg.fp8_dense == "sparse24"
-    exp = bench_train_gpt._experiment("tiny", "dense+fp8-flax", 4, 32, 10, [])
+    exp = bench_train_gpt.experiment("tiny", "dense+fp8-flax", 4, 32, 10, [])
     assert (exp.cfg.fp8, exp.cfg.fp8_scaling, exp.cfg.fp8_dense) == (True, "delayed", "flax")
     with pytest.raises(ValueError, match="for the dense recipe only"):
-        bench_train_gpt._split_label("srste+fp8-flax")
+        bench_train_gpt.split_label("srste+fp8-flax")
     for label in ("srste/prepared/per-call", "srste/per-call/prepared"):
         with pytest.raises(ValueError, match="/per-call and /prepared exclude each other"):
-            bench_train_gpt._split_label(label)
+            bench_train_gpt.split_label(label)
     assert bench_train_gpt.main(["--size", "tiny", "--recipes", "dense,srste/prepared/per-call",
                                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

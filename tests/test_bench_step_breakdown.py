@@ -199,12 +199,12 @@ def test_kernel_times_of_a_trace(tmp_path):
     assert sb.kernel_times(str(tmp_path / "none")).total_us == 0.0  # no trace
 
 
-def _experiment(size, label, extra=()):
-    return btg._experiment(size, label, 4, 32, 10, ["--n-embd", "32", "--n-layer", "2", "--n-head", "2", *extra])
+def experiment(size, label, extra=()):
+    return btg.experiment(size, label, 4, 32, 10, ["--n-embd", "32", "--n-layer", "2", "--n-head", "2", *extra])
 
 
 def test_gemm_flops():
-    exp = _experiment("llama-tiny", "srste")
+    exp = experiment("llama-tiny", "srste")
     params = jax.eval_shape(lambda: init_state(exp, 0))["params"]
     t, d, h, v = 4 * 32, 32, exp.cfg.ffn_hidden, exp.cfg.vocab_size
     fl = sb.gemm_flops(params, exp.sparse_paths, t, exp.cfg.tie_head)
@@ -213,9 +213,9 @@ def test_gemm_flops():
     assert fl["dense"] == 3 * 2 * t * d * v + 2 * 2 * t * v * d  # untied LM head; one-hot embedding: fwd + dW
     assert fl["fraction_sparse"] == pytest.approx(fl["sparse"] / (fl["sparse"] + fl["dense"]))
     assert sum(r["flops"] for r in fl["layers"]) == fl["total"]
-    dense = _experiment("llama-tiny", "dense")
+    dense = experiment("llama-tiny", "dense")
     assert sb.gemm_flops(params, dense.sparse_paths, t, False)["fraction_sparse"] == 0.0
-    gpt = _experiment("tiny", "srste")  # GPT-2 style: FFN only 2:4, head tied to the embedding
+    gpt = experiment("tiny", "srste")  # GPT-2 style: FFN only 2:4, head tied to the embedding
     gparams = jax.eval_shape(lambda: init_state(gpt, 0))["params"]
     fl = sb.gemm_flops(gparams, gpt.sparse_paths, t, gpt.cfg.tie_head)
     assert fl["sparse"] == 2 * 3 * 2 * t * (2 * d * 4 * d)

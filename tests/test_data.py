@@ -1,4 +1,4 @@
-"""Tests for examples/prepare_data.py and the token loader examples/gpt_tokens.py (CPU, small text)."""
+"""Tests for examples/prepare_data.py and the token loader examples/data.py (CPU, small text)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
-import gpt_data  # noqa: E402
-import gpt_tokens  # noqa: E402
+import data  # noqa: E402
 import prepare_data  # noqa: E402
 
 pytest.importorskip("tokenizers")
@@ -96,6 +95,17 @@ def test_prepare_data_bytes_and_val_files(tmp_path, corpus):
         (d / "b.txt.gz").read_bytes())
 
 
+def test_prepare_data_error_is_on_a_line_of_its_own(tmp_path, capsys):
+    """With the progress bar shown (no --quiet), a UTF-8 error clears the unfinished bar: the error line is
+    the last line of stderr and holds nothing of the bar."""
+    f = tmp_path / "t.txt"
+    f.write_bytes(("hello world\n" * 5000).encode() + "caf\xe9\n".encode("latin1"))
+    assert prepare_data.main(["--data", f, "--out", tmp_path / "out", "--chunk-mb", "0.01"]) == 2
+    last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert last.split("\r")[-1].startswith("prepare_data.py: error: ") and "is not UTF-8 text" in last, repr(last)
+    assert "check" not in last.split("\r")[-1] and "%" not in last.split("\r")[-1], repr(last)
+
+
 @pytest.mark.parametrize("case, message", [
     ("latin1", "is not UTF-8 text (byte 7"),
     ("latin1-val", "v.txt is not UTF-8 text (byte 3"),
@@ -133,18 +143,18 @@ def test_prepare_data_bad_input(tmp_path, capsys, case, message):
 
 def test_loader_is_a_function_of_seed_and_step_and_process_rows(corpus):
     out = corpus["out"]
-    a = gpt_tokens.TokenData(out, 32, 8, 3, 2, process_index=0, process_count=1)
-    b = gpt_tokens.TokenData(out, 32, 8, 3, 2, process_index=0, process_count=1, prefetch=0)
+    a = data.TokenData(out, 32, 8, 3, 2, process_index=0, process_count=1)
+    b = data.TokenData(out, 32, 8, 3, 2, process_index=0, process_count=1, prefetch=0)
     seq = [a.batch(t) for t in range(6)]  # prefetched stream
     assert all(np.array_equal(seq[t], b.batch(t)) for t in range(6))
     assert np.array_equal(a.batch(2), seq[2]) and np.array_equal(a.batch(3), seq[3])  # a jump back (resume)
     assert seq[0].shape == (8, 33) and seq[0].dtype == np.int32 and not np.array_equal(seq[0], seq[1])
-    assert not np.array_equal(seq[0], gpt_tokens.TokenData(out, 32, 8, 4, 2, 0, 1, prefetch=0).batch(0))
+    assert not np.array_equal(seq[0], data.TokenData(out, 32, 8, 4, 2, 0, 1, prefetch=0).batch(0))
     train = np.memmap(out / "train.bin", dtype=np.uint16, mode="r")
     s = a.starts(4)
     assert np.array_equal(seq[4][5], train[s[5]:s[5] + 33])
     # two processes: each reads its rows; together they are the one-process batch (the other rows zero)
-    parts = [gpt_tokens.TokenData(out, 32, 8, 3, 2, process_index=p, process_count=2) for p in (0, 1)]
+    parts = [data.TokenData(out, 32, 8, 3, 2, process_index=p, process_count=2) for p in (0, 1)]
     for t in (0, 5, 1):
         full = [p.batch(t) for p in parts]
         assert not full[0][4:].any() and not full[1][:4].any()
@@ -161,7 +171,7 @@ def test_loader_rows_from_sharding(corpus):
         def addressable_devices_indices_map(self, shape):
             return {0: (slice(2, 4), slice(None)), 1: (slice(6, 8), slice(None))}
 
-    d = gpt_tokens.TokenData(corpus["out"], 32, 8, 0, 1, process_index=0, process_count=1)
+    d = data.TokenData(corpus["out"], 32, 8, 0, 1, process_index=0, process_count=1)
     whole = d.batch(7)
     d.use_sharding(Fake())
     got = d.batch(7)
@@ -172,26 +182,26 @@ def test_loader_rows_from_sharding(corpus):
 
 
 def test_load_data_errors(tmp_path, corpus):
-    with pytest.raises(gpt_data.CLIError, match="without index.json: make a data directory with"):
-        gpt_data.load_data(tmp_path, 32, 8, 0, 1)
-    with pytest.raises(gpt_data.CLIError, match="its own validation split"):
-        gpt_data.load_data(corpus["out"], 32, 8, 0, 1, val_path=corpus["dir"] / "a.txt")
-    with pytest.raises(gpt_data.CLIError, match="too few for --seq-len"):
-        gpt_data.load_data(corpus["out"], 100000, 8, 0, 1)
+    with pytest.raises(data.CLIError, match="without index.json: give one text file"):
+        data.load_data(tmp_path, 32, 8, 0, 1)
+    with pytest.raises(data.CLIError, match="its own validation split"):
+        data.load_data(corpus["out"], 32, 8, 0, 1, val_path=corpus["dir"] / "a.txt")
+    with pytest.raises(data.CLIError, match="too few for --seq-len"):
+        data.load_data(corpus["out"], 100000, 8, 0, 1)
 
 
 def test_default_corpus_is_the_bundled_real_text():
-    d = gpt_data.load_data(gpt_data.DEFAULT_DATA, 64, 4, 0, 1)
-    assert d.val_path == gpt_data.DEFAULT_VAL_DATA and len(d.train) == 20_420_899 and len(d.val) == 1_836_303
+    d = data.load_data(data.DEFAULT_DATA, 64, 4, 0, 1)
+    assert d.val_path == data.DEFAULT_VAL_DATA and len(d.train) == 20_420_899 and len(d.val) == 1_836_303
     train_sha, val_sha = ("b80a9a9a0f4e15b358ce7f36d47c946cd30031514d2edc2a371ffa10c904b8e4",
                           "4951876876cd0ce0119d295fd8175de1cf35af5cf885265dd2b50491524900e5")
     assert d.sha256 == hashlib.sha256(f"{train_sha}:{val_sha}".encode()).hexdigest()  # of both texts' sha256
     # SOURCES.md and the manifest describe exactly these files: sizes, sha256, every document
-    sources = (gpt_data.DATA_DIR / "SOURCES.md").read_text(encoding="utf-8")
+    sources = (data.DATA_DIR / "SOURCES.md").read_text(encoding="utf-8")
     assert f"| 20,420,899 | 157 (33 novels + 124 addresses) | `{train_sha}` |" in sources
     assert f"| 1,836,303 | 16 (3 novels + 13 addresses) | `{val_sha}` |" in sources
     rows = [line.split("\t") for line in
-            (gpt_data.DATA_DIR / "realtext_small_manifest.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+            (data.DATA_DIR / "realtext_small_manifest.tsv").read_text(encoding="utf-8").splitlines()[1:]]
     for split, text in (("train", d.train), ("val", d.val)):
         docs = [r for r in rows if r[0] == split]
         assert int(docs[-1][1]) + int(docs[-1][2]) + 1 == len(text)  # the last document ends the file
@@ -263,8 +273,8 @@ def test_token_dir_that_does_not_fit_its_index(tmp_path, corpus, capsys, case, m
     else:
         with open(d / "train.bin", "ab") as f:
             f.write(b"\0\0")
-    with pytest.raises(gpt_data.CLIError, match=re.escape(message)):
-        gpt_data.load_data(d, 32, 8, 0, 1)
+    with pytest.raises(data.CLIError, match=re.escape(message)):
+        data.load_data(d, 32, 8, 0, 1)
     assert train_gpt.main([*TINY, "--data", d, "--out", tmp_path / "run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
@@ -275,10 +285,10 @@ def test_resume_on_another_process_count_continues_the_stream(corpus):
     """A run stopped at step 3 on one process and resumed on 2 or 4 (a fresh loader each, as after a
     restart) reads exactly the rows the one-process run would have read from step 3 on."""
     out = corpus["out"]
-    one = gpt_tokens.TokenData(out, 32, 8, 5, 1, process_index=0, process_count=1, prefetch=0)
+    one = data.TokenData(out, 32, 8, 5, 1, process_index=0, process_count=1, prefetch=0)
     want = [one.batch(t) for t in range(8)]
     for n in (2, 4):
-        parts = [gpt_tokens.TokenData(out, 32, 8, 5, 1, process_index=p, process_count=n) for p in range(n)]
+        parts = [data.TokenData(out, 32, 8, 5, 1, process_index=p, process_count=n) for p in range(n)]
         for t in range(3, 8):
             assert np.array_equal(np.concatenate([p.local_batch(t) for p in parts]), want[t])
         for p in parts:
@@ -293,13 +303,13 @@ def test_prefetch_reads_ahead_while_the_step_runs(corpus):
 
     reads = []  # (step, the thread that read it), in order
 
-    class Recorded(gpt_tokens.TokenData):
+    class Recorded(data.TokenData):
         def _read_batch(self, step):
             reads.append((step, threading.current_thread().name))
             return super()._read_batch(step)
 
     d = Recorded(corpus["out"], 32, 8, 0, 1, process_index=0, process_count=1, prefetch=3)
-    ref = gpt_tokens.TokenData(corpus["out"], 32, 8, 0, 1, process_index=0, process_count=1, prefetch=0)
+    ref = data.TokenData(corpus["out"], 32, 8, 0, 1, process_index=0, process_count=1, prefetch=0)
     main = threading.current_thread().name
     for step in range(6):
         got = d.batch(step)
@@ -331,8 +341,8 @@ try:  # the limit holds: the process cannot allocate a shard's worth
     sys.exit(3)
 except MemoryError:
     pass
-import gpt_tokens
-d = gpt_tokens.TokenData(sys.argv[1], 1024, 16, 0, 2, process_index=0, process_count=1)
+import data
+d = data.TokenData(sys.argv[1], 1024, 16, 0, 2, process_index=0, process_count=1)
 assert isinstance(d.train, np.memmap) and d.train.nbytes > 4 * limit
 for t in range(40):
     b = d.batch(t)

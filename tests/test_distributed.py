@@ -1,4 +1,4 @@
-"""Multi-device and multi-process runs of examples/train_gpt.py on the CPU: FSDP and
+"""Multi-device and multi-process runs of benchmarks/harness/train_gpt.py on the CPU: FSDP and
 tensor parallel equal the single-device step without resharding activations inside a layer,
 checkpoints written on 4 devices resume on 2 processes (resharded, fingerprints verified) with the
 losses of an uninterrupted run, and examples/launch.py stops every process when one dies."""
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 import gpt_runtime  # noqa: E402
 from jaxpr_util import sharding_constraints  # noqa: E402
@@ -50,12 +50,12 @@ def _runtime(recipe: str, mesh_shape, extra=(), layers: str = "scan"):
     hp = dict(train_gpt.resolve_flags(args, recipe), data_sha256="-")
     exp = train_gpt.build_experiment(hp)
     if exp.cfg.layers != layers:  # the other block layout: (L, in, out) stacks or h_<i> modules
-        import gpt_model
+        import model
 
         exp.cfg = dataclasses.replace(exp.cfg, layers=layers)
-        exp.model, exp.sparse_paths = gpt_model.GPT(exp.cfg), gpt_model.sparse_layer_paths(exp.cfg)
+        exp.model, exp.sparse_paths = model.GPT(exp.cfg), model.sparse_layer_paths(exp.cfg)
     n = int(np.prod(mesh_shape))
-    mesh = None if n == 1 else gpt_runtime._make_mesh(mesh_shape, devices=jax.devices()[:n])
+    mesh = None if n == 1 else gpt_runtime.mesh_of_shape(mesh_shape, devices=jax.devices()[:n])
     return gpt_runtime.make_runtime(exp, mesh)
 
 
@@ -143,7 +143,7 @@ def test_checkpoint_of_four_devices_resumes_on_two_processes(tmp_path):
     common = TINY + ["--recipe", "ste", "--steps", "4", "--eval-every", "2", "--ckpt-every", "2"]
     code = f"""
 import sys
-sys.path.insert(0, {str(ROOT / 'examples')!r})
+sys.path.insert(0, {str(ROOT / 'benchmarks' / 'harness')!r})
 import train_gpt
 sys.exit(train_gpt.main({common!r} + ["--mesh", "fsdp=2,model=2", "--out", {str(part)!r}]))
 """
@@ -152,7 +152,7 @@ sys.exit(train_gpt.main({common!r} + ["--mesh", "fsdp=2,model=2", "--out", {str(
     a = _losses(part)  # the uninterrupted run; continued below from its checkpoint of step 2
     t = time.monotonic()
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "launch.py"), "--nproc", "2", "--cpu",
-                          "--log-dir", str(tmp_path / "logs"), "--", str(ROOT / "examples" / "train_gpt.py"),
+                          "--log-dir", str(tmp_path / "logs"), "--", str(ROOT / "benchmarks" / "harness" / "train_gpt.py"),
                           *common, "--distributed", "--mesh", "data=2", "--resume-from", "2", "--out", str(part)],
                          env=_env(1), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:] + (tmp_path / "logs" / "proc1.log").read_text()[-2000:]
@@ -179,7 +179,33 @@ def test_launcher_stops_the_others_when_one_process_dies(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 3
     assert time.monotonic() - t < 20
-    assert "process 1 exited with code 3" in res.stderr and "rank 1 failing" in res.stderr
+    assert re.search(r"process 1 \(pid \d+\) exited with code 3; stopping", res.stderr) and "rank 1 failing" in res.stderr
+
+
+def test_launcher_names_a_killed_process_and_keeps_the_survivors_errors_off_the_terminal(tmp_path):
+    """Process 1 is killed by SIGKILL; process 0 (which ignores SIGTERM, as a JAX process with the
+    distributed runtime does) then prints a traceback, as a collective or compilation cut short would: the
+    launcher names process 1, its pid and its signal, the traceback stays in process 0's log, process 0 is
+    killed after --grace, and the launcher exits 128 + 9."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['JAX_PROCESS_ID'] == '1':\n"
+        "    time.sleep(1); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('rank 0 training', flush=True)\n"
+        "time.sleep(3)\n"  # the peer is dead by now
+        "print('Traceback (most recent call last):\\nRuntimeError: ptxas exited with non-zero error code 15',"
+        " file=sys.stderr, flush=True)\n"
+        "time.sleep(600)\n")
+    res = subprocess.run([sys.executable, str(ROOT / "examples" / "launch.py"), "--nproc", "2", "--cpu",
+                          "--grace", "4", "--log-dir", str(tmp_path / "logs"), "--", str(script)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 128 + 9, res.stderr
+    assert "rank 0 training" in res.stdout
+    assert re.search(r"process 1 \(pid \d+\) was killed by SIGKILL \(signal 9\); stopping the other", res.stderr)
+    assert "Traceback" not in res.stderr + res.stdout and "ptxas" not in res.stderr, res.stderr
+    assert "ptxas exited" in (tmp_path / "logs" / "proc0.log").read_text()
 
 
 def test_distributed_flag_without_environment_is_a_clear_error(capsys, monkeypatch):
@@ -190,20 +216,20 @@ def test_distributed_flag_without_environment_is_a_clear_error(capsys, monkeypat
 
 
 def test_fingerprint_never_gathers_and_does_not_depend_on_the_sharding():
-    """Checkpoint fingerprints (gpt_checkpoints._fingerprint): each device hashes its own shards and
+    """Checkpoint fingerprints (gpt_checkpoints.fingerprint): each device hashes its own shards and
     only scalars are all-reduced (no all-gather, no all-to-all in the program); the hashes equal
     those of the unsharded arrays, so a checkpoint verifies on any mesh."""
     import gpt_checkpoints
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = gpt_runtime._make_mesh((2, 1, 2), devices=jax.devices()[:4])
+    mesh = gpt_runtime.mesh_of_shape((2, 1, 2), devices=jax.devices()[:4])
     x = jax.random.normal(jax.random.key(0), (3, 16, 32)).astype(jnp.bfloat16)
     tree = {"k": x, "m": x > 0, "s": jnp.arange(5, dtype=jnp.int32)}
     specs = {"k": P(None, "fsdp", "model"), "m": P(None, "model", "data"), "s": P()}
     sharded = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in tree.items()}
-    want = [int(v) for v in gpt_checkpoints._fingerprint(jax.device_get(tree))]
-    assert [int(v) for v in gpt_checkpoints._fingerprint(sharded)] == want
+    want = [int(v) for v in gpt_checkpoints.fingerprint(jax.device_get(tree))]
+    assert [int(v) for v in gpt_checkpoints.fingerprint(sharded)] == want
     leaves = jax.tree.leaves(sharded)
-    prog = gpt_checkpoints._fingerprint_program(tuple(a.sharding for a in leaves), NamedSharding(mesh, P()))
+    prog = gpt_checkpoints.fingerprint_program(tuple(a.sharding for a in leaves), NamedSharding(mesh, P()))
     hlo = prog.lower(leaves).compile().as_text()
     assert "all-gather" not in hlo and "all-to-all" not in hlo and "all-reduce" in hlo

@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 
 def _gpus():
@@ -40,7 +40,7 @@ def fsdp_program_all_to_alls(devices, *, linear_pins: bool) -> int:
     args = train_gpt.build_parser().parse_args(["--size", "llama-7b", "--n-layer", "2", "--batch-size", "8",
                                                 "--seq-len", "2048", "--recipe", "dense", "--remat", "full"])
     hp = dict(train_gpt.resolve_flags(args, "dense"), data_sha256="-", vocab_size=32000)
-    rt = gpt_runtime.make_runtime(train_gpt.build_experiment(hp), gpt_runtime._make_mesh((1, 2, 1), devices=devices))
+    rt = gpt_runtime.make_runtime(train_gpt.build_experiment(hp), gpt_runtime.mesh_of_shape((1, 2, 1), devices=devices))
     with pytest.MonkeyPatch.context() as mp:
         if not linear_pins:
             pins = shd.batch_sharded_activations

@@ -77,10 +77,11 @@ def _gpt_model():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("benchmarks/harness", "examples")]
     import gpt_model
+    import model
 
-    return gpt_model
+    return gpt_model, model
 
 
 @pytest.mark.parametrize("layers", ["scan", "unroll"])
@@ -91,14 +92,14 @@ def test_example_model_rematerialises_its_2to4_layers_as_the_dense_model(layers)
     it adds to the dense model's. (That the compiled GPU step runs no GEMM twice: scripts/probe_remat_hlo.py.)"""
     import dataclasses
 
-    gm = _gpt_model()
+    gm, ex = _gpt_model()
     base = gm.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, sparse_attn=True, layers=layers,
                         arch="llama", ffn="swiglu")
     idx = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
 
     def counts(method, remat):
         cfg = dataclasses.replace(base, method=method, mvue=method != "dense", remat=remat)
-        model = gm.GPT(cfg)
+        model = ex.GPT(cfg)
         v = jax.jit(model.init)(jax.random.key(0), idx)
 
         def loss(p):

@@ -329,10 +329,11 @@ def _gpt():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("benchmarks/harness", "examples")]
     import gpt_model
+    import model
 
-    return gpt_model
+    return gpt_model, model
 
 
 def test_gpt_scanned_matches_unrolled():
@@ -340,14 +341,14 @@ def test_gpt_scanned_matches_unrolled():
     the converted params and masks; convert_layout round-trips; sparse_layer_paths follow the layout."""
     import dataclasses
 
-    gm = _gpt()
+    gm, ex = _gpt()
     cfg = gm.GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, method="srste", sparse_attn=True,
                        layers="unroll")
     scfg = dataclasses.replace(cfg, layers="scan")
     idx = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
-    vu = jax.jit(gm.GPT(cfg).init)(jax.random.key(0), idx)
+    vu = jax.jit(ex.GPT(cfg).init)(jax.random.key(0), idx)
     vs = gm.convert_layout(vu, 2, to="scan")
-    assert jax.tree.map(jnp.shape, vs) == jax.tree.map(jnp.shape, jax.eval_shape(gm.GPT(scfg).init, jax.random.key(0), idx))
+    assert jax.tree.map(jnp.shape, vs) == jax.tree.map(jnp.shape, jax.eval_shape(ex.GPT(scfg).init, jax.random.key(0), idx))
     assert vs["params"]["h"]["mlp"]["fc"]["kernel"].shape == (2, 32, 128)
 
     def grads(model, v):
@@ -356,15 +357,15 @@ def test_gpt_scanned_matches_unrolled():
             return optax.softmax_cross_entropy_with_integer_labels(logits, idx[:, 1:]).mean()
         return jax.jit(jax.value_and_grad(loss))(v["params"])
 
-    lu, gu = grads(gm.GPT(cfg), vu)
-    ls, gs = grads(gm.GPT(scfg), vs)
+    lu, gu = grads(ex.GPT(cfg), vu)
+    ls, gs = grads(ex.GPT(scfg), vs)
     np.testing.assert_allclose(lu, ls, rtol=1e-5)
     _close(gm.convert_layout(gu, 2, to="scan"), gs, rtol=2e-4, atol=1e-6)
     # (remat="dots": test_scanned_matches_unrolled_loss_and_grads; GPTConfig's remat wraps the block alike)
     _close(gm.convert_layout(vs, 2, to="unroll"), vu, rtol=0, atol=0)
-    assert gm.sparse_layer_paths(scfg) == [("h", "attn", "qkv"), ("h", "attn", "proj"), ("h", "mlp", "fc"),
+    assert ex.sparse_layer_paths(scfg) == [("h", "attn", "qkv"), ("h", "attn", "proj"), ("h", "mlp", "fc"),
                                            ("h", "mlp", "proj")]
-    assert len(gm.sparse_layer_paths(cfg)) == 8
+    assert len(ex.sparse_layer_paths(cfg)) == 8
     with pytest.raises(ValueError, match="layers must be one of"):
         gm.GPTConfig(layers="loop")
     with pytest.raises(ValueError, match="already in the scanned layout"):
@@ -376,7 +377,7 @@ def test_gpt_checkpoint_layout_mismatch_is_a_clear_error(tmp_path):
     is refused by name, both layouts in the message."""
     _gpt()
     import gpt_checkpoints
-    from gpt_errors import CLIError
+    from data import CLIError
 
     with pytest.raises(CLIError, match="layers='unroll' in the checkpoint but 'scan' now"):
         gpt_checkpoints.check_config({"recipe": "srste"}, {"recipe": "srste", "layers": "scan"}, tmp_path)

@@ -1,4 +1,4 @@
-"""Tests for examples/train_gpt.py (CPU, tiny dims: each recipe trains, resume is bit-exact, bad input)."""
+"""Tests for benchmarks/harness/train_gpt.py (CPU, tiny dims: each recipe trains, resume is bit-exact, bad input)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
+import gpt_checkpoints  # noqa: E402
+import gpt_experiment  # noqa: E402
 import train_gpt  # noqa: E402
+from jax_sparse24 import nn as s24nn  # noqa: E402
 
 # A model small enough to compile and train in a few seconds on two CPU cores.
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
@@ -66,7 +69,7 @@ def assert_same_checkpoints(hp: dict, a: Path, b: Path, step: int):
     """The two runs' checkpoints of ``step`` (restored with the run's abstract state) are bit for bit
     equal; returns the first."""
     exp = train_gpt.build_experiment(hp)
-    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+    abstract = jax.eval_shape(lambda: gpt_experiment.init_state(exp, hp["seed"]))
     sa, _ = train_gpt.Checkpoints(a).restore(step, abstract)
     sb, _ = train_gpt.Checkpoints(b).restore(step, abstract)
     assert jax.tree.structure(sa) == jax.tree.structure(sb)
@@ -171,7 +174,7 @@ def test_sparse_backend_flag_reaches_the_layers():
     config (a kernel choice: same math)."""
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, "--sparse-backend", "reference"]), "srste")
     exp = train_gpt.build_experiment(hp)
-    assert exp.cfg.backend == "reference" and "sparse_backend" not in train_gpt.CONFIG_KEYS
+    assert exp.cfg.backend == "reference" and "sparse_backend" not in gpt_experiment.CONFIG_KEYS
     assert train_gpt.build_experiment(train_gpt.resolve_flags(train_gpt.build_parser().parse_args(TINY), "srste")
                                       ).cfg.backend == "auto"
 
@@ -194,7 +197,7 @@ def test_bad_corpus(tmp_path, capsys, content, message):
 
 def test_val_data_is_a_separate_file(tmp_path, capsys):
     """--val-data: all of --data trains, the other file validates; the data fingerprint covers both."""
-    from gpt_data import ByteData
+    from data import ByteData
 
     corpus = (ROOT / "examples" / "data" / "corpus.txt").read_bytes()
     train_f, val_f = tmp_path / "train.txt", tmp_path / "val.txt"
@@ -255,7 +258,7 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, capsy
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
         [*TINY, "--recipe", "dense", "--steps", "8", "--lr", "1e30"]), "dense")
     state, _ = train_gpt.Checkpoints(out / "ckpt").restore(
-        saved[-1], jax.eval_shape(lambda: train_gpt.init_state(train_gpt.build_experiment(hp), 0)))
+        saved[-1], jax.eval_shape(lambda: gpt_experiment.init_state(train_gpt.build_experiment(hp), 0)))
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state) if np.issubdtype(x.dtype, np.inexact))
     assert "apply_if_finite" in train_gpt.build_parser().format_help()  # --help says what happens
 
@@ -409,7 +412,7 @@ def test_compare_without_gpu_kernels_compares_no_speed(tmp_path, capsys, monkeyp
     rows = [line for line in md.splitlines() if line.startswith("| ste |") or line.startswith("| dense |")]
     assert len(rows) == 2 and all(row.split("|")[5].strip() == "-" for row in rows), rows  # no tokens/s ratio
     summaries = json.loads((out / "compare.json").read_text())
-    train_gpt._write_compare(tmp_path, summaries, compare_speed=True)  # with kernels: the ratio is there
+    train_gpt.write_compare(tmp_path, summaries, compare_speed=True)  # with kernels: the ratio is there
     assert "no GPU kernels" not in (tmp_path / "compare.md").read_text()
     assert "x |" in (tmp_path / "compare.md").read_text()
     capsys.readouterr()
@@ -452,7 +455,7 @@ def test_ast_trains_from_dense_teacher(teacher, tmp_path):
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
         [*TINY, *map(str, AST_STEPS), "--recipe", "ast", "--teacher", str(teacher)]), "ast")
     exp = train_gpt.build_experiment(hp)
-    abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+    abstract = jax.eval_shape(lambda: gpt_experiment.init_state(exp, hp["seed"]))
     assert set(abstract["params"]["h"]["mlp"]["fc"]) == {"kernel", "bias", "lora_b"}  # (the scanned stack)
     assert set(abstract["params"]["h"]["attn"]["qkv"]) == {"kernel", "bias"}
     # resume: 6 steps (stopped) + resume == 12 straight, bit for bit
@@ -502,7 +505,7 @@ def test_mesh_on_four_cpu_devices(tmp_path):
     out = tmp_path / "mesh"
     code = f"""
 import sys
-sys.path.insert(0, {str(ROOT / 'examples')!r})
+sys.path.insert(0, {str(ROOT / 'benchmarks' / 'harness')!r})
 import jax, train_gpt
 assert jax.device_count() == 4
 sys.exit(train_gpt.main({TINY!r} + ["--recipe", "srste", "--steps", "4", "--eval-every", "4", "--sparse-attn",
@@ -528,10 +531,10 @@ def test_one_hot_embed_matches_nn_embed():
     import jax.numpy as jnp
     from flax import linen as nn
 
-    import gpt_model
+    import model
 
     idx = jax.random.randint(jax.random.key(0), (3, 17), 0, 256)
-    ref, ours = nn.Embed(256, 32, dtype=jnp.bfloat16), gpt_model.OneHotEmbed(256, 32, dtype=jnp.bfloat16)
+    ref, ours = nn.Embed(256, 32, dtype=jnp.bfloat16), model.OneHotEmbed(256, 32, dtype=jnp.bfloat16)
     v = ref.init(jax.random.key(1), idx)
     np.testing.assert_array_equal(np.asarray(ours.apply(v, idx), np.float32), np.asarray(ref.apply(v, idx), np.float32))
     loss = lambda m: lambda v: (m.apply(v, idx).astype(jnp.float32) ** 2).sum()  # noqa: E731
@@ -550,12 +553,12 @@ def test_attention_choice(capsys, monkeypatch):
     CLI error (exit 2); an unknown GPTConfig.attention is a ValueError naming the choices."""
     import jax.numpy as jnp
 
-    import gpt_model
+    import model
 
-    impl = gpt_model.attention_implementation
+    impl = model.attention_implementation
     assert impl("xla", jnp.bfloat16, 64) == "xla"
     assert impl("auto", jnp.float32, 64) == "xla"
-    monkeypatch.setattr(gpt_model.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(model.jax, "default_backend", lambda: "gpu")
     assert impl("auto", jnp.bfloat16, 64) == "cudnn"
     assert impl("auto", jnp.bfloat16, 12) == "xla"  # head dim not a multiple of 8
     assert impl("cudnn", jnp.float16, 256) == "cudnn"
@@ -564,7 +567,7 @@ def test_attention_choice(capsys, monkeypatch):
     with pytest.raises(ValueError, match="multiple of 8"):
         impl("cudnn", jnp.bfloat16, 260)
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="'xla', 'cudnn' or 'auto'"):
+    with pytest.raises(ValueError, match=r"one of \('xla', 'cudnn', 'auto'\), got 'flash'"):
         impl("flash", jnp.bfloat16, 64)
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="needs a GPU"):
@@ -580,12 +583,13 @@ def test_cudnn_attention_matches_xla():
     import optax
 
     import gpt_model
+    import model
 
     if jax.default_backend() != "gpu":
         pytest.skip("needs a GPU")
     base = dict(n_layer=2, n_head=4, n_embd=256, block_size=256, dtype=jnp.bfloat16)
     idx = jax.random.randint(jax.random.key(0), (4, 256), 0, 256)
-    models = {a: gpt_model.GPT(gpt_model.GPTConfig(**base, attention=a)) for a in ("xla", "cudnn")}
+    models = {a: model.GPT(gpt_model.GPTConfig(**base, attention=a)) for a in ("xla", "cudnn")}
     v = models["xla"].init(jax.random.key(1), idx)
 
     def loss(m):
@@ -611,8 +615,8 @@ def test_grad_accum_matches_one_batch(tmp_path, capsys):
             [*TINY, "--steps", "3", "--grad-accum", str(accum)]), "dense")
         hp["data_sha256"] = "test"
         exp = train_gpt.build_experiment(hp)
-        step = jax.jit(train_gpt.make_train_step(exp, None))
-        state = train_gpt.init_state(exp, 0)
+        step = jax.jit(gpt_experiment.make_train_step(exp, None))
+        state = gpt_experiment.init_state(exp, 0)
         tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
         losses = []
         for _ in range(3):
@@ -653,8 +657,8 @@ def params_after_steps(recipe: str, *flags, steps: int = 3):
     import jax.numpy as jnp
 
     exp = experiment(recipe, "--steps", steps, *flags)
-    step = jax.jit(train_gpt.make_train_step(exp, exp.sparse_at(0, 1), 64))
-    state = train_gpt.init_state(exp, 0)
+    step = jax.jit(gpt_experiment.make_train_step(exp, exp.sparse_at(0, 1), 64))
+    state = gpt_experiment.init_state(exp, 0)
     tok = jax.random.randint(jax.random.key(3), (8, 33), 0, 256, dtype=jnp.int32)
     for _ in range(steps):
         state, m = step(state, tok)
@@ -665,8 +669,8 @@ def params_after_steps(recipe: str, *flags, steps: int = 3):
 def prepare_calls(monkeypatch):
     """The keyword arguments of every ``s24nn.prepare`` call the train steps trace."""
     calls = []
-    real = train_gpt.s24nn.prepare
-    monkeypatch.setattr(train_gpt.s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = s24nn.prepare
+    monkeypatch.setattr(s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
     return calls
 
 
@@ -723,9 +727,9 @@ def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, 
     import jax.numpy as jnp
 
     def traced(exp, sparse):
-        st = jax.eval_shape(lambda: train_gpt.init_state(exp, 0))
+        st = jax.eval_shape(lambda: gpt_experiment.init_state(exp, 0))
         tok = jax.ShapeDtypeStruct((8, 33), jnp.int32)
-        return str(jax.make_jaxpr(train_gpt.make_train_step(exp, sparse, 64))(st, tok))
+        return str(jax.make_jaxpr(gpt_experiment.make_train_step(exp, sparse, 64))(st, tok))
 
     dense = {how: traced(experiment("dense", "--prepare-weights", how), None) for how in ("always", "off")}
     assert dense["always"] == dense["off"]
@@ -736,9 +740,9 @@ def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, 
     traced(fp8, True)
     assert prepare_calls == []
     ast = experiment("ast", "--prepare-weights", "always", "--teacher", tmp_path)
-    assert not any(map(train_gpt.prepares_weights, (fp8, ast, experiment("dense", "--prepare-weights", "always"))))
-    assert train_gpt.prepares_weights(srste) and not train_gpt.prepares_weights(experiment("srste"))
-    assert train_gpt.prepares_weights(experiment("srste", "--grad-accum", 2))
+    assert not any(map(gpt_experiment.prepares_weights, (fp8, ast, experiment("dense", "--prepare-weights", "always"))))
+    assert gpt_experiment.prepares_weights(srste) and not gpt_experiment.prepares_weights(experiment("srste"))
+    assert gpt_experiment.prepares_weights(experiment("srste", "--grad-accum", 2))
     traced(srste, True)  # the sparse phase does prepare: the spy sees it
     assert prepare_calls == [{"sparse": True, "tokens": 64, "reuse": 1}]
 
@@ -751,18 +755,18 @@ def test_train_step_has_no_conditional(recipe):
     import jax.numpy as jnp
 
     exp = experiment(recipe)
-    st = jax.eval_shape(lambda: train_gpt.init_state(exp, 0))
+    st = jax.eval_shape(lambda: gpt_experiment.init_state(exp, 0))
     tok = jax.ShapeDtypeStruct((8, 33), jnp.int32)
     for sparse in ({True, False} if recipe in ("srste", "step") else {True}):
-        assert "cond[" not in str(jax.make_jaxpr(train_gpt.make_train_step(exp, sparse, 64))(st, tok))
+        assert "cond[" not in str(jax.make_jaxpr(gpt_experiment.make_train_step(exp, sparse, 64))(st, tok))
 
 
 def test_checkpoint_config_without_grad_accum(tmp_path):
     """A checkpoint written before --grad-accum existed resumes as --grad-accum 1, and only so."""
     now = {"recipe": "dense", "grad_accum": 1, "sparse_lr_scale": 1.0}
-    train_gpt.check_config({"recipe": "dense"}, now, tmp_path)
+    gpt_checkpoints.check_config({"recipe": "dense"}, now, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="grad_accum=1 in the checkpoint but 2 now"):
-        train_gpt.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
+        gpt_checkpoints.check_config({"recipe": "dense"}, dict(now, grad_accum=2), tmp_path)
 
 
 def test_sparse_lr_scale_flag():
@@ -776,7 +780,7 @@ def test_sparse_lr_scale_flag():
                                                     "--warmup", "0", *flags])
         hp = train_gpt.resolve_flags(args, recipe)
         exp = train_gpt.build_experiment(hp)
-        params = jax.tree.map(jnp.zeros_like, train_gpt.init_state(exp, 0)["params"])
+        params = jax.tree.map(jnp.zeros_like, gpt_experiment.init_state(exp, 0)["params"])
         grads = jax.tree.map(jnp.ones_like, params)
         u, _ = exp.tx.update(grads, exp.tx.init(params), params)
         ratio = float(jnp.abs(u["h"]["mlp"]["fc"]["kernel"]).max() / jnp.abs(u["h"]["attn"]["qkv"]["kernel"]).max())
@@ -805,9 +809,9 @@ def test_sparse_lr_scale_flag():
     assert hp["sparse_lr_scale"] == 2.0
     # checkpoints written before the flag ran without it: they resume only with --sparse-lr-scale 1
     now = {"recipe": "srste", "grad_accum": 1, "sparse_lr_scale": 1.0}
-    train_gpt.check_config({"recipe": "srste"}, now, Path("."))
+    gpt_checkpoints.check_config({"recipe": "srste"}, now, Path("."))
     with pytest.raises(train_gpt.CLIError, match="sparse_lr_scale=1.0 in the checkpoint but 2.0 now"):
-        train_gpt.check_config({"recipe": "srste"}, dict(now, sparse_lr_scale=2.0), Path("."))
+        gpt_checkpoints.check_config({"recipe": "srste"}, dict(now, sparse_lr_scale=2.0), Path("."))
 
 
 def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
@@ -842,7 +846,7 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
 
     code = f"""
 import json, sys
-sys.path.insert(0, {str(ROOT / 'examples')!r})
+sys.path.insert(0, {str(ROOT / 'benchmarks' / 'harness')!r})
 import train_gpt
 hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args({argv!r}), "srste")
 hp["data_sha256"] = "test"
@@ -917,7 +921,7 @@ def test_llama_tiny_trains(tmp_path):
 
 def test_rotary_is_a_relative_position_rotation():
     """rotary keeps norms, and q·k after it depends only on the offset of the two positions."""
-    from gpt_model import rotary
+    from model import rotary
 
     key = jax.random.key(3)
     q = jax.random.normal(key, (1, 1, 1, 8))
@@ -942,18 +946,18 @@ def test_fp8_flag_trains_and_is_checkpointed_config(tmp_path, capsys):
     assert run("--recipe", "srste", "--fp8", "--steps", "3", "--eval-every", "3", "--out", tmp_path / "s") == 0
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summary["config"]["fp8"] is True and np.isfinite(summary["final_val_loss"])
-    import gpt_model
+    import model
 
     for recipe in ("dense", "srste"):
         exp = train_gpt.build_experiment(train_gpt.resolve_flags(
             train_gpt.build_parser().parse_args([*TINY, "--fp8"]), recipe))
-        fc = gpt_model._linear(exp.cfg, 128, "fc", True, 0.02, 32)
+        fc = exp.cfg.make_linear(128, "fc", True, 0.02, 32)
         assert isinstance(fc, Sparse24Dense) and fc.fp8 and fc.method == exp.cfg.method
-        assert not isinstance(gpt_model._linear(exp.cfg, 128, "head", False, 0.02, 32), Sparse24Dense)
-    assert "fp8" in train_gpt.CONFIG_KEYS
-    train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": False}, tmp_path)
+        assert not isinstance(exp.cfg.make_linear(128, "head", False, 0.02, 32), Sparse24Dense)
+    assert "fp8" in gpt_experiment.CONFIG_KEYS
+    gpt_checkpoints.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": False}, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="fp8=False in the checkpoint but True now"):
-        train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": True}, tmp_path)
+        gpt_checkpoints.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8": True}, tmp_path)
     assert run("--recipe", "ast", "--fp8", "--teacher", tmp_path, "--out", tmp_path / "a") == 2
     assert "--fp8 is not supported with --recipe ast" in capsys.readouterr().err
 
@@ -989,7 +993,7 @@ def test_fp8_delayed_scaling_trains_accumulates_and_resumes_bit_exact(tmp_path, 
                                        rtol=1e-6, err_msg=name)
     exp = train_gpt.build_experiment(hp)
     assert s24nn.FP8_META in exp.model.init(jax.random.key(0), np.zeros((1, 32), np.int32))
-    train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)
+    gpt_checkpoints.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_scaling": "current"}, tmp_path)
     assert run("--recipe", "srste", "--fp8-scaling", "delayed", "--out", tmp_path / "c") == 2
     assert "--fp8-scaling delayed needs --fp8" in capsys.readouterr().err
 
@@ -1001,7 +1005,7 @@ def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
     with --grad-accum 2 (micro-batches combined, not summed), a bit-exact resume; the flag is part of
     the checkpointed config and refused where it means nothing."""
     import flax.linen as nn
-    import gpt_model
+    import model
 
     steps = ["--steps", 4, "--eval-every", 2, "--ckpt-every", 2, "--grad-accum", 2]
     flags = ["--recipe", "dense", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax", *steps]
@@ -1009,7 +1013,7 @@ def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, *map(str, flags[2:])]), "dense")
     assert hp["fp8_dense"] == "flax"
     exp = train_gpt.build_experiment(hp)
-    fc = gpt_model._linear(exp.cfg, 128, "fc", True, 0.02, 32)
+    fc = exp.cfg.make_linear(128, "fc", True, 0.02, 32)
     assert type(fc) is nn.Dense and fc.dot_general_cls is nn.Fp8DirectDotGeneralOp
     meta = assert_same_checkpoints(hp, a / "ckpt", b / "ckpt", 4)["fp8_meta"]
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(meta)]
@@ -1020,7 +1024,7 @@ def test_fp8_dense_flax_baseline_trains_and_keeps_flax_state(tmp_path, capsys):
         h = np.asarray(h)[np.asarray(h) > 0]
         assert h.max() / h.min() < 1.5, h
     with pytest.raises(train_gpt.CLIError, match="'sparse24' in the checkpoint but 'flax' now"):
-        train_gpt.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_dense": "flax"}, tmp_path)
+        gpt_checkpoints.check_config({"recipe": "dense"}, {"recipe": "dense", "fp8_dense": "flax"}, tmp_path)
     assert run("--recipe", "dense", "--fp8", "--fp8-dense", "flax", "--out", tmp_path / "c") == 2
     assert "add --fp8-scaling delayed" in capsys.readouterr().err
     assert run("--recipe", "srste", "--fp8", "--fp8-scaling", "delayed", "--fp8-dense", "flax",
@@ -1051,21 +1055,21 @@ def test_finetune_start(tmp_path, capsys):
         hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args(
             [*TINY, *map(str, half), "--finetune-start", start]), "srste")
         exp = train_gpt.build_experiment(hp)
-        abstract = jax.eval_shape(lambda: train_gpt.init_state(exp, hp["seed"]))
+        abstract = jax.eval_shape(lambda: gpt_experiment.init_state(exp, hp["seed"]))
         return exp, train_gpt.Checkpoints(tmp_path / out / "ckpt").restore(step, abstract)[0]
 
     for start in ("weights", "masked", "masked-reset"):
         assert go(start, f"{start}12", "--stop-at", 12) == 0
     exp, a = load("weights12", 12)
     assert exp.switch_step == 12 and exp.sparse_at(11, 0) and not exp.sparse_at(12, 0)
-    masks = train_gpt.s24nn.masks_for_params(a["params"], a["sparsity"])
+    masks = s24nn.masks_for_params(a["params"], a["sparsity"])
     n_pruned = 0
 
     def sparse_kernel_mask(keys):
         """The mask of a sparse layer's kernel whose path (in params, or in an Adam moment) ends ``keys``."""
         for p in exp.sparse_paths:
             if tuple(keys[-len(p) - 1:]) == (*p, "kernel"):
-                return np.asarray(train_gpt._get(masks, p)["kernel"])
+                return np.asarray(gpt_experiment.subtree(masks, p)["kernel"])
         return None
 
     def check(start, b):
@@ -1089,7 +1093,7 @@ def test_finetune_start(tmp_path, capsys):
 
     # the val loss at the switch: the dense model of the pruned state = the 2:4 model of the unpruned one
     tok = [train_gpt.ByteData(train_gpt.DEFAULT_DATA, 32, 8, 0, 1).val_batches[0]]
-    sparse_val = float(train_gpt.make_eval_step(exp, True)(a, tok[0]))
+    sparse_val = float(gpt_experiment.make_eval_step(exp, True)(a, tok[0]))
     val12 = {s: [r["val_loss"] for r in history(tmp_path / f"{s}12") if r["step"] == 12 and "val_loss" in r][0]
              for s in ("weights", "masked")}
     assert abs(val12["masked"] - sparse_val) < 5e-6 and abs(val12["weights"] - sparse_val) > 2e-5, (val12, sparse_val)
@@ -1101,9 +1105,9 @@ def test_finetune_start(tmp_path, capsys):
     assert go("masked", "past", "--resume") == 0
     _, s = load("straight", 24, "masked")
     # pruned once, not at every dense step: the fine-tune grew the pruned weights back
-    end_masks = train_gpt.s24nn.masks_for_params(s["params"], s["sparsity"])
+    end_masks = s24nn.masks_for_params(s["params"], s["sparsity"])
     for p in exp.sparse_paths:
-        w, m = (np.asarray(train_gpt._get(t, p)["kernel"]) for t in (s["params"], end_masks))
+        w, m = (np.asarray(gpt_experiment.subtree(t, p)["kernel"]) for t in (s["params"], end_masks))
         assert (w[~m] != 0).mean() > 0.5, p
     for out in ("masked12", "past"):
         _, r = load(out, 24, "masked")
@@ -1119,9 +1123,32 @@ def test_finetune_start(tmp_path, capsys):
     assert go("masked-reset", "masked12", "--resume") == 2
     assert "finetune_start='masked' in the checkpoint but 'masked-reset' now" in capsys.readouterr().err
     now = {"recipe": "srste", "grad_accum": 1, "sparse_lr_scale": 1.0, "finetune_start": "weights"}
-    train_gpt.check_config({"recipe": "srste"}, now, tmp_path)
+    gpt_checkpoints.check_config({"recipe": "srste"}, now, tmp_path)
     with pytest.raises(train_gpt.CLIError, match="finetune_start='weights' in the checkpoint but 'masked' now"):
-        train_gpt.check_config({"recipe": "srste"}, dict(now, finetune_start="masked"), tmp_path)
+        gpt_checkpoints.check_config({"recipe": "srste"}, dict(now, finetune_start="masked"), tmp_path)
     # recipes without a fine-tune store "weights" whatever the flag
     hp = train_gpt.resolve_flags(train_gpt.build_parser().parse_args([*TINY, "--finetune-start", "masked"]), "dense")
     assert hp["finetune_start"] == "weights"
+
+
+def test_train_gpt_help_is_grouped_with_examples_that_parse():
+    import shlex
+
+    import train_gpt
+
+    ap = train_gpt.build_parser()
+    groups = {g.title: [a.dest for a in g._group_actions] for g in ap._action_groups}
+    for title in ("model", "data", "recipe", "optimizer", "parallelism and memory", "checkpoint and output",
+                  "benchmarking"):
+        assert groups[title], title
+    assert groups["options"] == ["help"]  # every flag in a group
+    for flag in ("distributed", "mesh", "layers", "remat", "compare", "resume"):
+        assert any(flag in dests for dests in groups.values()), flag
+    text = ap.format_help()
+    commands = [" ".join(c.split()) for c in text.split("examples:")[1].replace("\\\n", " ").splitlines()
+                if c.strip().startswith(("python examples/", "python benchmarks/"))]
+    assert len(commands) >= 4 and sum("train_gpt.py" in c for c in commands) >= 3
+    for c in commands:
+        argv = shlex.split(c)
+        if "train_gpt.py" in c:
+            ap.parse_args(argv[argv.index(next(a for a in argv if a.endswith("train_gpt.py"))) + 1:])

@@ -1,4 +1,4 @@
-"""Ctrl-C anywhere in examples/train_gpt.py: SIGINT at start-up, during the first compilation, during
+"""Ctrl-C anywhere in benchmarks/harness/train_gpt.py: SIGINT at start-up, during the first compilation, during
 training, during a checkpoint write and during an evaluation exits 130 with one line saying what was saved
 (no traceback, no segfault, no interrupt swallowed), and ``--resume`` continues the run.
 
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "train_gpt.py"
-sys.path.insert(0, str(ROOT / "examples"))
+SCRIPT = ROOT / "benchmarks" / "harness" / "train_gpt.py"
+sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 
 # The tiny model of tests/test_train_gpt.py, not --quiet (the plan line and a progress line per update).
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
@@ -116,10 +116,10 @@ def test_ctrl_c_anywhere_exits_130_with_one_line_and_resumes(tmp_path):
     line = {name: the_line(name, *r) for name, r in res.items()}
     # the command the line gives resumes the run whose checkpoint write was interrupted
     command = shlex.split(line["save"].split("resume with: ")[1])
-    assert command[:2] == ["python", "examples/train_gpt.py"] and command[-1] == "--resume", command
+    assert command[:2] == ["python", "benchmarks/harness/train_gpt.py"] and command[-1] == "--resume", command
     resumed = Run(tmp_path / "save", *command[2:], cache=cache, flags=[])
 
-    resume = f"resume with: python examples/train_gpt.py {' '.join(FLAGS)} --out "
+    resume = f"resume with: python benchmarks/harness/train_gpt.py {' '.join(FLAGS)} --out "
     # start-up: nothing written
     assert line["startup"] == "train_gpt.py: interrupted during start-up: nothing was saved"
     assert not (tmp_path / "startup").exists()
@@ -152,13 +152,13 @@ def test_ctrl_c_anywhere_exits_130_with_one_line_and_resumes(tmp_path):
 
 def test_second_ctrl_c_quits_at_once():
     """The first Ctrl-C sets the flag (no exception anywhere) and hands the next one to the default action."""
-    from gpt_errors import StopFlag
+    from gpt_errors import HarnessStopFlag
 
-    flag = StopFlag()
+    flag = HarnessStopFlag()
     prev = signal.getsignal(signal.SIGINT)
     try:
         with flag.handling():
-            assert signal.getsignal(signal.SIGINT) == flag._on_sigint and not flag.requested
+            assert signal.getsignal(signal.SIGINT) == flag.on_sigint and not flag.requested
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler runs here; nothing is raised
             assert flag.requested and signal.getsignal(signal.SIGINT) == signal.SIG_DFL

@@ -15,9 +15,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
 
-from gpt_errors import CLIError
+from data import CLIError
 from gpt_model import student_params_from_teacher
-from gpt_experiment import (Experiment, _get, init_state, make_eval_step, make_train_step, measures_flips,
+from gpt_experiment import (Experiment, subtree, init_state, make_eval_step, make_train_step, measures_flips,
                             prepares_weights, refreshes_masks, start_finetune)
 
 
@@ -113,14 +113,14 @@ def parse_mesh(spec: Optional[str]):
         hint = (" (on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting)"
                 if jax.default_backend() == "cpu" and jax.process_count() == 1 else "")
         raise CLIError(f"--mesh {spec}: the mesh has {n} devices but {have} are available{hint}")
-    return _make_mesh(tuple(sizes[a] for a in MESH_AXES))
+    return mesh_of_shape(tuple(sizes[a] for a in MESH_AXES))
 
 
 def single_device_mesh():
-    return _make_mesh((1,) * len(MESH_AXES), devices=jax.devices()[:1])
+    return mesh_of_shape((1,) * len(MESH_AXES), devices=jax.devices()[:1])
 
 
-def _make_mesh(shape, devices=None):
+def mesh_of_shape(shape, devices=None):
     names = MESH_AXES
     kw = {} if devices is None else {"devices": devices}
     try:
@@ -412,9 +412,9 @@ def kernel_plan(rt: "Runtime") -> dict:
     params, shardings = rt.abstract_state["params"], rt.state_shardings["params"]
     plan = {}
     for path in exp.sparse_paths:
-        kernel = _get(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
+        kernel = subtree(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
         # the GEMMs' operand: the stored shard gathered over fsdp (FSDP gathers each layer's weight)
-        sh = _get(shardings, path)["kernel"]
+        sh = subtree(shardings, path)["kernel"]
         spec = P(*(tuple(a for a in shd._axes(e) if a != "fsdp") or None for e in sh.spec))
         i, o = NamedSharding(sh.mesh, spec).shard_shape(kernel.shape)[-2:]
         plan.setdefault("x".join(map(str, kernel.shape[-2:])), s24.linear_plan(

@@ -1,34 +1,28 @@
-"""The program name, the error types of ``train_gpt.py`` and its Ctrl-C handling (shared by the modules
-beside it).
+"""The program name, the error types of ``train_gpt.py`` and its Ctrl-C flag (shared by the modules beside it).
 
-Ctrl-C (:data:`INTERRUPT`): the SIGINT handler only sets a flag, which the training loop reads at safe
-points (after start-up, after each step -- the first one compiles --, after an evaluation, after a
-checkpoint write), where it stops cleanly: it saves a checkpoint and prints one line saying what was
-saved and how to resume (:class:`Interrupted`, exit code 130). A ``KeyboardInterrupt`` raised wherever
-the main thread happens to be instead broke two things (issue 41): raised while XLA compiled a program
-on its own thread pool (the Python thread only waits for that compilation, and checks for signals while
-it waits), it let the interpreter exit and tear the runtime down under the still-running compilation,
-which then crashed (``SIGSEGV`` in ``xla::ifrt::SingleDeviceSharding::Create`` on a compile worker
-thread, 13 of 33 tries in the ~3 s before step 1); raised inside a Python callback called from XLA, it
-was swallowed there and training went on. A second Ctrl-C quits at once (the default action, nothing
-more saved); if stopping takes longer than :data:`NOTICE_AFTER_S` (a long compilation or checkpoint
-write), one line says so and how to quit at once.
+Ctrl-C (:data:`INTERRUPT`): the example's :class:`train.StopFlag` (the SIGINT handler only sets a flag, which
+the training loop reads at safe points: after start-up, after each step -- the first one compiles --, after an
+evaluation, after a checkpoint write), where the run stops cleanly: it saves a checkpoint and prints one line
+saying what was saved and how to resume (:class:`Interrupted`, exit code 130). A ``KeyboardInterrupt`` raised
+wherever the main thread happens to be instead broke two things (issue 41): raised while XLA compiled a program
+on its own thread pool, it let the interpreter exit and tear the runtime down under the still-running
+compilation, which then crashed (``SIGSEGV`` in ``xla::ifrt::SingleDeviceSharding::Create`` on a compile worker
+thread, 13 of 33 tries in the ~3 s before step 1); raised inside a Python callback called from XLA, it was
+swallowed there and training went on. A second Ctrl-C quits at once; if stopping takes longer than
+:data:`NOTICE_AFTER_S` (a long compilation or checkpoint write), one line says so and how to quit at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
 
+from train import StopFlag
+
 PROG = "train_gpt.py"
-
-
-class CLIError(Exception):
-    """A bad input: printed as one line, exit code 2, nothing written."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -52,50 +46,34 @@ NOTICE_AFTER_S = 3.0
 TEST_PAUSE_ENV = "TRAIN_GPT_TEST_PAUSE"
 
 
-class StopFlag:
-    """The Ctrl-C flag of a run (:data:`INTERRUPT`): :meth:`handling` installs the handler."""
+class HarnessStopFlag(StopFlag):
+    """The example's Ctrl-C flag with a notice when stopping takes long, a scope (:meth:`handling`) and the test
+    hook (:meth:`pause`)."""
 
     def __init__(self):
-        self.requested = False
-        self._installed = False
-        self._prev = None
-        self._timer = None
-        self._paused = set()
+        self._paused, self._timer = set(), None
 
-    def _on_sigint(self, signum, frame):
-        self.requested = True
-        # The next Ctrl-C gets the default action: the process ends at once (exit status 130 in a
-        # shell), with nothing more saved; no Python code runs (no teardown under a running compile).
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def on_sigint(self, signum, frame):
+        super().on_sigint(signum, frame)
         if self._timer is None:
             self._timer = threading.Timer(NOTICE_AFTER_S, self._notice)
             self._timer.daemon = True
             self._timer.start()
 
     def _notice(self):
-        sys.stderr.write(f"\n{PROG}: Ctrl-C: stopping after the current compilation, evaluation or "
-                         "checkpoint write (Ctrl-C again quits at once, without saving)\n")
+        sys.stderr.write(f"\n{PROG}: Ctrl-C: stopping after the current compilation, evaluation or checkpoint "
+                         "write (Ctrl-C again quits at once, without saving)\n")
         sys.stderr.flush()
-
-    def install(self) -> bool:
-        """Install the handler (main thread only; a no-op if installed). True if it installed it now."""
-        if self._installed or threading.current_thread() is not threading.main_thread():
-            return False
-        self._prev = signal.signal(signal.SIGINT, self._on_sigint)
-        self._installed = True
-        return True
-
-    def uninstall(self) -> None:
-        self.done()
-        if self._installed:
-            signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.default_int_handler)
-            self._installed = False
 
     def done(self) -> None:
         """The run has stopped: no "still stopping" line any more."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def uninstall(self) -> None:
+        self.done()
+        super().uninstall()
 
     @contextlib.contextmanager
     def handling(self):
@@ -128,4 +106,4 @@ class StopFlag:
 
 
 #: the Ctrl-C flag of ``train_gpt.py`` (one per process: signal handlers are per process)
-INTERRUPT = StopFlag()
+INTERRUPT = HarnessStopFlag()

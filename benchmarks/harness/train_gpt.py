@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Pre-train a small GPT with every 2:4 sparse-training recipe of jax_sparse24.
+"""The measuring harness: pre-train a GPT with every 2:4 sparse-training recipe of jax_sparse24 and every knob
+the benchmarks turn (``benchmarks/bench_train_gpt.py``, ``bench_step_breakdown.py``, ``bench_quality.py``, ...).
+The script a user copies is ``examples/train.py``; this one is for measuring.
 
 First run (CPU, about a minute or two, on the bundled real text: the loss falls from ~5.5 to ~2.3)::
 
-    python examples/train_gpt.py --size tiny --steps 300 --out runs/tiny
+    python benchmarks/harness/train_gpt.py --size tiny --steps 300 --out runs/tiny
 
 Recipes (``--recipe``; the FFN linears are 2:4, the attention projections too with
 ``--sparse-attn``):
@@ -49,12 +51,12 @@ public-domain English prose ``examples/data/realtext_small_{train,val}.txt.xz``,
 in ``examples/data/SOURCES.md``), or a directory written by ``examples/prepare_data.py`` (a byte-level
 BPE tokenizer, e.g. ``--vocab-size 32000``, and its token shards): the model's vocabulary is then the
 tokenizer's, training reads windows of the memmapped shards (each process its rows of the global batch,
-prefetched in a thread; ``gpt_tokens.py``), and the tokenizer's sha256 is part of the checkpointed config
+prefetched in a thread; ``examples/data.py``), and the tokenizer's sha256 is part of the checkpointed config
 (a ``--resume`` with other data or another tokenizer is refused)::
 
     python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
         --val examples/data/realtext_small_val.txt.xz --out data/realtext_small_bpe32k --vocab-size 32000
-    python examples/train_gpt.py --data data/realtext_small_bpe32k --size gpt2 --compare dense,srste
+    python benchmarks/harness/train_gpt.py --data data/realtext_small_bpe32k --size gpt2 --compare dense,srste
 
 Outputs in ``--out``: ``metrics.jsonl`` (per-step train loss, lr; eval val loss; the mask flip
 rate — srste: at each mask refresh, ste/sste/ast: of the update of every ``--log-every``-th step),
@@ -109,15 +111,16 @@ one sparse kernel, ``dense`` the dense GEMM on the masked weight).
 
 The script reads top to bottom: the flags (:func:`build_parser`), one training run (:func:`train`:
 build the experiment, start or resume, the step loop and its logging, the summary) and the CLI
-(:func:`main`). The rest lives beside it in ``examples/``:
+(:func:`main`). The rest lives beside it in ``benchmarks/harness/``, and in ``examples/``:
 
-* ``gpt_model.py`` — the GPT / LLaMA-style model (``SIZES``, attention kernels);
+* ``examples/model.py`` — the GPT / LLaMA-style model (``SIZES``, attention kernels); ``gpt_model.py`` — its
+  harness config (Flax's fp8 dense layer, AST's low-rank layers) and layout conversions;
 * ``gpt_experiment.py`` — recipes, per-size defaults, flag resolution, the optimizer chain and the
   train/eval steps (``RECIPES``, ``resolve_flags``, ``build_experiment``, ``make_train_step``);
 * ``gpt_runtime.py`` — ``--mesh``, shardings, the jitted ``Runtime``, the per-layer kernel plan;
-* ``gpt_data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``) and
-  ``load_data``; ``gpt_tokens.py`` — ``TokenData``, the token shards of ``--data DIR`` written by
-  ``prepare_data.py`` (subword tokenizer; memmap windows, each process its rows, prefetched);
+* ``examples/data.py`` — ``ByteData`` (the byte corpus; the batch of step ``t`` from ``(seed, t)``),
+  ``TokenData`` (the token shards of ``--data DIR`` written by ``prepare_data.py``: memmap windows, each
+  process its rows, prefetched) and ``load_data``; ``examples/train.py`` — the Ctrl-C flag;
 * ``gpt_checkpoints.py`` — orbax checkpoints with fingerprints, config checks, the ``--out`` /
   ``--resume`` / ``--resume-from`` rules, the ``ast`` teacher;
 * ``gpt_report.py`` — progress line, ``metrics.jsonl``, the ``--compare`` table;
@@ -137,19 +140,20 @@ import textwrap
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
-from gpt_errors import INTERRUPT  # noqa: E402
-
-if __name__ == "__main__":
-    INTERRUPT.install()  # before the slow imports: a Ctrl-C during them is reported by main() too
-
-import numpy as np  # noqa: E402
-
+_ROOT = _HERE.parents[1]
+for _p in (_HERE, _ROOT / "examples"):  # the harness's modules; the example's model, data and Ctrl-C flag
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 try:
     import jax_sparse24  # noqa: F401
 except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(_HERE.parent))
+    sys.path.insert(0, str(_ROOT))
+from gpt_errors import INTERRUPT  # noqa: E402
+
+if __name__ == "__main__":
+    INTERRUPT.install()  # before the harness's imports: a Ctrl-C during them is reported by main() too
+
+import numpy as np  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -157,27 +161,19 @@ import jax.numpy as jnp  # noqa: E402
 import jax_sparse24 as s24  # noqa: E402
 
 from gpt_checkpoints import (  # noqa: E402
-    Checkpoints, _precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
-from gpt_data import DEFAULT_DATA, ByteData, load_data  # noqa: E402
-from gpt_tokens import check_tokenizer  # noqa: E402
-from gpt_errors import PROG, CLIError, Diverged, Interrupted  # noqa: E402
+    Checkpoints, precheck_out, check_resume, check_teacher, load_teacher, precheck_compare_out, start_or_resume)
+from data import DEFAULT_DATA, ByteData, CLIError, check_tokenizer, load_data  # noqa: E402
+from gpt_errors import PROG, Diverged, Interrupted  # noqa: E402
 from gpt_experiment import (  # noqa: E402
-    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, _every, _get, build_experiment, resolve_flags, run_config,
-    sizes_help, step_phase)
-from gpt_model import FP8_DENSE_IMPLS, SIZES  # noqa: E402
+    FINETUNE_STARTS, RECIPES, SIZE_DEFAULTS, HelpFormatter, build_experiment, flag_or_size_default, resolve_flags,
+    run_config, sizes_help, step_phase, subtree)
+from gpt_model import FP8_DENSE_IMPLS  # noqa: E402
+from model import SIZES  # noqa: E402
 from gpt_plots import plot_compare, plot_run  # noqa: E402
-from gpt_report import Progress, TrainLog, _fmt, _write_compare, _write_jsonl  # noqa: E402
+from gpt_report import Progress, TrainLog, fmt, write_compare, write_jsonl  # noqa: E402
 from gpt_runtime import format_plan, init_distributed, is_writer, kernel_plan, make_runtime, parse_mesh, writer_only  # noqa: E402
 # several processes (--distributed): only process 0 writes metrics, plots and the comparison
-_write_jsonl, plot_run, plot_compare, _write_compare = map(writer_only, (_write_jsonl, plot_run, plot_compare, _write_compare))
-
-# Not used below; reached as ``train_gpt.X`` by benchmarks/, scripts/ and tests/.
-from jax_sparse24 import nn as s24nn  # noqa: E402,F401
-from gpt_checkpoints import check_config  # noqa: E402,F401
-from gpt_experiment import CONFIG_KEYS, init_state, make_eval_step, make_train_step, prepares_weights  # noqa: E402,F401
-from gpt_model import attention_implementation  # noqa: E402,F401
-from gpt_report import _nan_to_none  # noqa: E402,F401
-from gpt_runtime import Runtime  # noqa: E402,F401
+write_jsonl, plot_run, plot_compare, write_compare = map(writer_only, (write_jsonl, plot_run, plot_compare, write_compare))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -189,15 +185,15 @@ from gpt_runtime import Runtime  # noqa: E402,F401
 EPILOG_EXAMPLES = """\
 examples:
   # first run: CPU, the tiny model on the bundled text
-  python examples/train_gpt.py --size tiny --steps 300 --out runs/tiny
+  python benchmarks/harness/train_gpt.py --size tiny --steps 300 --out runs/tiny
 
   # subword tokens (a BPE tokenizer and token shards), then a LLaMA-shaped model, dense vs srste, on a GPU
   python examples/prepare_data.py --data examples/data/realtext_small_train.txt.xz \\
       --val examples/data/realtext_small_val.txt.xz --out data/realtext --vocab-size 32000
-  python examples/train_gpt.py --data data/realtext --size llama-300m --compare dense,srste --out runs/llama-300m
+  python benchmarks/harness/train_gpt.py --data data/realtext --size llama-300m --compare dense,srste --out runs/llama-300m
 
   # 4 GPUs, one process each, parameters and optimizer state FSDP-sharded (add --resume to continue)
-  python examples/launch.py --nproc 4 -- examples/train_gpt.py --distributed --mesh fsdp=4 \\
+  python examples/launch.py --nproc 4 -- benchmarks/harness/train_gpt.py --distributed --mesh fsdp=4 \\
       --size llama-1b --remat dots --data data/realtext --out runs/llama-1b
 """
 EPILOG = (
@@ -361,7 +357,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
     exp = build_experiment(hp)
     steps = hp["steps"]
     stop = steps if args.stop_at is None else min(steps, args.stop_at)
-    eval_every, ckpt_every, log_every = (_every(args, n) for n in ("eval_every", "ckpt_every", "log_every"))
+    eval_every, ckpt_every, log_every = (flag_or_size_default(args, n) for n in ("eval_every", "ckpt_every", "log_every"))
     B, T = hp["batch_size"], hp["seq_len"]
     if mesh is not None and (B // hp["grad_accum"]) % mesh.shape["data"]:
         raise CLIError(f"--batch-size {B} / --grad-accum {hp['grad_accum']} is not divisible by the mesh's data "
@@ -390,7 +386,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         state = rt.start_finetune(state)
 
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"]))
-    n_sparse = sum(int(np.prod(_get(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
+    n_sparse = sum(int(np.prod(subtree(abstract["params"], p)["kernel"].shape)) for p in exp.sparse_paths)
 
     argv = getattr(args, "argv", None)  # main()'s command line: the resume hint
     label = f"{recipe}: " if getattr(args, "compare", None) is not None else ""
@@ -436,7 +432,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
         meta = {"config": config, "step": step, "train_time": log.train_time, "train_tokens": log.train_tokens,
                 "n_params": n_params, "jax": jax.__version__}
         ckpts.save(step, st, meta)
-        _write_jsonl(metrics_path, history)
+        write_jsonl(metrics_path, history)
         last_saved = step
         return True
 
@@ -527,7 +523,7 @@ def train(args, recipe: str, out: Path, data: ByteData, mesh) -> dict:
             phase_step, phase_label = switched[0], "STEP: sparse phase"
     if interrupted and step == step0:  # stopped by the fallback above before any step: nothing new
         stop_before_training()
-    _write_jsonl(metrics_path, history)
+    write_jsonl(metrics_path, history)
     vals = [r["val_loss"] for r in history if "val_loss" in r]
     full = {}
     if not interrupted and diverged is None and args.final_eval_tokens > 0:  # outside the loop: not in tokens/s
@@ -619,7 +615,7 @@ def _finished_summary(out: Path, config: dict, args) -> "dict | None":
 
 
 def _resume_hint(argv) -> str:
-    """``; resume with: python examples/train_gpt.py ... --resume`` (the command line of ``main``, or
+    """``; resume with: python benchmarks/harness/train_gpt.py ... --resume`` (the command line of ``main``, or
     ``; continue with --resume`` when train() was not called by it)."""
     if argv is None:
         return "; continue with the same flags and --resume"
@@ -676,7 +672,7 @@ def _main(argv: list) -> int:
             recipes = [args.recipe]
             outs = {args.recipe: args.out}
         for name in ("eval_every", "ckpt_every", "log_every", "eval_batches"):
-            if _every(args, name) < (0 if name == "ckpt_every" else 1):
+            if flag_or_size_default(args, name) < (0 if name == "ckpt_every" else 1):
                 raise CLIError(f"--{name.replace('_', '-')} must be >= {0 if name == 'ckpt_every' else 1}")
         if args.stop_at is not None and args.stop_at < 1:
             raise CLIError("--stop-at must be >= 1")
@@ -700,12 +696,12 @@ def _main(argv: list) -> int:
         mesh = parse_mesh(args.mesh)
         seq_len = args.seq_len or SIZE_DEFAULTS[args.size]["seq_len"]
         batch = args.batch_size or SIZE_DEFAULTS[args.size]["batch_size"]
-        data = load_data(args.data, seq_len, batch, args.seed, _every(args, "eval_batches"), val_path=args.val_data)
+        data = load_data(args.data, seq_len, batch, args.seed, flag_or_size_default(args, "eval_batches"), val_path=args.val_data)
         args.vocab_size, args.tokenizer_sha256 = data.vocab_size, data.tokenizer_sha256  # resolve_flags: hp
         if args.compare is not None:
             precheck_compare_out(args.out, args.resume, args.overwrite)
         for r in recipes:
-            _precheck_out(outs[r], args.resume, args.overwrite, args.resume_from)
+            precheck_out(outs[r], args.resume, args.overwrite, args.resume_from)
         if args.resume:  # refuse mismatched / corrupt checkpoints before training anything
             for r in recipes:
                 hp = resolve_flags(args, r)
@@ -733,7 +729,7 @@ def _main(argv: list) -> int:
             summaries.append(s)
             if s.get("already_finished"):
                 print(f"{PROG}: {r}: already finished ({s['steps_done']} steps, final val loss "
-                      f"{_fmt(s['final_val_loss'], '.4f')}); its summary.json is kept -> {outs[r]}", file=sys.stderr)
+                      f"{fmt(s['final_val_loss'], '.4f')}); its summary.json is kept -> {outs[r]}", file=sys.stderr)
                 continue
             if s["steps_done"] < s["steps"]:
                 saved = Checkpoints(outs[r] / "ckpt").steps()
@@ -745,13 +741,13 @@ def _main(argv: list) -> int:
                 continue
             full = ("" if "final_val_loss_full" not in s else
                     f" ({s['final_val_loss_full']:.4f} over {s['final_eval_tokens']:,} val tokens)")
-            print(f"{PROG}: {r}: final val loss {_fmt(s['final_val_loss'], '.4f')}{full}, "
-                  f"{_fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
+            print(f"{PROG}: {r}: final val loss {fmt(s['final_val_loss'], '.4f')}{full}, "
+                  f"{fmt(s['tokens_per_s'], '.0f')} tokens/s, {s['steps_done']} steps -> {outs[r]}",
                   file=sys.stderr)
         if args.compare is not None:
             plot_compare({s["recipe"]: s["history"] for s in summaries}, args.out / "compare.png",
                          f"{args.size}")
-            _write_compare(args.out, summaries, compare_speed=s24.cuda_kernels_available())
+            write_compare(args.out, summaries, compare_speed=s24.cuda_kernels_available())
     except CLIError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -114,7 +114,7 @@ class TrainLog:
             self.train_tokens += self._tokens
             self.last["tok_s"] = self._tokens / dt
         for (s, _), m in zip(self._pending, got):
-            row = {"step": s, "loss": float(m["loss"]), "flip": _nan_to_none(m["flip"]),
+            row = {"step": s, "loss": float(m["loss"]), "flip": nan_to_none(m["flip"]),
                    "grad_norm": float(m["grad_norm"]), "sparse": bool(m["sparse"])}
             if "step_z" in m:
                 row["step_z"] = float(m["step_z"])
@@ -136,15 +136,15 @@ class TrainLog:
     def fields(self) -> dict:
         """The progress line's fields."""
         last = self.last
-        return {"loss": _fmt(last["loss"]), "val": _fmt(last["val"]), "tok/s": _fmt(last["tok_s"], ".0f"),
-                "flip": _fmt(last["flip"], ".2e")}
+        return {"loss": fmt(last["loss"]), "val": fmt(last["val"]), "tok/s": fmt(last["tok_s"], ".0f"),
+                "flip": fmt(last["flip"], ".2e")}
 
 
-def _fmt(v, spec=".3f"):
+def fmt(v, spec=".3f"):
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         for r in rows:
@@ -152,7 +152,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
@@ -166,12 +166,12 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def _nan_to_none(x):
+def nan_to_none(x):
     x = float(x)
     return None if math.isnan(x) else x
 
 
-def _write_compare(out: Path, summaries: list[dict], compare_speed: bool = True) -> None:
+def write_compare(out: Path, summaries: list[dict], compare_speed: bool = True) -> None:
     """``compare.md`` / ``compare.json``. ``compare_speed=False`` (no GPU kernels: every 2:4 layer
     ran the dense reference) leaves out the tokens/s ratios, which would only measure noise."""
     dense = next((s for s in summaries if s["recipe"] == "dense"), None)
@@ -189,8 +189,8 @@ def _write_compare(out: Path, summaries: list[dict], compare_speed: bool = True)
             rel_l = f"{100 * (vl / dense['final_val_loss'] - 1):+.1f}%"
         if compare_speed and dense and tps and dense["tokens_per_s"]:
             rel_t = f"{tps / dense['tokens_per_s']:.2f}x"
-        lines.append(f"| {s['recipe']} | {_fmt(vl, '.4f')} | {rel_l} | {_fmt(tps, '.0f')} | {rel_t} | "
-                     f"{_fmt(s['final_train_loss'], '.4f')} |")
+        lines.append(f"| {s['recipe']} | {fmt(vl, '.4f')} | {rel_l} | {fmt(tps, '.0f')} | {rel_t} | "
+                     f"{fmt(s['final_train_loss'], '.4f')} |")
     if not compare_speed:
         lines += ["", "no GPU kernels: speed not compared (every 2:4 layer ran the dense reference, so tokens/s "
                       "differences between recipes are noise)"]

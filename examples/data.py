@@ -1,6 +1,17 @@
-"""Tokenized data of ``train_gpt.py --data DIR``: the shards ``examples/prepare_data.py`` writes.
+"""The data of ``examples/train.py`` (and of the benchmarks' harness): tokens and the batch of each step.
 
-A data directory holds ``index.json`` (dtype, token counts, vocabulary size, the tokenizer's sha256,
+``--data`` is a text file whose bytes are the tokens (:class:`ByteData`, vocabulary 256; ``.xz`` / ``.gz``
+decompressed in memory), or a directory written by ``examples/prepare_data.py`` (:class:`TokenData`: a
+subword tokenizer's token shards, read as memmaps); :func:`load_data` picks one. Either way the training
+batch of step ``t`` is a pure function of ``(seed, t)``, so a resumed run continues the data stream exactly,
+and a run's data has a fingerprint (``sha256``) that its checkpoints store.
+
+The default corpus is real public-domain English prose bundled in ``examples/data/``
+(``realtext_small_train.txt.xz``, 20.4 MB: 33 novels and 124 State of the Union addresses;
+``realtext_small_val.txt.xz``, 1.8 MB: 3 other novels and 13 other addresses; whole documents,
+split by document; sources and licences in ``examples/data/SOURCES.md``).
+
+A token directory holds ``index.json`` (dtype, token counts, vocabulary size, the tokenizer's sha256,
 the source files and their sha256), ``tokenizer.json`` (Hugging Face ``tokenizers``; absent for
 ``--tokenizer bytes``) and the tokens as flat numpy memmaps ``train.bin`` / ``val.bin``
 (``uint16`` when the vocabulary fits, else ``uint32``).
@@ -16,9 +27,8 @@ loaded, so corpora larger than RAM train (the page cache holds what is read).
   ``process_index`` of ``process_count`` equal blocks, or, after :meth:`TokenData.use_sharding`,
   the rows the process's devices hold in the runtime's batch sharding. :meth:`TokenData.batch`
   returns the global-shaped ``(batch_size, seq_len + 1)`` int32 array (the interface of
-  ``gpt_data.ByteData``) with the other processes' rows left zero; ``gpt_runtime.Runtime.put``
-  (``jax.make_array_from_callback``) transfers only this process's rows, so the zeros are never
-  read. :meth:`TokenData.local_batch` gives just the local rows.
+  :class:`ByteData`) with the other processes' rows left zero, never read (each process transfers only its
+  rows to its devices). :meth:`TokenData.local_batch` gives just the local rows.
 * A background thread prefetches the next ``prefetch`` batches (a small queue), so the train loop
   does not wait on reads; a request for another step than the next one (a resume, a jump) restarts
   it from there.
@@ -30,7 +40,7 @@ checkpoints rely on; Grain would add a dependency and a record/sampler layer (it
 shuffles records, not random token windows of one flat array), and its worker processes buy nothing
 when a batch is ``batch_size`` contiguous slices of a memmap: reading a GPT-2 batch (16 x 1025
 tokens, random windows of the page-cached corpus) takes well under a millisecond of one CPU core, and
-it happens in the prefetch thread while the step runs. ``python examples/gpt_tokens.py DIR`` measures
+it happens in the prefetch thread while the step runs. ``python examples/data.py DIR`` measures
 both: the read, and the train loop's wait for a prefetched batch after a step of ``--step-ms``;
 ``benchmarks/bench_loader.py`` times the example's train step fed by this loader against the same step on
 a fixed batch (on a GPU: ``bash scripts/gpu_check.sh loader``).
@@ -38,8 +48,11 @@ a fixed batch (on a GPU: ``bash scripts/gpu_check.sh loader``).
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
 import json
+import lzma
 import queue
 import sys
 import threading
@@ -48,7 +61,137 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from gpt_errors import CLIError
+
+class CLIError(Exception):
+    """A bad input (a flag's value, a file): printed as one line, exit code 2, nothing written."""
+
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_DATA = DATA_DIR / "realtext_small_train.txt.xz"
+#: the validation text of :data:`DEFAULT_DATA` (used when ``--data`` is the default and ``--val-data`` is not given)
+DEFAULT_VAL_DATA = DATA_DIR / "realtext_small_val.txt.xz"
+VAL_FRACTION = 0.1
+
+
+def _read(path: Path, flag: str) -> bytes:
+    """The bytes of the text file ``path`` (``.xz`` / ``.gz``: decompressed, in memory)."""
+    if path.is_dir():
+        raise CLIError(f"{flag} {path} is a directory: give one text file (its bytes are the tokens)" +
+                       ("" if flag != "--data" else f", or a data directory with {INDEX} made by "
+                        f"`python examples/prepare_data.py --data FILE ... --out DIR`"))
+    if not path.is_file():
+        raise CLIError(f"{flag} {path}: no such file")
+    if path.suffix in (".xz", ".gz"):
+        st = path.stat()
+        raw = _decompressed(path.resolve(), st.st_mtime_ns, st.st_size, flag)
+    else:
+        raw = path.read_bytes()
+    if not raw:
+        raise CLIError(f"{flag} {path}: the corpus is empty")
+    return raw
+
+
+@functools.lru_cache(maxsize=2)
+def _decompressed(path: Path, mtime_ns: int, size: int, flag: str) -> bytes:
+    """The decompressed bytes of ``path`` (cached: the default corpus takes ~0.5 s to decompress, and a
+    process such as the test suite or ``--compare`` reads it again for every run)."""
+    try:
+        return (lzma.decompress if path.suffix == ".xz" else gzip.decompress)(path.read_bytes())
+    except (lzma.LZMAError, OSError, EOFError) as e:
+        raise CLIError(f"{flag} {path}: cannot be decompressed ({e})") from None
+
+
+def load_data(path: Path, seq_len: int, batch_size: int, seed: int, eval_batches: int,
+              val_path: Optional[Path] = None):
+    """``--data``: a ``prepare_data.py`` directory (it holds ``index.json``) -> :class:`TokenData`
+    (its tokenizer's vocabulary); a text file -> :class:`ByteData` (vocabulary 256)."""
+    path = Path(path)
+    if path.is_dir():
+        if not is_token_dir(path):
+            read_index(path)  # the error: a directory without index.json
+        if val_path is not None:
+            raise CLIError(f"--val-data: --data {path} is a token directory with its own validation split "
+                           "(prepare_data.py --val)")
+        return TokenData(path, seq_len, batch_size, seed, eval_batches)
+    return ByteData(path, seq_len, batch_size, seed, eval_batches, val_path=val_path)
+
+
+class ByteData:
+    """Byte-level tokens of a text file (``.xz`` / ``.gz`` decompressed into memory), split 90/10 into
+    train/val — or, with ``val_path``, all of ``path`` for training and all of ``val_path`` for
+    validation (``--val-data``). :data:`DEFAULT_DATA` without ``val_path`` validates on
+    :data:`DEFAULT_VAL_DATA` (its documents are not in the training text).
+
+    The training batch of step ``t`` is a pure function of ``(seed, t)``: random windows drawn
+    with ``numpy.random.default_rng([seed, t])``, so resuming at step ``t`` resumes the data
+    stream exactly. Validation uses fixed, evenly spaced windows.
+
+    ``sha256`` fingerprints the data of a run (checked on ``--resume``): the (decompressed) text's
+    hash without ``val_path`` (as before), else the hash of both texts' hashes.
+    """
+
+    unit = "bytes"
+    vocab_size = None  # the model's default: 256
+    tokenizer_sha256 = None
+
+    def __init__(self, path: Path, seq_len: int, batch_size: int, seed: int, eval_batches: int,
+                 val_path: Optional[Path] = None):
+        path = Path(path)
+        if val_path is None and path.resolve() == DEFAULT_DATA:
+            val_path = DEFAULT_VAL_DATA
+        raw = _read(path, "--data")
+        need = 10 * (seq_len + 1)
+        tokens = np.frombuffer(raw, dtype=np.uint8)
+        if val_path is None:
+            split = int(len(tokens) * (1 - VAL_FRACTION))
+            self.train, self.val = tokens[:split], tokens[split:]
+            if len(self.val) < seq_len + 1 or len(self.train) < seq_len + 1:
+                raise CLIError(
+                    f"--data {path}: the corpus is too short ({len(raw)} bytes) for --seq-len {seq_len}: "
+                    f"the 10% validation split needs at least {seq_len + 1} bytes, i.e. a corpus of at "
+                    f"least {need} bytes"
+                )
+            self.sha256 = hashlib.sha256(raw).hexdigest()
+        else:
+            val_path = Path(val_path)
+            val_raw = _read(val_path, "--val-data")
+            self.train, self.val = tokens, np.frombuffer(val_raw, dtype=np.uint8)
+            for flag, p, arr in (("--data", path, self.train), ("--val-data", val_path, self.val)):
+                if len(arr) < seq_len + 1:
+                    raise CLIError(f"{flag} {p}: the corpus is too short ({len(arr)} bytes) for --seq-len "
+                                   f"{seq_len}: it needs at least {seq_len + 1} bytes")
+            self.sha256 = hashlib.sha256(
+                (hashlib.sha256(raw).hexdigest() + ":" + hashlib.sha256(val_raw).hexdigest()).encode()).hexdigest()
+        self.path, self.val_path = path, val_path
+        self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
+        self._train_win = np.lib.stride_tricks.sliding_window_view(self.train, seq_len + 1)
+        self._val_win = np.lib.stride_tricks.sliding_window_view(self.val, seq_len + 1)
+        self.val_batches = self._spread_val_batches(eval_batches)
+
+    def _spread_val_batches(self, n_batches: int) -> list[np.ndarray]:
+        """``n_batches`` batches of validation windows spread evenly over the validation text."""
+        offsets = np.linspace(0, len(self._val_win) - 1, n_batches * self.batch_size).astype(np.int64)
+        return [self._val_win[offsets[i * self.batch_size:(i + 1) * self.batch_size]].astype(np.int32)
+                for i in range(n_batches)]
+
+    def final_val_batches(self, tokens: int) -> list[np.ndarray]:
+        """Batches of validation windows for a final evaluation over about ``tokens`` predicted tokens:
+        non-overlapping windows spread over the whole validation text, at most as many as it holds
+        (at least one batch)."""
+        per_batch = self.batch_size * self.seq_len
+        whole = max(1, len(self.val) // ((self.seq_len + 1) * self.batch_size))
+        return self._spread_val_batches(max(1, min(whole, -(-int(tokens) // per_batch))))
+
+    def batch(self, step: int) -> np.ndarray:
+        """``(batch, seq_len + 1)`` int32 tokens of training step ``step`` (inputs + targets)."""
+        rng = np.random.default_rng([self.seed, int(step)])
+        idx = rng.integers(0, len(self._train_win), size=self.batch_size)
+        return self._train_win[idx].astype(np.int32)
+
+
+# ------------------------------------------------------------------------------------------------
+# Token directories of prepare_data.py
+# ------------------------------------------------------------------------------------------------
 
 INDEX = "index.json"
 TOKENIZER = "tokenizer.json"
@@ -69,8 +212,8 @@ def read_index(path: Path, flag: str = "--data") -> dict:
     if not path.is_dir():
         raise CLIError(f"{flag} {path}: no such directory")
     if not (path / INDEX).is_file():
-        raise CLIError(f"{flag} {path} is a directory without {INDEX}: make a data directory with "
-                       f"`python examples/prepare_data.py --data FILE ... --out {path}`, or give one text file")
+        raise CLIError(f"{flag} {path} is a directory without {INDEX}: give one text file (its bytes are the tokens), "
+                       "or a token directory made by `python examples/prepare_data.py --data FILE --out DIR`")
     try:
         index = json.loads((path / INDEX).read_text())
         dtype = np.dtype(DTYPES[index["dtype"]])
@@ -162,7 +305,7 @@ class _Prefetcher:
 class TokenData:
     """Training and validation windows of a ``prepare_data.py`` directory (see the module docstring).
 
-    Same interface as ``gpt_data.ByteData``: ``batch(step)``, ``val_batches``,
+    Same interface as :class:`ByteData`: ``batch(step)``, ``val_batches``,
     ``final_val_batches(tokens)``, ``train`` / ``val`` (the token memmaps), ``sha256`` (the data
     fingerprint of a run: of the tokenizer and of both shards, from the index), ``path``,
     ``val_path`` (None); plus ``vocab_size`` and ``tokenizer_sha256`` (the model's vocabulary and
@@ -272,7 +415,7 @@ def check_tokenizer(saved_config: dict, data, where) -> None:
                    f"another --out")
 
 
-def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's read time and wait
+def main(argv=None) -> int:  # python examples/data.py DIR: the loader's read time and wait
     import argparse
     import time
 
@@ -286,7 +429,7 @@ def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's 
     try:
         d = TokenData(a.dir, a.seq_len, a.batch_size, 0, 1, 0, 1, prefetch=0)
     except CLIError as e:
-        print(f"gpt_tokens.py: error: {e}", file=sys.stderr)
+        print(f"data.py: error: {e}", file=sys.stderr)
         return 2
     for s in range(20):
         d.batch(s)
@@ -312,4 +455,4 @@ def _main(argv=None) -> int:  # python examples/gpt_tokens.py DIR: the loader's 
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

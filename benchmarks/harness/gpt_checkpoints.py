@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpt_errors import PROG, CLIError
+from data import CLIError
+from gpt_errors import PROG
 from gpt_experiment import TEACHER_MATCH_KEYS, build_experiment, init_state
-from gpt_report import _read_jsonl
+from gpt_report import read_jsonl
 
 
 def _leaf_fingerprint(x):
@@ -53,7 +54,7 @@ def _leaf_sharding(x):
     return sh if isinstance(sh, jax.sharding.Sharding) else None
 
 
-def _fingerprint(tree):
+def fingerprint(tree):
     """Per-leaf uint32 hashes of the exact bits of ``tree`` (detects corrupt checkpoint data).
 
     One program over the whole tree, each array read in its own sharding (``in_shardings``) and
@@ -67,11 +68,11 @@ def _fingerprint(tree):
         out = jax.sharding.NamedSharding(mesh_sh.mesh, jax.sharding.PartitionSpec())
     else:
         out = None
-    return _fingerprint_program(tuple(shardings), out)(leaves)
+    return fingerprint_program(tuple(shardings), out)(leaves)
 
 
 @functools.lru_cache(maxsize=8)
-def _fingerprint_program(shardings: tuple, out):
+def fingerprint_program(shardings: tuple, out):
     return jax.jit(lambda xs: [_leaf_fingerprint(x) for x in xs], in_shardings=(list(shardings),),
                    out_shardings=None if out is None else [out] * len(shardings))
 
@@ -233,7 +234,7 @@ class Checkpoints:
             state = self._restore(step, ocp.args.Composite(state=ocp.args.StandardRestore(target))).state
         except Exception as e:  # noqa: BLE001
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt or unreadable: {_short(e)}") from None
-        got = [int(v) for v in jax.device_get(_fingerprint(state))]
+        got = [int(v) for v in jax.device_get(fingerprint(state))]
         if got != list(meta["fingerprint"]):
             bad = sum(a != b for a, b in zip(got, meta["fingerprint"]))
             raise CLIError(f"checkpoint {self.dir / str(step)} is corrupt: {bad} arrays do not match "
@@ -274,7 +275,7 @@ class Checkpoints:
     def save(self, step: int, state, meta: dict) -> None:
         import orbax.checkpoint as ocp
 
-        meta = dict(meta, fingerprint=[int(v) for v in jax.device_get(_fingerprint(state))])
+        meta = dict(meta, fingerprint=[int(v) for v in jax.device_get(fingerprint(state))])
         mngr = self._manager(read_only=False)
         if step in mngr.all_steps():
             return
@@ -368,7 +369,7 @@ def _check_out_is_dir(out: Path) -> None:
             return
 
 
-def _precheck_out(out: Path, resume: bool, overwrite: bool, resume_from: Optional[int] = None) -> None:
+def precheck_out(out: Path, resume: bool, overwrite: bool, resume_from: Optional[int] = None) -> None:
     """Refuse to write over a previous run (any of its files, not only ckpt/) without --overwrite."""
     _check_out_is_dir(out)
     ck = Checkpoints(out / "ckpt")
@@ -443,7 +444,7 @@ def start_or_resume(rt, ckpts: Checkpoints, out: Path, config: dict, resume: boo
     if discarded and is_writer():
         print(f"{PROG}: discarded the checkpoints after step {step0} (steps {discarded}) in {ckpts.dir}",
               file=sys.stderr)
-    history = [r for r in _read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= step0]
+    history = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= step0]
     if is_writer():
         print(f"{PROG}: resumed {config['recipe']} from {ckpts.dir / str(step0)} (step {step0}/{config['steps']})",
               file=sys.stderr)

@@ -31,8 +31,10 @@ from jax_sparse24 import nn as s24nn
 from jax_sparse24 import optim as s24optim
 from jax_sparse24.training import SparseTrainState
 
-from gpt_errors import CLIError
-from gpt_model import GPT, STACK, GPTConfig, SIZES, attention_implementation, sparse_layer_paths
+import train as example  # the example's per-size defaults
+from data import CLIError
+from gpt_model import GPTConfig
+from model import GPT, SIZES, STACK, attention_implementation, sparse_layer_paths
 
 #: recipe -> Sparse24Dense settings and optimizer extras.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -45,32 +47,22 @@ RECIPES: dict[str, dict[str, Any]] = {
     "ast": dict(method="ste", mvue=False, linear="lowrank", ast=True),
 }
 
-#: per-size defaults of the training flags (a flag given on the command line wins).
+#: per-size defaults of the training flags (a flag given on the command line wins): the example's, with the
+#: harness's evaluation, checkpoint and logging intervals
 SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
-                 ckpt_every=100, log_every=5, eval_batches=4),
-    # prepare_weights "always" at both GPT-2 sizes: bench_train_gpt's interleaved rounds on the H200,
-    # srste vs dense prepared / per call: gpt2 1.016x / 0.987x, gpt2-medium 1.063x / 1.041x; ste and step
-    # gain too, sste at gpt2 does not (0.983x prepared vs 1.003x per call). The example's own loop, one
-    # process per run, cannot decide it: the card is power-capped (~690 W, SM clocks 1650-1900 MHz within
-    # one 1500-step GPT-2 run) and a run's clocks depend on when it runs
-    "gpt2": dict(steps=5000, batch_size=16, seq_len=1024, lr=6e-4, warmup=200, eval_every=250,
-                 ckpt_every=1000, log_every=10, eval_batches=4, prepare_weights="always"),
-    "gpt2-medium": dict(steps=5000, batch_size=8, seq_len=1024, lr=3e-4, warmup=200,
-                        eval_every=250, ckpt_every=1000, log_every=10, eval_batches=4, prepare_weights="always"),
-    # LLaMA shapes: 8 x 2048 = 16384 tokens per step; every linear layer 2:4 (attention too).
-    "llama-tiny": dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_every=25,
-                       ckpt_every=100, log_every=5, eval_batches=4, sparse_attn=True),
-    "llama-300m": dict(steps=5000, batch_size=8, seq_len=2048, lr=6e-4, warmup=200, eval_every=250,
-                       ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
-    "llama-1b": dict(steps=5000, batch_size=8, seq_len=2048, lr=3e-4, warmup=200, eval_every=250,
-                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
-    "llama-7b": dict(steps=5000, batch_size=8, seq_len=2048, lr=1.5e-4, warmup=200, eval_every=250,
-                     ckpt_every=1000, log_every=10, eval_batches=4, sparse_attn=True),
-}
+    size: dict(d, **(dict(eval_every=25, ckpt_every=100, log_every=5) if size in example.TINY else
+                     dict(eval_every=250, ckpt_every=1000, log_every=10)))
+    for size, d in example.SIZE_DEFAULTS.items()}
+# prepare_weights "always" at both GPT-2 sizes: bench_train_gpt's interleaved rounds on the H200,
+# srste vs dense prepared / per call: gpt2 1.016x / 0.987x, gpt2-medium 1.063x / 1.041x; ste and step
+# gain too, sste at gpt2 does not (0.983x prepared vs 1.003x per call). The example's own loop, one
+# process per run, cannot decide it: the card is power-capped (~690 W, SM clocks 1650-1900 MHz within
+# one 1500-step GPT-2 run) and a run's clocks depend on when it runs
+for _size in ("gpt2", "gpt2-medium"):
+    SIZE_DEFAULTS[_size]["prepare_weights"] = "always"
 
 #: sizes whose learning rate is high for their length (2e-3 over 300 steps): their 2:4 layers lag early
-TINY_SIZES = ("tiny", "llama-tiny")
+TINY_SIZES = example.TINY
 
 
 def default_sparse_lr_scale(size: str, recipe: str, finetune_fraction: float = 1 / 6) -> float:
@@ -147,7 +139,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
         # layer; the 2:4 recipes keep theirs (so --compare dense,srste --fp8-dense flax pairs them).
         fp8_dense=(getattr(args, "fp8_dense", "sparse24")
                    if recipe == "dense" or getattr(args, "compare", None) is None else "sparse24"),
-        flip_every=_every(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
+        flip_every=flag_or_size_default(args, "log_every"),  # ste/soft flip rate: on logging steps (not in CONFIG_KEYS)
         layers=getattr(args, "layers", "scan"),  # in CONFIG_KEYS: the checkpoint's tree layout
         remat=getattr(args, "remat", "none"),  # not in CONFIG_KEYS: same math, recomputed
     )
@@ -202,7 +194,7 @@ def resolve_flags(args: argparse.Namespace, recipe: str) -> dict:
     return hp
 
 
-def _every(args, name):
+def flag_or_size_default(args, name):
     v = getattr(args, name)
     return SIZE_DEFAULTS[args.size][name] if v is None else v
 
@@ -397,7 +389,7 @@ def init_state(exp: Experiment, seed: int):
     return state
 
 
-def _get(tree, path):
+def subtree(tree, path):
     for k in path:
         tree = tree[k]
     return tree
