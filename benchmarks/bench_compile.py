@@ -24,9 +24,11 @@ devices (``--cpu-devices N`` sets ``XLA_FLAGS=--xla_force_host_platform_device_c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -200,25 +202,45 @@ def callback_stats() -> dict:
     return partition_callback_stats()
 
 
-def measure(recipe: str, a, mesh) -> dict:
-    """Trace, lower and compile a fresh jit of one recipe's train step (seconds per phase)."""
+@contextlib.contextmanager
+def partition_cache(on: bool):
+    """``srste/uncached``: the library's shared partition results off (``_src.sharding._CACHED_CP``, a
+    diagnostic switch), i.e. every 2:4 op instance partitioned on its own, as before they existed."""
+    from jax_sparse24._src import sharding as _shd
+
+    saved = getattr(_shd, "_CACHED_CP", None)
+    if not on:
+        _shd._CACHED_CP = None
+    try:
+        yield
+    finally:
+        _shd._CACHED_CP = saved
+
+
+def measure(variant: str, a, mesh) -> dict:
+    """Trace, lower and compile a fresh jit of one variant's train step (seconds per phase; ``*_cpu_s``: CPU
+    seconds of this process, all threads, which other processes on a shared host do not inflate)."""
+    recipe, _, option = variant.partition("/")
     step, args, (state_sh, batch_sh) = build(recipe, a, mesh)
     jitted = jax.jit(step, out_shardings=(state_sh, NamedSharding(mesh, P())), donate_argnums=0)
-    t0 = time.perf_counter()
-    traced = jitted.trace(*args)
-    t1 = time.perf_counter()
-    lowered = traced.lower()
-    t2 = time.perf_counter()
-    cb0 = callback_stats()
-    exe = lowered.compile()
-    t3 = time.perf_counter()
-    cb1 = callback_stats()
-    calls = sum(n - cb0.get(k, (0, 0.0))[0] for k, (n, _) in cb1.items())
-    cb_s = sum(s - cb0.get(k, (0, 0.0))[1] for k, (_, s) in cb1.items())
+    with partition_cache(option != "uncached"):
+        c0, t0 = time.process_time(), time.perf_counter()
+        traced = jitted.trace(*args)
+        t1 = time.perf_counter()
+        lowered = traced.lower()
+        c2, t2 = time.process_time(), time.perf_counter()
+        cb0 = callback_stats()
+        exe = lowered.compile()
+        c3, t3 = time.process_time(), time.perf_counter()
+        cb1 = callback_stats()
+    d = {k: (n - cb0.get(k, (0, 0.0))[0], s - cb0.get(k, (0, 0.0))[1]) for k, (n, s) in cb1.items()}
     n_cp = lowered.as_text().count("CustomSPMDPartitioning")
     del exe
     return {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2, "total_s": t3 - t0,
-            "partition_callbacks": calls, "partition_callback_s": cb_s, "custom_partitioning_ops": n_cp}
+            "trace_lower_cpu_s": c2 - c0, "compile_cpu_s": c3 - c2, "total_cpu_s": c3 - c0,
+            "partition_callbacks": sum(n for k, (n, _) in d.items() if not k.endswith(" (cached)")),
+            "partition_results_reused": sum(n for k, (n, _) in d.items() if k.endswith(" (cached)")),
+            "partition_callback_s": sum(s for _, (_, s) in d.items()), "custom_partitioning_ops": n_cp}
 
 
 def run(a) -> dict:
@@ -227,50 +249,66 @@ def run(a) -> dict:
         mesh = shd.make_mesh(mesh_spec)
         for n_layer in a.n_layer:
             a.n_layer_now = n_layer
-            samples = {r: [] for r in RECIPES}
+            variants = [v for v in a.variants if not (v == "srste/uncached" and n_layer > a.uncached_max_layers)]
+            samples = {v: [] for v in variants}
             for rnd in range(a.rounds):
-                for recipe in (RECIPES if rnd % 2 == 0 else RECIPES[::-1]):  # interleaved, order alternated
-                    m = measure(recipe, a, mesh)
-                    samples[recipe].append(m)
-                    print(f"  mesh {mesh_spec:10s} {n_layer:3d} layers  {recipe:6s} round {rnd}: trace {m['trace_s']:.2f}s "
-                          f"lower {m['lower_s']:.2f}s compile {m['compile_s']:.2f}s (partitioner callbacks "
-                          f"{m['partition_callbacks']}, {m['partition_callback_s']:.2f}s)", flush=True)
-            med = {r: {k: statistics.median(s[k] for s in samples[r]) for k in samples[r][0]} for r in RECIPES}
-            d, s = med["dense"], med["srste"]
-            rows.append({"mesh": mesh_spec, "n_layer": n_layer, "dense": d, "srste": s,
-                         "ratio_compile": s["compile_s"] / d["compile_s"], "ratio_total": s["total_s"] / d["total_s"],
-                         "samples": samples})
-            print(f"  mesh {mesh_spec} {n_layer} layers: compile srste/dense {rows[-1]['ratio_compile']:.2f}x, "
-                  f"trace+lower+compile {rows[-1]['ratio_total']:.2f}x", flush=True)
+                for v in (variants if rnd % 2 == 0 else variants[::-1]):  # interleaved, order alternated
+                    m = measure(v, a, mesh)
+                    samples[v].append(m)
+                    print(f"  mesh {mesh_spec:10s} {n_layer:3d} layers  {v:15s} round {rnd}: trace {m['trace_s']:.2f}s "
+                          f"lower {m['lower_s']:.2f}s compile {m['compile_s']:.2f}s (CPU {m['compile_cpu_s']:.2f}s; "
+                          f"partitioner callbacks {m['partition_callbacks']}, {m['partition_callback_s']:.2f}s, "
+                          f"{m['partition_results_reused']} partition results reused)", flush=True)
+            med = {v: {k: statistics.median(s[k] for s in samples[v]) for k in samples[v][0]} for v in variants}
+            row = {"mesh": mesh_spec, "n_layer": n_layer, **med, "samples": samples}
+            for v in variants[1:]:
+                row[f"ratio_compile/{v}"] = med[v]["compile_s"] / med["dense"]["compile_s"]
+                row[f"ratio_compile_cpu/{v}"] = med[v]["compile_cpu_s"] / med["dense"]["compile_cpu_s"]
+                row[f"ratio_total/{v}"] = med[v]["total_s"] / med["dense"]["total_s"]
+                print(f"  mesh {mesh_spec} {n_layer} layers: {v}/dense compile {row[f'ratio_compile/{v}']:.2f}x "
+                      f"(CPU time {row[f'ratio_compile_cpu/{v}']:.2f}x), trace+lower+compile "
+                      f"{row[f'ratio_total/{v}']:.2f}x", flush=True)
+            rows.append(row)
     dev = jax.devices()
     return {"bench": "bench_compile", "platform": dev[0].platform, "device_kind": dev[0].device_kind,
             "n_devices": len(dev), "fake_cpu_devices": dev[0].platform == "cpu" and len(dev) > 1,
-            "jax": jax.__version__, "host": platform.node(),
+            "jax": jax.__version__, "host": platform.node(), "variants": a.variants,
             "d_model": a.d_model, "n_head": a.n_head, "ffn": ffn_width(a.d_model), "vocab": a.vocab,
             "tokens": a.tokens, "seq_len": a.seq_len, "prepare": a.prepare, "rounds": a.rounds,
             "note": a.note, "rows": rows}
 
 
 def to_markdown(res: dict) -> str:
+    cpu = res["platform"] == "cpu"
     where = (f"CPU with {res['n_devices']} fake devices (`--xla_force_host_platform_device_count`)"
-             if res["platform"] == "cpu" else f"{res['n_devices']} x {res['device_kind']}")
+             if cpu else f"{res['n_devices']} x {res['device_kind']}")
+    variants = res["variants"]
     lines = [f"# Compile time of an unrolled user-style LLaMA: dense vs srste ({where})", "",
              f"d_model {res['d_model']}, {res['n_head']} heads, FFN {res['ffn']}, vocabulary {res['vocab']}, "
              f"{res['tokens']} tokens per step (sequence {res['seq_len']}), unrolled Python loop of blocks, every "
              f"block linear `nn.Dense` (dense) or `Sparse24Dense` (srste), `SparseTrainState`"
-             f"{' + prepare' if res['prepare'] else ''}, value_and_grad + apply_gradients; jax {res['jax']}. "
-             f"Median of {res['rounds']} interleaved rounds; seconds.", ""]
+             f"{' + prepare' if res['prepare'] else ''}, value_and_grad + apply_gradients, FSDP with "
+             f"`param_shardings(..., fsdp=\"fsdp\")` + `batch_sharded_activations` or data parallel; jax {res['jax']}. "
+             f"Median of {res['rounds']} interleaved rounds. Seconds: trace = `jit(...).trace`, lower = `.lower()`, "
+             f"compile = `.compile()` (XLA, the partitioner callbacks included); CPU s = CPU time of the process "
+             f"in the compile (all threads)."
+             + (" `srste/uncached`: the 2:4 ops' partition results not shared between identical op instances "
+                "(as before that change)." if "srste/uncached" in variants else ""), ""]
     if res.get("note"):
         lines += [res["note"], ""]
-    lines += ["| mesh | layers | dense trace | dense lower | dense compile | srste trace | srste lower | srste compile "
-              "| srste partitioner callbacks (calls, s) | compile srste/dense | total srste/dense |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    if res.get("command"):
+        lines += [f"`{res['command']}`", ""]
+    head = "| mesh | layers | variant | trace | lower | compile | compile CPU s | partition callbacks (traced, reused, s) | compile vs dense | compile CPU s vs dense | total vs dense |"
+    lines += [head, "|---" * (head.count("|") - 1) + "|"]
     for r in res["rows"]:
-        d, s = r["dense"], r["srste"]
-        lines.append(f"| `{r['mesh']}` | {r['n_layer']} | {d['trace_s']:.2f} | {d['lower_s']:.2f} | {d['compile_s']:.2f} "
-                     f"| {s['trace_s']:.2f} | {s['lower_s']:.2f} | {s['compile_s']:.2f} "
-                     f"| {s['partition_callbacks']:.0f}, {s['partition_callback_s']:.2f} "
-                     f"| **{r['ratio_compile']:.2f}x** | {r['ratio_total']:.2f}x |")
+        for v in (v for v in variants if v in r):
+            m = r[v]
+            ratio = "" if v == "dense" else f"**{r[f'ratio_compile/{v}']:.2f}x**"
+            ratio_cpu = "" if v == "dense" else f"{r[f'ratio_compile_cpu/{v}']:.2f}x"
+            ratio_tot = "" if v == "dense" else f"{r[f'ratio_total/{v}']:.2f}x"
+            lines.append(f"| `{r['mesh']}` | {r['n_layer']} | {v} | {m['trace_s']:.2f} | {m['lower_s']:.2f} | "
+                         f"{m['compile_s']:.2f} | {m['compile_cpu_s']:.2f} | {m['partition_callbacks']:.0f}, "
+                         f"{m['partition_results_reused']:.0f}, {m['partition_callback_s']:.2f} | {ratio} | {ratio_cpu} | {ratio_tot} |")
     return "\n".join(lines) + "\n"
 
 
@@ -284,6 +322,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--mesh", default="fsdp=2", help="';'-separated meshes, e.g. 'fsdp=2;data=2'")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--variants", default="dense,srste",
+                    help="dense,srste[,srste/uncached] (srste/uncached: partition results not shared, as before)")
+    ap.add_argument("--uncached-max-layers", type=int, default=10**9,
+                    help="run srste/uncached only up to this many layers (it is the slow one)")
     ap.add_argument("--prepare", action="store_true", help="state.prepare(x) in the step (the weights prepared once)")
     ap.add_argument("--cpu-devices", type=int, default=0, help="fake this many CPU devices (set before JAX starts)")
     ap.add_argument("--note", default="")
@@ -293,9 +335,13 @@ def main(argv=None) -> int:
     a.n_layer = [int(n) for n in str(a.n_layer).split(",") if n]
     a.mesh = [m.strip() for m in a.mesh.split(";") if m.strip()]
     a.n_head = a.n_head or max(1, a.d_model // 128)
+    a.variants = [v for v in a.variants.split(",") if v]
+    if a.variants[0] != "dense" or any(v.split("/")[0] not in RECIPES for v in a.variants):
+        ap.error("--variants: dense first, then srste or srste/uncached")
     if a.tokens % a.seq_len:
         ap.error("--tokens must be a multiple of --seq-len")
     res = run(a)
+    res["command"] = "python benchmarks/bench_compile.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     md = to_markdown(res)
     print(md)
     if a.out is not None:
