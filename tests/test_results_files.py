@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PREFIXES = ("train_gpt_", "layer", "spmm", "profile_step_", "gated_ffn", "mask_kernels", "mask_check", "scaling",
             "prune_demo", "ncu_", "step_time_", "step_breakdown_", "gpu_tests_", "sharding_", "ab_", "probe_",
-            "speedup_", "quality_", "fp8_", "example_loop_", "example_train_", "loader_", "weak_scaling_", "prepare_gpt2", "compress_", "launch_overhead")
+            "speedup_", "quality_", "fp8_", "example_loop_", "example_train_", "loader_", "weak_scaling_", "prepare_gpt2", "compress_", "launch_overhead",
+            "compile_")
 NAME = re.compile(r"(?<![\w/.-])(?:benchmarks/results/)?([A-Za-z][\w.-]*\.(?:md|json|png|txt|csv))(?![\w*])")
 EXPLICIT = re.compile(r"benchmarks/results/([A-Za-z][\w.-]*\.(?:md|json|png|txt|csv))(?![\w*])")
 SOURCE_SUFFIXES = {".py", ".sh", ".cu", ".cuh", ".h", ".cc", ".toml", ".md"}

@@ -60,10 +60,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import functools
 import inspect
 import math
 import time
+import types
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -608,6 +610,198 @@ def _timed_callback(name: str):
 
 
 # --------------------------------------------------------------------------------------------
+# One partition result per distinct op instance and compile
+# --------------------------------------------------------------------------------------------
+#
+# XLA's partitioner calls a custom_partitioning op back once per *instance*: JAX then calls ``partition``,
+# traces the per-shard function it returns (``make_jaxpr``), lowers that to a StableHLO module and serializes
+# it, and XLA parses the module and inlines it. An unrolled model repeats every op once per layer (a LLaMA
+# block: 7 linear layers x forward, input- and weight-gradient GEMMs + the mask refresh), so that work grew
+# with the depth (CPU, 8 unrolled LLaMA blocks under fsdp=2: 224 instances, 5.5 s of Python in the
+# callbacks, more than half of it building the modules, besides XLA's own time on them).
+#
+# Here the ops bind their own primitive, a copy of ``custom_partitioning_p`` whose custom call has another
+# target name, and that target's partition callback memoizes JAX's: within one lowered program (a dict in
+# its ``ModuleContext``, which lives as long as the program's lowering) an instance whose op key (:func:`_op_key`: the rule, the per-platform function's code
+# and closure values, the operands' shapes and dtypes, the gather mode) and whose proposed operand and
+# result shardings equal an earlier instance's gets the earlier module bytes and shardings back without
+# tracing or lowering anything. The program XLA builds is the same (the same module text is inlined).
+# ``propagate`` / ``infer`` (GSPMD) are JAX's. Where these JAX internals are missing (another JAX) or an
+# op's function cannot be keyed (a closure over an array), the op is a plain ``custom_partitioning`` op.
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+_KEY_ATOMS = (type(None), bool, int, float, complex, str, bytes, np.dtype, type)
+
+
+def _fn_key(obj, depth: int = 0):
+    """A hashable value equal for two objects that compute the same thing: scalars, dtypes, enums, tuples,
+    functions (code object, defaults and closure values, recursively), partials, and this package's own
+    objects or hashable callables by identity. Raises :class:`_Unkeyable` for anything else (arrays, tracers)."""
+    if depth > 12:
+        raise _Unkeyable
+    if isinstance(obj, _KEY_ATOMS) or isinstance(obj, enum.Enum):
+        return (type(obj), obj)
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple(_fn_key(o, depth + 1) for o in obj))
+    if isinstance(obj, dict):
+        return (dict, tuple(sorted(((_fn_key(k, depth + 1), _fn_key(v, depth + 1)) for k, v in obj.items()), key=repr)))
+    if isinstance(obj, functools.partial):
+        return (functools.partial, _fn_key(obj.func, depth + 1), _fn_key(obj.args, depth + 1),
+                _fn_key(obj.keywords, depth + 1))
+    if isinstance(obj, types.FunctionType):
+        try:
+            cells = tuple(_fn_key(c.cell_contents, depth + 1) for c in obj.__closure__ or ())
+        except ValueError:  # an empty cell
+            raise _Unkeyable from None
+        return (types.FunctionType, obj.__code__, id(obj.__globals__), cells, _fn_key(obj.__defaults__, depth + 1),
+                _fn_key(obj.__kwdefaults__, depth + 1))
+    if isinstance(obj, (jax.Array, np.ndarray, jax.core.Tracer)):
+        raise _Unkeyable
+    if type(obj) is object:  # a sentinel (jax.vmap's default axis name)
+        return ("object", obj)
+    mod = getattr(type(obj), "__module__", "") or ""
+    if mod.startswith("jax_sparse24") or isinstance(obj, (types.BuiltinFunctionType, types.MethodType, np.ufunc)) \
+            or (callable(obj) and mod.startswith(("jax", "numpy", "ml_dtypes"))):
+        try:
+            hash(obj)
+        except TypeError:
+            raise _Unkeyable from None
+        return ("object", obj)
+    raise _Unkeyable
+
+
+def _op_key(rule, impl, n_real, gather_packed, key_impls, shapes, dtypes):
+    try:
+        return (rule, _fn_key(impl), n_real, gather_packed, tuple(sorted((k, str(v)) for k, v in key_impls.items())),
+                tuple(shapes), tuple(str(d) for d in dtypes))
+    except _Unkeyable:
+        return None
+    except TypeError:  # something unhashable inside the rule
+        return None
+
+
+class _CachedPartitioning:
+    """The primitive, its lowering and the memoizing partition callback (module comment above)."""
+
+    TARGET = "CustomSPMDPartitioning_jax_sparse24"  # JAX's name as a prefix: counts of "CustomSPMDPartitioning" still see the ops
+
+    def __init__(self):
+        from jax._src import api_util, core, dispatch, mesh as mesh_lib
+        from jax._src import config as jax_config
+        from jax._src import custom_partitioning as jcp
+        from jax._src import linear_util as lu
+        from jax._src import xla_bridge as xb
+        from jax._src.interpreters import mlir
+        from jax._src.interpreters import partial_eval as pe
+        from jax._src.lib import xla_client as xc
+        from jax._src.lib.mlir import ir
+
+        self.jcp, self.core, self.pe, self.lu, self.api_util = jcp, core, pe, lu, api_util
+        self.mesh_lib, self.jax_config, self.ir = mesh_lib, jax_config, ir
+        for name in ("_custom_partitioning_abstract_eval", "_custom_partitioning_impl",
+                     "_custom_partitioning_lowering_rule", "_custom_partitioning_partition",
+                     "_custom_partitioning_propagate_user_sharding",
+                     "_custom_partitioning_infer_sharding_from_operands", "_sharding_callbacks",
+                     "_CUSTOM_PARTITIONING_CALL_NAME"):
+            getattr(jcp, name)  # AttributeError: another JAX, no cache
+        self.hits = 0
+        p = core.Primitive("sparse24_custom_partitioning")
+        p.multiple_results = True
+        p.def_abstract_eval(jcp._custom_partitioning_abstract_eval)
+        p.def_impl(jcp._custom_partitioning_impl)
+        dispatch.prim_requires_devices_during_lowering.add(p)
+        mlir.register_lowering(p, self._lowering)
+        self.p = p
+        callbacks = dict(prop_user_sharding=jcp._custom_partitioning_propagate_user_sharding,
+                         partition=self._partition,
+                         infer_sharding_from_operands=jcp._custom_partitioning_infer_sharding_from_operands,
+                         can_side_effecting_have_replicated_sharding=True)
+        xc.register_custom_call_partitioner(self.TARGET, **callbacks)
+        xb.register_plugin_callbacks(functools.partial(xc.register_custom_call_partitioner, name=self.TARGET,
+                                                       **callbacks))
+
+    def bind(self, op, op_key, args):
+        """``op(*args)`` (a ``custom_partitioning`` without static arguments) bound as this primitive:
+        ``custom_partitioning.__call__``'s steps."""
+        core, pe = self.core, self.pe
+        debug = self.api_util.debug_info("custom_partitioning", op.fun, tuple(args), {})
+        args_flat, in_tree = jax.tree_util.tree_flatten(tuple(args))
+        flat_fun, out_tree = self.api_util.flatten_fun_nokwargs(self.lu.wrap_init(op.fun, debug_info=debug), in_tree)
+        in_avals = [core.typeof(x) for x in args_flat]
+        mesh = self.mesh_lib.thread_resources.env.physical_mesh
+        with core.extend_axis_env_nd(mesh.shape.items()):
+            jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(flat_fun, in_avals)
+        assert not len(consts)
+        call = core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ())
+        shardy = self.jax_config.use_shardy_partitioner.value
+        partition = functools.partial(_keyed_partition, op.partition, op_key)
+        out_flat = self.p.bind(
+            *args_flat, call=call, partition=partition,
+            propagate_user_sharding=None if shardy else op.propagate_user_sharding,
+            infer_sharding_from_operands=None if shardy else op.infer_sharding_from_operands,
+            decode_shardings=op.decode_shardings, sharding_rule=op.sharding_rule if shardy else None,
+            in_tree=in_tree, out_tree=out_tree(), static_args=())
+        return jax.tree_util.tree_unflatten(out_tree(), out_flat)
+
+    def _lowering(self, ctx, *values, **params):
+        results = self.jcp._custom_partitioning_lowering_rule(ctx, *values, **params)
+        ir = self.ir
+        for r in results[:1]:
+            op = r.owner
+            op = getattr(op, "operation", op)
+            if op.name == "stablehlo.custom_call" and "call_target_name" in op.attributes and \
+                    ir.StringAttr(op.attributes["call_target_name"]).value == self.jcp._CUSTOM_PARTITIONING_CALL_NAME:
+                op.attributes["call_target_name"] = ir.StringAttr.get(self.TARGET)
+        return results
+
+    def _partition(self, arg_shapes, arg_shardings, result_shape, result_sharding, backend_string):
+        info = self.jcp._sharding_callbacks[backend_string]
+        op_key = info.partition.args[1] if isinstance(info.partition, functools.partial) else None
+        if op_key is None:
+            return self.jcp._custom_partitioning_partition(arg_shapes, arg_shardings, result_shape,
+                                                          result_sharding, backend_string)
+
+        def shape_key(s):
+            return (tuple(s.dimensions()), str(s.numpy_dtype()))
+
+        res_shapes = result_shape.tuple_shapes() if result_shape.is_tuple() else (result_shape,)
+        key = (op_key, info.mesh, tuple(info.module_context.platforms),
+               tuple(shape_key(s) for s in arg_shapes), tuple(str(h) for h in arg_shardings),
+               tuple(shape_key(s) for s in res_shapes), str(result_sharding))
+        store = getattr(info.module_context, "cached_primitive_lowerings", None)  # one dict per lowered program
+        if not isinstance(store, dict):
+            return self.jcp._custom_partitioning_partition(arg_shapes, arg_shardings, result_shape,
+                                                          result_sharding, backend_string)
+        cache = store.setdefault(("jax_sparse24", "partition results"), {})
+        hit = cache.get(key)
+        if hit is not None:
+            self.hits += 1
+            entry = _CALLBACK_STATS.setdefault(op_key[0].name + " (cached)", [0, 0.0])
+            entry[0] += 1
+            return hit
+        out = self.jcp._custom_partitioning_partition(arg_shapes, arg_shardings, result_shape, result_sharding,
+                                                      backend_string)
+        cache[key] = out
+        return out
+
+
+def _keyed_partition(partition, op_key, *args):
+    """The op's ``partition`` callback, carrying its op key for :class:`_CachedPartitioning`."""
+    del op_key
+    return partition(*args)
+
+
+try:
+    _CACHED_CP: _CachedPartitioning | None = _CachedPartitioning()
+except Exception:  # pragma: no cover - a JAX without these internals: plain custom_partitioning ops
+    _CACHED_CP = None
+
+
+# --------------------------------------------------------------------------------------------
 # The partitioned op
 # --------------------------------------------------------------------------------------------
 
@@ -748,6 +942,12 @@ def _cp_call(rule: Rule, impl: Callable, *args):
     kwargs = dict(infer_sharding_from_operands=infer, sharding_rule=sdy_rule)
     kwargs = {k: v for k, v in kwargs.items() if k in _DEF_PARTITION_PARAMS}
     op.def_partition(partition, **kwargs)
+    # Identical op instances (an unrolled model's layers) share one partition result per compile: the key is
+    # everything the partition callback and its per-shard function depend on besides the shardings and
+    # shapes, which the cache adds (see _cached_partition).
+    op_key = _op_key(rule_x, impl, n_real, gather_packed, key_impls, shapes, [jnp.result_type(a) for a in args])
+    if op_key is not None and _CACHED_CP is not None:
+        return _CACHED_CP.bind(op, op_key, args)
     return op(*args)
 
 
