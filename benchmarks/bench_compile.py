@@ -210,17 +210,19 @@ def callback_stats() -> dict:
 
 @contextlib.contextmanager
 def partition_cache(on: bool):
-    """``srste/uncached``: the library's shared partition results off (``_src.sharding._CACHED_CP``, a
-    diagnostic switch), i.e. every 2:4 op instance partitioned on its own, as before they existed."""
+    """``srste``: the library's shared partition results on (``JAX_SPARSE24_SHARED_PARTITIONS=1``, opt-in);
+    ``srste/uncached``: off, every 2:4 op instance partitioned on its own (the library's default)."""
     from jax_sparse24._src import sharding as _shd
 
-    saved = getattr(_shd, "_CACHED_CP", None)
+    saved = _shd._shared_partitioning() is not None
+    if on and not _shd.share_partition_results(True):
+        raise SystemExit("bench_compile: this JAX lacks the internals of the shared partition results")
     if not on:
-        _shd._CACHED_CP = None
+        _shd.share_partition_results(False)
     try:
         yield
     finally:
-        _shd._CACHED_CP = saved
+        _shd.share_partition_results(saved)
 
 
 def measure(variant: str, a, mesh) -> dict:

@@ -86,11 +86,33 @@ def partitioner(request):
         jax.config.update("jax_enable_compilation_cache", cache)
 
 
+@pytest.fixture(autouse=True)
+def _shared_partitions_undecided(monkeypatch):
+    """Each test starts and ends with the switch undecided (the environment decides at the first op)."""
+    monkeypatch.delenv(_shd.SHARED_PARTITIONS_ENV, raising=False)
+    _shd.share_partition_results(False)
+    _shd._CACHED_CP_STATE["decided"] = False
+    yield
+    _shd.share_partition_results(False)
+    _shd._CACHED_CP_STATE["decided"] = False
+
+
+def test_shared_partitions_are_opt_in(monkeypatch):
+    """Off unless JAX_SPARSE24_SHARED_PARTITIONS=1: the ops lower to JAX's own custom_partitioning target."""
+    mesh = shd.make_mesh("data=2,fsdp=4", devices=CPUS[:8])
+    fn, args = _step_and_args(1, mesh)
+    assert "CustomSPMDPartitioning_jax_sparse24" not in fn.lower(*args).as_text()
+    assert _shd._shared_partitioning() is None
+    _shd._CACHED_CP_STATE["decided"] = False
+    monkeypatch.setenv(_shd.SHARED_PARTITIONS_ENV, "1")
+    assert _shd._shared_partitioning() is not None
+
+
 def test_partition_work_does_not_grow_with_identical_layers(partitioner):
     """3 and 2 unrolled identical blocks under FSDP trace the same number of per-shard functions (one per
     distinct op); the extra block's instances reuse them; the second program traces its own again (the results
     are shared within one compiled program, not across programs)."""
-    assert _shd._CACHED_CP is not None, "the cached partitioning is off (this JAX lacks the internals it uses)"
+    assert _shd.share_partition_results(True), "this JAX lacks the internals of the shared partition results"
     mesh = shd.make_mesh("data=2,fsdp=4", devices=CPUS[:8])
     counts = {}
     for n in (3, 2):
@@ -117,12 +139,12 @@ def _normalized_hlo(text):
 
 def test_shared_partition_results_give_the_same_program_and_values(monkeypatch):
     """With and without the shared partition results: the same optimized HLO and bit-identical results."""
-    assert _shd._CACHED_CP is not None, "the cached partitioning is off (this JAX lacks the internals it uses)"
+    assert _shd.share_partition_results(True), "this JAX lacks the internals of the shared partition results"
     mesh = shd.make_mesh("data=2,fsdp=4", devices=CPUS[:8])
     out = {}
     for cached in (True, False):
         if not cached:
-            monkeypatch.setattr(_shd, "_CACHED_CP", None)
+            _shd.share_partition_results(False)
         fn, args = _step_and_args(2, mesh)  # a fresh jit: traced and lowered again
         lowered = fn.lower(*args)
         assert lowered.as_text().count("CustomSPMDPartitioning") > 0

@@ -64,6 +64,7 @@ import enum
 import functools
 import inspect
 import math
+import os
 import time
 import types
 from typing import Any, Callable, Mapping, Sequence
@@ -795,10 +796,33 @@ def _keyed_partition(partition, op_key, *args):
     return partition(*args)
 
 
-try:
-    _CACHED_CP: _CachedPartitioning | None = _CachedPartitioning()
-except Exception:  # pragma: no cover - a JAX without these internals: plain custom_partitioning ops
-    _CACHED_CP = None
+#: Opt-in: ``JAX_SPARSE24_SHARED_PARTITIONS=1`` (read at the first 2:4 op traced under a mesh) or
+#: :func:`share_partition_results`. Off by default until it has run on a GPU: it binds a copy of JAX's private
+#: ``custom_partitioning`` primitive and registers its partitioner with the GPU plugin.
+SHARED_PARTITIONS_ENV = "JAX_SPARSE24_SHARED_PARTITIONS"
+_CACHED_CP: _CachedPartitioning | None = None
+_CACHED_CP_STATE = {"decided": False}
+
+
+def share_partition_results(enabled: bool = True) -> bool:
+    """Turn the shared partition results of identical 2:4 op instances on or off for programs traced from now
+    on; returns whether they are on (``False`` where this JAX lacks the internals they use)."""
+    global _CACHED_CP
+    _CACHED_CP_STATE["decided"] = True
+    if not enabled:
+        _CACHED_CP = None
+    elif _CACHED_CP is None:
+        try:
+            _CACHED_CP = _CachedPartitioning()
+        except Exception:  # a JAX without these internals: plain custom_partitioning ops
+            _CACHED_CP = None
+    return _CACHED_CP is not None
+
+
+def _shared_partitioning() -> _CachedPartitioning | None:
+    if not _CACHED_CP_STATE["decided"]:
+        share_partition_results(os.environ.get(SHARED_PARTITIONS_ENV, "0") == "1")
+    return _CACHED_CP
 
 
 # --------------------------------------------------------------------------------------------
@@ -946,8 +970,9 @@ def _cp_call(rule: Rule, impl: Callable, *args):
     # everything the partition callback and its per-shard function depend on besides the shardings and
     # shapes, which the cache adds (see _cached_partition).
     op_key = _op_key(rule_x, impl, n_real, gather_packed, key_impls, shapes, [jnp.result_type(a) for a in args])
-    if op_key is not None and _CACHED_CP is not None:
-        return _CACHED_CP.bind(op, op_key, args)
+    shared = _shared_partitioning() if op_key is not None else None
+    if shared is not None:
+        return shared.bind(op, op_key, args)
     return op(*args)
 
 
