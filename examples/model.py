@@ -1,22 +1,10 @@
 """A GPT-2 or LLaMA-style decoder in Flax Linen whose linear layers are 2:4 sparse (``Sparse24Dense``).
 
-``arch="gpt"``: pre-LayerNorm blocks, learned positions, a GELU (``4d``) or SwiGLU FFN, a tied head.
-``arch="llama"``: pre-RMSNorm blocks, rotary positions, a SwiGLU FFN of ``ffn_hidden_size``, no biases,
-an untied head (the shapes of the LLaMA family: sizes ``llama-1b``, ``llama-7b``). The FFN linears, and
-with ``sparse_attn=True`` the attention projections, are :class:`jax_sparse24.nn.Sparse24Dense` with the
-recipe's ``method``; embeddings, head and norms stay dense (``method="dense"``: every layer ``nn.Dense``).
-
-Parameter tree (``layers="scan"``: the blocks as one ``nn.scan`` stack ``h``, one block compiled for all,
-every leaf under ``h`` with a leading layer axis; ``layers="unroll"``: modules ``h_0 ... h_{n-1}``)::
-
-    wte/embedding, [wpe/embedding], ln_f, [lm_head/kernel]
-    h/ln_1, h/attn/{qkv,proj}/{kernel[,bias]}, h/ln_2, h/mlp/{fc,proj}/{kernel[,bias]}
-
-The ``"sparsity"`` collection (the 2:4 masks) mirrors the sparse layers' paths. The fused ``qkv`` kernel's
-columns are grouped per head and SwiGLU's gate and up columns interleaved, so that a tensor-parallel column
-shard holds whole heads and matching pairs. ``remat`` rematerialises each block in the backward pass:
-``"dots"`` keeps the GEMM outputs (the 2:4 GEMMs' too: :func:`jax_sparse24.checkpoint_policy`), ``"full"``
-only the block's input.
+``arch="gpt"``: pre-LayerNorm blocks, learned positions, a GELU or SwiGLU FFN, a tied head. ``arch="llama"``:
+pre-RMSNorm blocks, rotary positions, a SwiGLU FFN, no biases, an untied head. The FFN linears (with
+``sparse_attn=True`` the attention projections too) are :class:`jax_sparse24.nn.Sparse24Dense`; embeddings, head
+and norms stay dense. The blocks are one ``nn.scan`` stack ``h`` (``layers="scan"``: a leading layer axis on its
+leaves) or ``h_0 ... h_{n-1}``; the ``"sparsity"`` collection (the 2:4 masks) mirrors the sparse layers' paths.
 """
 
 from __future__ import annotations
@@ -83,16 +71,13 @@ class GPTConfig:
         return 64 * math.ceil(8 * self.n_embd / 3 / 64) if self.ffn == "swiglu" else 4 * self.n_embd
 
     def make_linear(self, features: int, name: str, sparse_layer: bool, std: float, features_in: int) -> nn.Module:
-        """The linear layer ``name`` (``features_in -> features``): ``Sparse24Dense`` where ``sparse_layer``
-        and the method is not ``"dense"`` (or with fp8: XLA's fp8 dense GEMMs), else ``nn.Dense``. A
-        subclass may return other layers (same names, same kernel shapes)."""
+        """``Sparse24Dense`` where ``sparse_layer`` and the method is not dense (or fp8), else ``nn.Dense``."""
         init = nn.initializers.normal(std)
         if not sparse_layer or (self.method == "dense" and not self.fp8):
             return nn.Dense(features, use_bias=self.use_bias, dtype=self.dtype, kernel_init=init, name=name)
         return Sparse24Dense(features, use_bias=self.use_bias, dtype=self.dtype, kernel_init=init, name=name,
-                             method=self.method, mvue=self.mvue, transposable=self.transposable,
-                             mask_every=self.mask_every, backend=self.backend, fp8=self.fp8,
-                             fp8_scaling=self.fp8_scaling)
+                             method=self.method, mvue=self.mvue, transposable=self.transposable, backend=self.backend,
+                             mask_every=self.mask_every, fp8=self.fp8, fp8_scaling=self.fp8_scaling)
 
 
 #: size presets (vocabulary: 256 bytes, or the tokenizer's). llama-7b: 8 of its 32 layers by default, so
@@ -123,38 +108,25 @@ def sparse_layer_paths(cfg: GPTConfig) -> list[tuple[str, ...]]:
 
 
 def attention_implementation(attention: str, dtype, head_dim: int) -> str:
-    """``implementation=`` of ``jax.nn.dot_product_attention``: ``"auto"`` is cuDNN on a GPU with 16-bit
-    compute and a head dimension cuDNN takes (a multiple of 8, at most 256), else XLA; ``"cudnn"`` where
-    cuDNN cannot run raises ``ValueError`` naming why.
-
-    >>> attention_implementation("auto", jnp.float32, 64)
-    'xla'
-    """
+    """``implementation=`` of ``jax.nn.dot_product_attention``: ``"auto"`` is cuDNN where it runs, else XLA;
+    ``"cudnn"`` where cuDNN cannot run raises ``ValueError`` naming why."""
     if attention not in ATTENTION:
         raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
-    gpu = jax.default_backend() == "gpu"
-    half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-    head_ok = head_dim % 8 == 0 and head_dim <= 256
-    if attention == "xla" or (attention == "auto" and not (gpu and half and head_ok)):
+    why = [why for bad, why in (
+        (jax.default_backend() != "gpu", "a GPU backend (use 'auto' or 'xla' on CPU)"),
+        (jnp.dtype(dtype) not in (jnp.float16, jnp.bfloat16), f"float16/bfloat16 compute, got {jnp.dtype(dtype)}"),
+        (head_dim % 8 or head_dim > 256, f"a head dimension that is a multiple of 8 and <= 256, got {head_dim}"),
+    ) if bad]
+    if attention == "xla" or (attention == "auto" and why):
         return "xla"
-    if not gpu:
-        raise ValueError("attention='cudnn' needs a GPU backend (use 'auto' or 'xla' on CPU)")
-    if not half:
-        raise ValueError(f"attention='cudnn' needs float16/bfloat16 compute, got {jnp.dtype(dtype).name}")
-    if not head_ok:
-        raise ValueError(f"attention='cudnn' needs a head dimension that is a multiple of 8 and <= 256, "
-                         f"got {head_dim}")
+    if why:
+        raise ValueError(f"attention='cudnn' needs {why[0]}")
     return "cudnn"
 
 
 def rotary(x, theta: float = 10000.0):
-    """Rotary position embedding of ``x (batch, tokens, heads, head_dim)``: feature ``j`` paired with
-    ``j + head_dim/2``, rotated by ``position * theta^(-2j/head_dim)`` (in float32).
-
-    >>> x = jnp.ones((1, 3, 1, 4))
-    >>> bool(jnp.allclose(rotary(x)[:, 0], x[:, 0]))   # position 0 is not rotated
-    True
-    """
+    """Rotary embedding of ``x (batch, tokens, heads, head_dim)``: features ``j`` and ``j + head_dim/2`` rotated
+    by ``position * theta^(-2j/head_dim)`` (in float32)."""
     t, hd = x.shape[1], x.shape[-1]
     if hd % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {hd}")
@@ -171,9 +143,8 @@ def _call(layer, x, sparse):
 
 
 class OneHotEmbed(nn.Embed):
-    """``nn.Embed`` (same parameter and output) looked up as ``one_hot(idx) @ table``: its gradient is a GEMM,
-    not a scatter-add of every token into a few rows (with 256 byte tokens the scatter took 14 ms of a 78 ms
-    GPT-2 step on an H100). For small vocabularies only: the one-hot array is tokens x vocabulary."""
+    """``nn.Embed`` looked up as ``one_hot(idx) @ table``: its gradient is a GEMM, not a slow scatter-add of every
+    token into a few rows. For small vocabularies only: the one-hot array is tokens x vocabulary."""
 
     def __call__(self, inputs):
         if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
@@ -223,39 +194,19 @@ def _norm(cfg: GPTConfig, name: str) -> nn.Module:
 
 
 class Block(nn.Module):
+    """A transformer block: ``(x, sparse) -> (x, None)``, the signature of an ``nn.scan`` body."""
+
     cfg: GPTConfig
 
     @nn.compact
     def __call__(self, x, sparse):
         x = x + CausalSelfAttention(self.cfg, name="attn")(_norm(self.cfg, "ln_1")(x), sparse)
-        return x + MLP(self.cfg, name="mlp")(_norm(self.cfg, "ln_2")(x), sparse)
-
-
-class ScanBlock(Block):
-    """A block as the body of ``nn.scan``: ``(carry, sparse) -> (carry, None)``."""
-
-    def __call__(self, x, sparse):
-        return super().__call__(x, sparse), None
-
-
-def _remat(module, cfg: GPTConfig, sparse, **kw):
-    """``module`` rematerialised per ``cfg.remat``; a Python ``sparse`` flag stays static (a traced one would
-    make every 2:4 layer a ``lax.cond`` of its sparse and dense computations)."""
-    static = (2,) if sparse is None or isinstance(sparse, bool) else ()  # (self, x, sparse)
-    policy = checkpoint_policy("dots") if cfg.remat == "dots" else None
-    return nn.remat(module, policy=policy, static_argnums=static, **kw)
+        return x + MLP(self.cfg, name="mlp")(_norm(self.cfg, "ln_2")(x), sparse), None
 
 
 class GPT(nn.Module):
-    """Decoder-only transformer: ``(batch, tokens)`` int32 -> float32 logits ``(batch, tokens, vocab)``.
-
-    ``sparse`` goes to every 2:4 layer: ``None`` (sparse unless the method is ``"dense"``) or a bool (a
-    dense phase of a 2:4 recipe, e.g. srste's fine-tune).
-
-    >>> cfg = GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, method="srste")
-    >>> sorted(GPT(cfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
-    ['params', 'sparsity']
-    """
+    """Decoder-only transformer: ``(batch, tokens)`` int32 -> float32 logits ``(batch, tokens, vocab)``. ``sparse``
+    goes to every 2:4 layer: ``None`` (sparse unless the method is dense) or a bool (e.g. srste's dense fine-tune)."""
 
     cfg: GPTConfig
 
@@ -265,28 +216,29 @@ class GPT(nn.Module):
         t = idx.shape[1]
         if t > cfg.block_size:
             raise ValueError(f"sequence length {t} exceeds block_size {cfg.block_size}")
+        init = nn.initializers.normal(0.02)
         embed = OneHotEmbed if cfg.vocab_size <= ONE_HOT_MAX_VOCAB else nn.Embed
-        wte = embed(cfg.vocab_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02), dtype=cfg.dtype,
-                    name="wte")
+        wte = embed(cfg.vocab_size, cfg.n_embd, embedding_init=init, dtype=cfg.dtype, name="wte")
         x = wte(idx)
         if cfg.arch == "gpt":  # learned positions 0..t-1: a slice of the table (its gradient a pad)
-            wpe = nn.Embed(cfg.block_size, cfg.n_embd, embedding_init=nn.initializers.normal(0.02),
-                           dtype=cfg.dtype, name="wpe")
+            wpe = nn.Embed(cfg.block_size, cfg.n_embd, embedding_init=init, dtype=cfg.dtype, name="wpe")
             x = x + wpe.embedding[:t].astype(cfg.dtype)[None]
+        block = Block
+        if cfg.remat != "none":  # "dots" keeps the GEMM outputs (the 2:4 GEMMs' too), "full" only the block's input
+            static = (2,) if sparse is None or isinstance(sparse, bool) else ()  # (self, x, sparse): a Python flag
+            policy = checkpoint_policy("dots") if cfg.remat == "dots" else None
+            block = nn.remat(Block, policy=policy, static_argnums=static, prevent_cse=cfg.layers != "scan")
         if cfg.layers == "scan":  # one block traced and compiled for all; its 2:4 state stacked per layer
-            body = _remat(ScanBlock, cfg, sparse, prevent_cse=False) if cfg.remat != "none" else ScanBlock
-            stack = nn.scan(body, length=cfg.n_layer, in_axes=(nn.broadcast,),
+            stack = nn.scan(block, length=cfg.n_layer, in_axes=(nn.broadcast,),
                             variable_axes={c: 0 for c in ("params", SPARSITY, PREPARED, FP8_META)},
                             split_rngs={"params": True, "mvue": True, "dropout": True})
             x = stack(cfg, name=STACK)(x, sparse)[0]
         else:
-            block = _remat(Block, cfg, sparse) if cfg.remat != "none" else Block
             for name in block_names(cfg):
-                x = block(cfg, name=name)(x, sparse)
+                x = block(cfg, name=name)(x, sparse)[0]
         x = _norm(cfg, "ln_f")(x)
         if cfg.tie_head:
             logits = wte.attend(x)
         else:
-            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype,
-                              kernel_init=nn.initializers.normal(0.02), name="lm_head")(x)
+            logits = nn.Dense(cfg.vocab_size, use_bias=False, dtype=cfg.dtype, kernel_init=init, name="lm_head")(x)
         return logits.astype(jnp.float32)

@@ -3,27 +3,16 @@
 
     python examples/train.py --size tiny --steps 300 --out runs/tiny          # CPU, about a minute
     python examples/train.py --size tiny --compare dense,srste --out runs/cmp  # side by side
-
-On GPUs (token shards of examples/prepare_data.py; docs/multi_gpu.md)::
-
-    python examples/train.py --data data/realtext --size llama-7b --n-layer 4 --compare dense,srste
     python examples/train.py --data data/realtext --size llama-7b --n-layer 32 --mesh fsdp=4 --remat full
     python examples/launch.py --nproc 4 -- examples/train.py --distributed --mesh fsdp=4 ...  # one per GPU
 
-It reads top to bottom: Ctrl-C, flags, devices, model and optimizer, the jitted steps, checkpoints, the loop,
-the outputs. Recipes (``--recipe``; the FFN linears are 2:4, at the LLaMA sizes the attention projections too):
-``dense`` (``nn.Dense`` and AdamW, the baseline); ``srste`` (SR-STE: transposable masks refreshed every 40
-steps, the MVUE weight gradient, masked decay of the pruned weights, a dense fine-tune over the last sixth);
-``sste`` (S-STE, soft-thresholded weights); ``ste`` (the 2:4 magnitude mask of the weights, every step).
-The 2:4 kernels train at twice the learning rate while the model runs sparse (``sparse_lr_scale``: srste
-always, sste and ste on the tiny sizes).
-
-``tokens/s`` is the rate of the recipe's main phase (srste's 2:4 steps) in the steady state: compilation,
-evaluations and the first span of steps are not timed; ``whole run`` counts every training step. ``--out``
-gets ``loss.png``, ``summary.json`` and orbax checkpoints in ``ckpt/<recipe>/`` every ``--ckpt-every`` steps.
-``--resume`` continues from them (the batch and the MVUE key of step ``t`` are functions of ``(--seed, t)``);
-``--overwrite`` starts over; a previous run is never replaced without one of them. Ctrl-C stops at the next
-step, saves a checkpoint and exits 130 with one line saying how to resume (a second Ctrl-C quits at once).
+Recipes: ``dense`` (``nn.Dense``, AdamW); ``srste`` (SR-STE: transposable masks refreshed every 40 steps, the MVUE
+weight gradient, masked decay of the pruned weights, a dense fine-tune over the last sixth); ``sste``
+(soft-thresholded weights); ``ste`` (the weights' 2:4 magnitude mask). The FFN linears are 2:4, at the LLaMA sizes
+the attention projections too. ``--out`` gets ``loss.png``, ``summary.json`` and orbax checkpoints in
+``ckpt/<recipe>/``; ``--resume`` continues from them, ``--overwrite`` starts over. Ctrl-C stops at the next step,
+saves a checkpoint and exits 130 with one line saying how to resume. (``--data``: the token shards of
+examples/prepare_data.py; several GPUs: docs/multi_gpu.md.)
 """
 
 from __future__ import annotations
@@ -36,13 +25,8 @@ PROG = "train.py"
 
 
 class StopFlag:
-    """Ctrl-C as a flag that the loop reads between steps: the SIGINT handler only sets :attr:`requested`.
-
-    A ``KeyboardInterrupt`` raised wherever the main thread happens to be is not safe with JAX: raised while
-    XLA compiles on its own threads, the interpreter exits and tears the runtime down under the running
-    compilation, which then crashes (SIGSEGV). So the first Ctrl-C is only noted, and the loop stops at its
-    next step; a second one gets the default action (the process ends at once, nothing more saved).
-    """
+    """Ctrl-C as a flag that the loop reads between steps. (A ``KeyboardInterrupt`` raised while XLA compiles on
+    its own threads tears the runtime down under the compilation: SIGSEGV.) A second Ctrl-C ends the process."""
 
     requested, _prev = False, None
 
@@ -73,7 +57,6 @@ import os  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
-from contextlib import nullcontext  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
@@ -101,59 +84,51 @@ RECIPES = {
 TINY = ("tiny", "llama-tiny")  # sste and ste: sparse_lr_scale 2 here (their 2:4 layers lag early), 1 above
 #: per-size defaults of the flags; the LLaMA sizes make the attention projections 2:4 too
 _SMALL = dict(steps=300, batch_size=16, seq_len=64, lr=2e-3, warmup=50, eval_batches=4)
-_LARGE = dict(steps=5000, seq_len=2048, warmup=200, eval_batches=4, sparse_attn=True)
+_LARGE = dict(steps=5000, batch_size=8, seq_len=2048, warmup=200, eval_batches=4, sparse_attn=True)
 SIZE_DEFAULTS = {
-    "tiny": _SMALL,
+    "tiny": _SMALL, "llama-tiny": dict(_SMALL, sparse_attn=True),
     "gpt2": dict(_LARGE, batch_size=16, seq_len=1024, lr=6e-4, sparse_attn=False),
-    "gpt2-medium": dict(_LARGE, batch_size=8, seq_len=1024, lr=3e-4, sparse_attn=False),
-    "llama-tiny": dict(_SMALL, sparse_attn=True),
-    "llama-300m": dict(_LARGE, batch_size=8, lr=6e-4), "llama-1b": dict(_LARGE, batch_size=8, lr=3e-4),
-    "llama-7b": dict(_LARGE, batch_size=8, lr=1.5e-4),
+    "gpt2-medium": dict(_LARGE, seq_len=1024, lr=3e-4, sparse_attn=False),
+    "llama-300m": dict(_LARGE, lr=6e-4), "llama-1b": dict(_LARGE, lr=3e-4), "llama-7b": dict(_LARGE, lr=1.5e-4),
 }
 MESH_AXES = ("data", "fsdp", "model")  # --mesh: data parallel, FSDP (ZeRO-3), Megatron tensor parallel
 BATCH_AXES = ("data", "fsdp")  # the axes that split the batch
+PINNED = "^(GPT|MLP|CausalSelfAttention)|Block"  # FSDP: the modules whose activations stay split by batch
 RUN_FILES = ("summary.json", "loss.png", "ckpt")  # what a run writes into --out
 
-
-# --- Flags --------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description="Train a GPT with 2:4 sparse layers (jax_sparse24).")
     ap.error = lambda msg: (print(f"{PROG}: error: {msg}", file=sys.stderr), sys.exit(2))  # one line, no usage
-    ap.add_argument("--size", choices=list(SIZES), default="tiny", help="model size (model.SIZES; default: tiny)")
-    ap.add_argument("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe (default: srste)")
-    ap.add_argument("--compare", metavar="R1,R2,...", help="train these recipes one after another on the same "
-                                                           "data and print a table")
-    ap.add_argument("--n-layer", type=int, help="transformer blocks (default: the size's; fewer keep its width)")
-    ap.add_argument("--steps", type=int, help="optimizer steps (default: per size)")
-    ap.add_argument("--batch-size", type=int, help="sequences per step, all devices together (default: per size)")
-    ap.add_argument("--lr", type=float, help="peak learning rate (default: per size)")
-    ap.add_argument("--eval-every", type=int, help="steps between evaluations (default: a tenth of the steps)")
-    ap.add_argument("--ckpt-every", type=int, help="steps between checkpoints (default: a third of the steps; "
-                                                   "0: none)")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a text file (its bytes are the tokens) or a "
-                    "directory made by examples/prepare_data.py (default: the bundled public-domain text)")
-    ap.add_argument("--out", type=Path, help="output directory (default: runs/SIZE)")
-    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoints")
-    ap.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
-    ap.add_argument("--mesh", help="shard over a device mesh, e.g. fsdp=4 or data=2,fsdp=2 (axes: "
-                                   f"{', '.join(MESH_AXES)}; sizes multiply to the device count)")
-    ap.add_argument("--remat", choices=("none", "dots", "full"), default="none",
-                    help="recompute each block in the backward pass: dots keeps the GEMM outputs (default: none)")
-    ap.add_argument("--distributed", action="store_true", help="one process per GPU: jax.distributed.initialize "
-                    "from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (set by examples/launch.py)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the init, the batches and the MVUE gradient")
+    add = ap.add_argument
+    add("--size", choices=list(SIZES), default="tiny", help="model size (default: tiny)")
+    add("--recipe", choices=list(RECIPES), default="srste", help="2:4 training recipe (default: srste)")
+    add("--compare", metavar="R1,R2,...", help="train these recipes one after another and print a table")
+    add("--n-layer", type=int, help="transformer blocks (default: the size's; fewer keep its width)")
+    add("--steps", type=int, help="optimizer steps (default: per size)")
+    add("--batch-size", type=int, help="sequences per step, all devices together (default: per size)")
+    add("--lr", type=float, help="peak learning rate (default: per size)")
+    add("--eval-every", type=int, help="steps between evaluations (default: a tenth of the steps)")
+    add("--ckpt-every", type=int, help="steps between checkpoints (default: a third of the steps; 0: none)")
+    add("--data", type=Path, default=DEFAULT_DATA, help="a text file (its bytes are the tokens) or a directory of "
+        "examples/prepare_data.py (default: the bundled public-domain text)")
+    add("--out", type=Path, help="output directory (default: runs/SIZE)")
+    add("--resume", action="store_true", help="continue the run in --out from its latest checkpoints")
+    add("--overwrite", action="store_true", help="replace a previous run in --out")
+    add("--mesh", help=f"a device mesh, e.g. fsdp=4 or data=2,fsdp=2 (axes: {', '.join(MESH_AXES)})")
+    add("--remat", choices=("none", "dots", "full"), default="none", help="recompute each block in the backward pass")
+    add("--distributed", action="store_true", help="one process per GPU, started by examples/launch.py")
+    add("--seed", type=int, default=0, help="seed of the init, the batches and the MVUE gradient")
     args = ap.parse_args(argv)
     args.argv = list(argv)
     args.recipes = [r.strip() for r in (args.compare or args.recipe).split(",") if r.strip()]
     if not args.recipes or any(r not in RECIPES for r in args.recipes) or len(set(args.recipes)) < len(args.recipes):
         ap.error(f"--compare {args.compare!r}: give distinct recipes from {', '.join(RECIPES)}")
-    d = SIZE_DEFAULTS[args.size]
-    for flag in ("steps", "batch_size", "lr"):
-        setattr(args, flag, d[flag] if getattr(args, flag) is None else getattr(args, flag))
+    for flag, default in dict(SIZE_DEFAULTS[args.size], n_layer=SIZES[args.size]["n_layer"]).items():
+        if getattr(args, flag, 0) is None:  # steps, batch_size, lr, n_layer
+            setattr(args, flag, default)
     args.eval_every = max(1, args.steps // 10) if args.eval_every is None else args.eval_every
     args.ckpt_every = max(1, args.steps // 3) if args.ckpt_every is None else args.ckpt_every
-    args.n_layer = SIZES[args.size]["n_layer"] if args.n_layer is None else args.n_layer
     for flag in ("n_layer", "steps", "batch_size", "lr", "eval_every"):
         if not getattr(args, flag) > 0:
             ap.error(f"--{flag.replace('_', '-')} must be > 0")
@@ -165,13 +140,10 @@ def parse_args(argv):
     return args
 
 
-def check_out(args) -> None:
-    """Refuse to write over a previous run in ``--out`` unless asked (after the data was found)."""
-    for p in (args.out, *args.out.parents):  # --out, or the first of its parents that exists, is a directory
-        if p.exists() and not p.is_dir():
-            raise CLIError(f"--out {args.out}: {p} is a file, not a directory; choose another --out")
-        if p.exists():
-            break
+def check_out(args) -> None:  # refuse to write over a previous run in --out unless asked
+    p = next(p for p in (args.out, *args.out.parents) if p.exists())  # --out, or its first parent that exists
+    if not p.is_dir():
+        raise CLIError(f"--out {args.out}: {p} is a file, not a directory; choose another --out")
     held = [f for f in RUN_FILES if (args.out / f).exists()]
     if args.resume and not (args.out / "ckpt").is_dir():
         raise CLIError(f"--resume: {args.out} holds no checkpoints (ckpt/) to continue from")
@@ -181,10 +153,7 @@ def check_out(args) -> None:
                        "replace it, or choose another --out")
 
 
-# --- Devices: one or several processes, a mesh, where each array of the train state lives -------------------
-
-def init_devices(args):
-    """``jax.distributed`` (``--distributed``) and the mesh of ``--mesh`` (all devices; default: one)."""
+def init_devices(args):  # jax.distributed (--distributed), the mesh of --mesh (all devices; default: one)
     if args.distributed:
         env = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
         if not all(os.environ.get(k) for k in env):
@@ -193,15 +162,12 @@ def init_devices(args):
         if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(os.environ[env[0]], int(os.environ[env[1]]), int(os.environ[env[2]]))
-    sizes = {a: 1 for a in MESH_AXES}
     try:
-        for part in filter(None, (args.mesh or "").split(",")):
-            name, size = part.split("=")
-            if name.strip() not in sizes:
-                raise ValueError(f"unknown axis {name.strip()!r}")
-            sizes[name.strip()] = int(size)
-        devices = jax.devices() if args.mesh else jax.devices()[:1]
-        mesh = s24.sharding.make_mesh(sizes, devices=devices)
+        given = dict(part.split("=") for part in args.mesh.replace(" ", "").split(",")) if args.mesh else {}
+        sizes = {a: int(given.pop(a, 1)) for a in MESH_AXES}
+        if given:
+            raise ValueError(f"unknown axis {next(iter(given))!r}")
+        mesh = s24.sharding.make_mesh(sizes, devices=jax.devices() if args.mesh else jax.devices()[:1])
     except ValueError as e:
         raise CLIError(f"--mesh {args.mesh!r}: {e} (axes {', '.join(MESH_AXES)}, e.g. fsdp=4; "
                        f"{jax.device_count()} devices)") from None
@@ -211,19 +177,8 @@ def init_devices(args):
     return mesh
 
 
-def state_shardings(abstract_state, mesh):
-    """Params, masks and optimizer moments: Megatron tensor parallel over ``model`` (qkv and fc column
-    parallel, proj row parallel), every >= 2-D leaf also split over ``fsdp``; the blocks' layer axis never."""
-    rules = s24.sharding.megatron_mlp_rules(r"(attn/qkv|mlp/fc)", r"(attn|mlp)/proj")
-    try:
-        return s24.sharding.param_shardings(abstract_state, mesh, rules, fsdp="fsdp", stacked=r"(^|/)h/")
-    except ValueError as e:
-        raise CLIError(f"--mesh: {e}") from None
-
-
 def stop_now(step=None, every: int = 1) -> bool:
-    """Whether to stop for Ctrl-C here. Several processes stop together, at the same step: they agree (a
-    collective) at the steps ``every`` divides, and no process skips a program alone elsewhere."""
+    """Whether to stop for Ctrl-C here; several processes agree (a collective) at the steps ``every`` divides."""
     if jax.process_count() == 1:
         return STOP.requested
     if step is None or step % every:
@@ -232,7 +187,6 @@ def stop_now(step=None, every: int = 1) -> bool:
 
 
 # --- One recipe: model, optimizer, the jitted steps, checkpoints, the loop ----------------------------------
-
 def train(args, recipe: str, data, mesh) -> dict:
     r = RECIPES[recipe]
     steps, B, T = args.steps, args.batch_size, data.seq_len
@@ -247,9 +201,8 @@ def train(args, recipe: str, data, mesh) -> dict:
     # The optimizer: AdamW with warm-up and cosine decay, plus the recipe's 2:4 transforms.
     dense_after = steps - round(steps * r["dense_tail"]) if "dense_tail" in r else None  # srste's dense fine-tune
     sparse_kernels = {"/".join(p) + "/kernel" for p in sparse_layer_paths(cfg)}
-    is_sparse_kernel = lambda path, leaf: path in sparse_kernels  # noqa: E731
     decayed = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731 - weights, not biases or norms
-        lambda path, x: path[-1].key in ("kernel", "embedding"), params)
+        lambda path, _: path[-1].key in ("kernel", "embedding"), params)
     lr = optax.warmup_cosine_decay_schedule(0.0, args.lr, min(SIZE_DEFAULTS[args.size]["warmup"], steps // 5),
                                             steps, args.lr / 10)
     chain = [optax.clip_by_global_norm(1.0)]
@@ -258,44 +211,49 @@ def train(args, recipe: str, data, mesh) -> dict:
     chain.append(optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=0.1, mask=decayed))
     lr_scale = r.get("lr_scale", 2.0 if args.size in TINY else 1.0)
     if sparse_kernels and lr_scale != 1:  # a 2:4 layer's output moves half as far per Adam step
-        chain.append(s24.optim.sparse_lr_scale(lr_scale, where=is_sparse_kernel, active_until=dense_after))
+        chain.append(s24.optim.sparse_lr_scale(lr_scale, where=lambda path, _: path in sparse_kernels,
+                                               active_until=dense_after))
 
-    # The train state (params, masks, optimizer state, the key of the MVUE gradient) and where it lives.
+    # The train state: params, masks, optimizer state, the key of the MVUE gradient.
     def fresh_state():
         variables = model.init(jax.random.key(args.seed), jnp.zeros((1, T), jnp.int32))
         return SparseTrainState.create(apply_fn=model.apply, params=variables["params"], tx=optax.chain(*chain),
                                        sparsity=variables.get("sparsity", {}),
                                        rng=jax.random.key(args.seed + 1) if cfg.mvue else None)
 
-    shardings = state_shardings(jax.eval_shape(fresh_state), mesh)
+    # Where it lives: Megatron tensor parallel over `model` (qkv, fc by column, proj by row), >= 2-D leaves over `fsdp`.
+    rules = s24.sharding.megatron_mlp_rules(r"(attn/qkv|mlp/fc)", r"(attn|mlp)/proj")
+    try:
+        shardings = s24.sharding.param_shardings(jax.eval_shape(fresh_state), mesh, rules, fsdp="fsdp",
+                                                 stacked=r"(^|/)h/")
+    except ValueError as e:
+        raise CLIError(f"--mesh: {e}") from None
     batch_sharding, replicated = NamedSharding(mesh, P(BATCH_AXES)), NamedSharding(mesh, P())
-    fsdp = mesh.shape["fsdp"] > 1
 
     # The steps. `sparse` is a Python bool: one program for the 2:4 phase, one for the dense fine-tune.
     def loss_fn(params, state, tokens, sparse):
         logits = state.apply(tokens[:, :-1], params=params, sparse=sparse)
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
-    def pinned():  # FSDP: the blocks' and linear layers' activations stay split by batch (each weight is gathered)
-        modules = "^(GPT|MLP|CausalSelfAttention)|Block"
-        return s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=modules) if fsdp else nullcontext()
+    def pinned(step):  # FSDP: the blocks' and linear layers' activations stay split by batch (weights are gathered)
+        def pinned_step(*args):
+            with s24.sharding.batch_sharded_activations(mesh, BATCH_AXES, modules=PINNED):
+                return step(*args)
+        return pinned_step if mesh.shape["fsdp"] > 1 else step
 
+    @pinned
     def train_step(state, tokens, sparse):
-        with pinned():
-            if sparse and sparse_kernels:  # the 2:4 weights masked (on a GPU compressed) once, all layers together
-                state = state.prepare(tokens[:, :-1], sparse=True)
-            loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
+        if sparse and sparse_kernels:  # the 2:4 weights masked (on a GPU compressed) once, all layers together
+            state = state.prepare(tokens[:, :-1], sparse=True)
+        loss, grads = jax.value_and_grad(loss_fn)(state.params, state, tokens, sparse)
         # masked decay, the AdamW update, step + 1 (the masks are refreshed in a program of their own)
         return state.apply_gradients(grads=grads, sparse=sparse, refresh=False), loss
-
-    def eval_loss(state, tokens, sparse):
-        with pinned():
-            return loss_fn(state.params, state, tokens, sparse)
 
     donate = (0,) if gpu else ()  # on a GPU the step updates the state in place
     jit_train = jax.jit(train_step, static_argnums=2, donate_argnums=donate, in_shardings=(shardings, batch_sharding),
                         out_shardings=(shardings, replicated))
-    eval_step = jax.jit(eval_loss, static_argnums=2, in_shardings=(shardings, batch_sharding), out_shardings=replicated)
+    eval_step = jax.jit(pinned(lambda state, tokens, sparse: loss_fn(state.params, state, tokens, sparse)),
+                        static_argnums=2, in_shardings=(shardings, batch_sharding), out_shardings=replicated)
     refresh = jax.jit(lambda state: state.refresh_masks(), donate_argnums=donate, in_shardings=(shardings,),
                       out_shardings=shardings)  # srste: new 2:4 masks
     init = jax.jit(fresh_state, out_shardings=shardings)
@@ -347,10 +305,8 @@ def train(args, recipe: str, data, mesh) -> dict:
     # spans: (2:4 phase?, steps, seconds) between two device syncs; spans[last:]: since the last evaluation
     state, history, train_loss, spans, last = init(), [], [], [], 0
     if start is not None:
-        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), arrays(state),
-                              arrays(shardings))
-        state = state.replace(**ckpt.restore(start, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target))).state)
+        restore = ocp.args.StandardRestore(arrays(state))  # into the fresh state's shardings
+        state = state.replace(**ckpt.restore(start, args=ocp.args.Composite(state=restore)).state)
         history, train_loss, spans, last = (meta[k] for k in ("history", "train_loss", "spans", "last"))
     start = start or 0
     leaves = jax.tree_util.tree_leaves_with_path(state.params)
@@ -372,8 +328,8 @@ def train(args, recipe: str, data, mesh) -> dict:
         if sparse and s24.nn.refresh_due(periods, step + 1):
             state = refresh(state)
         losses.append(loss)
-        due, save_due = (step + 1) % args.eval_every == 0 or step + 1 == steps, (
-            args.ckpt_every and ((step + 1) % args.ckpt_every == 0 or step + 1 == steps))
+        due = (step + 1) % args.eval_every == 0 or step + 1 == steps
+        save_due = args.ckpt_every and ((step + 1) % args.ckpt_every == 0 or step + 1 == steps)
         if not (due or save_due or step + 1 == dense_after):
             continue
         train_loss += [float(x) for x in jax.device_get(losses)]  # waits for the device
@@ -406,17 +362,15 @@ def train(args, recipe: str, data, mesh) -> dict:
     # Tokens/s: the steady state of the main phase (the 2:4 steps of a 2:4 recipe, every step of dense),
     # without its first span (the first steps after compiling); the whole run's rate includes the fine-tune.
     main_spans = [s for s in spans if s[0]] or spans
-    main_spans = main_spans[1:] if len(main_spans) > 1 else main_spans
-    train_time = sum(s[2] for s in spans)
+    main_spans = main_spans[1:] or main_spans
     final = evaluate(state, dense_after is None, data.final_val_batches(16 * B * T))  # more windows than the curve's
     rate = lambda sp: B * T * sum(s[1] for s in sp) / sum(s[2] for s in sp) if sp else None  # noqa: E731
     return {"recipe": recipe, "n_params": n_params, "final_val_loss": final, "tokens_per_s": rate(main_spans),
-            "run_tokens_per_s": rate(spans), "train_time_s": train_time, "resumed_at": start,
+            "run_tokens_per_s": rate(spans), "train_time_s": sum(s[2] for s in spans), "resumed_at": start,
             "dense_after": dense_after, "sparse_lr_scale": lr_scale, "history": history, "train_loss": train_loss}
 
 
 # --- Outputs: the table, loss.png, summary.json -------------------------------------------------------------
-
 def log(line: str, progress: bool = False) -> None:
     """A line of process 0 (one process writes the logs and the files): progress on stdout, the rest on stderr."""
     if jax.process_index() == 0:
@@ -435,12 +389,10 @@ def table(runs: list[dict]) -> str:
 
 
 def plot(runs: list[dict], path: Path, title: str) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # (not pyplot: no GUI backend)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4), layout="tight")
+    ax = fig.subplots()
     for i, s in enumerate(runs):
         ax.plot(range(1, len(s["train_loss"]) + 1), s["train_loss"], color=f"C{i}", alpha=0.3, lw=0.8,
                 label=f"{s['recipe']} train")
@@ -449,9 +401,7 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     ax.set(xlabel="step", ylabel="cross-entropy", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -460,14 +410,7 @@ def main(argv=None) -> int:
     if fresh:  # (a Ctrl-C before main, during the imports, is kept)
         STOP.requested = False
     try:
-        return run(parse_args(sys.argv[1:] if argv is None else [str(a) for a in argv]))
-    finally:
-        if fresh:
-            STOP.uninstall()
-
-
-def run(args) -> int:
-    try:
+        args = parse_args(sys.argv[1:] if argv is None else [str(a) for a in argv])
         mesh = init_devices(args)
         d = SIZE_DEFAULTS[args.size]  # the data first: a wrong --data is named before anything about --out
         data = load_data(args.data, d["seq_len"], args.batch_size, args.seed, d["eval_batches"])
@@ -481,26 +424,29 @@ def run(args) -> int:
             f"{args.size} ({args.n_layer} layers), {args.steps} steps of {args.batch_size} x {data.seq_len} tokens "
             f"on {jax.device_count()} x {device}")
         if stop_now(0):
-            raise KeyboardInterrupt("interrupted before training: nothing was saved")
+            raise KeyboardInterrupt
         runs = [train(args, recipe, data, mesh) for recipe in args.recipes]
+        if jax.process_index() == 0:
+            summary = {"size": args.size, "n_layer": args.n_layer, "steps": args.steps, "batch_size": args.batch_size,
+                       "seq_len": data.seq_len, "data": str(data.path), "vocab_size": data.vocab_size or 256,
+                       "device": device, "mesh": dict(mesh.shape), "runs": runs}
+            (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            try:
+                plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
+            except ImportError:
+                log("no loss.png: matplotlib is not installed (pip install -e '.[examples]')")
+            print(table(runs))
+            print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
+        return 0
     except (CLIError, OSError) as e:
         log(f"error: {e}")
         return 2
     except KeyboardInterrupt as e:
         log(str(e) or "interrupted before training: nothing was saved")
         return 130
-    if jax.process_index() == 0:
-        summary = {"size": args.size, "n_layer": args.n_layer, "steps": args.steps, "batch_size": args.batch_size,
-                   "seq_len": data.seq_len, "data": str(data.path), "vocab_size": data.vocab_size or 256,
-                   "device": device, "mesh": dict(mesh.shape), "runs": runs}
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        try:
-            plot(runs, args.out / "loss.png", f"{args.size}, {args.steps} steps")
-        except ImportError:
-            log("no loss.png: matplotlib is not installed (pip install -e '.[examples]')")
-        print(table(runs))
-        print(f"{PROG}: wrote {args.out / 'loss.png'} and {args.out / 'summary.json'}")
-    return 0
+    finally:
+        if fresh:
+            STOP.uninstall()
 
 
 if __name__ == "__main__":
