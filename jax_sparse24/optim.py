@@ -327,7 +327,7 @@ def sparse_lr_scale(
     output. A 2:4 layer has half of them (the pruned half of each update changes weights the
     forward pass does not use), so at the dense model's learning rate its output moves half as
     fast — the per-layer learning rate rule of μP (∝ 1/fan-in) with the fan-in halved. Measured on
-    a 4-layer GPT (``examples/train_gpt.py --size tiny``, real text): with the dense learning rate
+    a 4-layer GPT (``benchmarks/harness/train_gpt.py --size tiny``, real text): with the dense learning rate
     the 2:4 FFNs lag (layer-0 FFN output rms 0.046 at step 27 vs 0.115 dense), attention takes
     over and one Adam step of the layer-0 attention then doubles the loss (srste 2.30×, sste
     1.94× the running loss); with ``factor=2`` no recipe spikes and the final losses come within

@@ -53,7 +53,7 @@ What is checked, on every call of a :class:`SwappedModule` (i.e. at ``init``/``a
 * layers a pattern matches that are not ``nn.Dense`` — ``nn.DenseGeneral`` (the ``query``/``key``/
   ``value``/``out`` projections of ``nn.MultiHeadDotProductAttention``), ``nn.Einsum``, subclasses of
   ``nn.Dense`` — stay dense; a ``UserWarning`` lists them. To train attention 2:4, build its
-  projections from ``nn.Dense`` (as ``examples/gpt_model.py`` does) or from ``Sparse24Dense``.
+  projections from ``nn.Dense`` (as ``examples/model.py`` does) or from ``Sparse24Dense``.
 
 :meth:`SwappedModule.invoke` and :func:`swap_context` make the shape checks but not the
 nothing-swapped check (a method may legitimately reach none of the patterns); ``swap_context``
