@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from jax_sparse24._src import cuda_cusparselt_ops as lt
-from jax_sparse24._src import autotune, ffi
+from jax_sparse24._src import autotune, backends, ffi
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -202,7 +202,7 @@ def lt_table(monkeypatch):
     from jax_sparse24._src import cuda_spmm_ops
 
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(autotune, "_cutlass_ok", lambda *a: True)
+    monkeypatch.setattr(backends.CUTLASS, "can_run", lambda *a, **kw: backends.OK)
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_configs_kn", lambda: ["k1"])
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_supports_kn", lambda *a: True)
     monkeypatch.setattr(autotune, "_config_id", lambda name: -1)

@@ -23,6 +23,7 @@ import jax_sparse24 as s24
 from jax_sparse24._src import cuda_fp8_ops as cf
 from jax_sparse24._src import cuda_spmm_ops as cs
 from jax_sparse24._src import ffi, fp8_gemm
+from jax_sparse24._src.backends import CUTLASS, CUTLASS_FP8, DENSE
 from jax_sparse24._src import fp8 as f8
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -272,7 +273,7 @@ def test_fp8_linear_errors():
     pw = s24.prepare_weight(w, mask, tokens=x.shape[0])
     with pytest.raises(ValueError, match="fp8=True does not take prepared"):
         s24.sparse24_linear(x, w, mask, prepared=pw, fp8=True)
-    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+    with pytest.raises(ValueError, match="backend='cusparselt' has no fp8 path"):
         s24.sparse24_linear(x, w, mask, backend="cusparselt", fp8=True)
     with pytest.raises(ValueError, match="fp8 must be a Python bool"):
         s24.sparse24_linear(x, w, mask, fp8="yes")
@@ -285,7 +286,7 @@ def test_fp8_linear_errors():
             s24.sparse24_linear(x, w, mask, backend="cutlass", fp8=True)
     with pytest.raises(ValueError, match="fp8 must be a Python bool"):
         s24.nn.Sparse24Dense(8, fp8=1).init(jax.random.key(0), jnp.ones((2, 16)))
-    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+    with pytest.raises(ValueError, match="backend='cusparselt' has no fp8 path"):
         s24.nn.Sparse24Dense(8, fp8=True, backend="cusparselt").init(jax.random.key(0), jnp.ones((2, 16)))
 
 
@@ -477,20 +478,21 @@ def test_fp8_mvue_weight_grad_traces_the_kernel_branch(fake_ext, monkeypatch):
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
     x, w, mask = _layer_case(jnp.bfloat16, t=48, i=64, o=32)
     bf16 = jnp.bfloat16
-    sparse16 = {"path": "cutlass"}
+    sparse16 = {"path": autotune.WeightGradPath(CUTLASS, mvue=True)}
     monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: sparse16["path"])
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=True) == "cutlass"
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 36, bf16, mvue=True) == "16-bit"  # O % 8
-    assert fp8_gemm.plan_weight_grad("auto", 48, 72, 32, bf16, mvue=True) == "16-bit"  # I % 16
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=False) == "16-bit"
-    assert fp8_gemm.plan_weight_grad("dense", 48, 64, 32, bf16, mvue=True) == "mvue"
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=True) is CUTLASS_FP8
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 36, bf16, mvue=True) is None  # O % 8: the 16-bit gradient
+    assert autotune.fp8_weight_grad_backend("auto", 48, 72, 32, bf16, mvue=True) is None  # I % 16
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=False) is None
+    assert autotune.fp8_weight_grad_backend("dense", 48, 64, 32, bf16, mvue=True) is DENSE  # XLA's fp8 dot of the sample
     assert s24.linear_plan(48, 64, 32, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
-    sparse16["path"] = "exact"  # where the 16-bit planner takes the exact gradient, so does fp8
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=True) == "16-bit"
+    # where the 16-bit planner takes the exact gradient, so does fp8
+    sparse16["path"] = autotune.WeightGradPath(DENSE, mvue=False)
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=True) is None
     assert s24.linear_plan(48, 64, 32, fp8=True)["weight_grad"] == "dense (exact)"
-    assert fp8_gemm.plan_weight_grad("cutlass", 48, 64, 32, bf16, mvue=True) == "cutlass"
+    assert autotune.fp8_weight_grad_backend("cutlass", 48, 64, 32, bf16, mvue=True) is CUTLASS_FP8
     with pytest.raises(RuntimeError, match="n % 16"):
-        fp8_gemm.plan_weight_grad("cutlass", 48, 72, 32, bf16, mvue=True)
+        autotune.fp8_weight_grad_backend("cutlass", 48, 72, 32, bf16, mvue=True)
     gemm_calls, mvue_calls, qt_calls = [], [], []
     real_gemm, real_mvue, real_qt = cf.cutlass_spmm_fp8, cf.fp8_mvue24_compress, cf.fp8_quantize_transpose
     monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda *a, **k: gemm_calls.append((a[2].shape, k)) or real_gemm(*a, **k))
@@ -532,12 +534,12 @@ def test_fp8_weight_grad_limits_of_the_kernels_grid(fake_ext, monkeypatch):
     assert cf.fp8_weight_grad_supports(32, 64, 4096)
     assert not cf.fp8_weight_grad_supports(32, 64, big)
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(CUTLASS, mvue=True))
     bf16 = jnp.bfloat16
-    assert fp8_gemm.plan_weight_grad("auto", 4096, 64, 32, bf16, mvue=True) == "cutlass"
-    assert fp8_gemm.plan_weight_grad("auto", big, 64, 32, bf16, mvue=True) == "16-bit"
+    assert autotune.fp8_weight_grad_backend("auto", 4096, 64, 32, bf16, mvue=True) is CUTLASS_FP8
+    assert autotune.fp8_weight_grad_backend("auto", big, 64, 32, bf16, mvue=True) is None
     with pytest.raises(RuntimeError, match="at most .* tokens"):
-        fp8_gemm.plan_weight_grad("cutlass", big, 64, 32, bf16, mvue=True)
+        autotune.fp8_weight_grad_backend("cutlass", big, 64, 32, bf16, mvue=True)
 
 
 def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
@@ -554,7 +556,7 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     if len(cpus) < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(CUTLASS, mvue=True))
     mesh = shd.make_mesh("data=8", devices=cpus[:8])
     # token shards of very different magnitudes: a scale taken per shard instead of over the whole
     # tensor would change the quantization of every shard but the largest

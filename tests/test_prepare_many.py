@@ -21,7 +21,7 @@ import pytest
 from flax import linen as nn
 
 from jax_sparse24 import nn as s24nn
-from jax_sparse24._src import autotune, prepared_weight
+from jax_sparse24._src import autotune, backends, prepared_weight
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_spmm_ops as cs
@@ -117,9 +117,9 @@ def stubs(monkeypatch):
 
     def plan(backend, tokens, i, o, dtype, transposable, reuse=None, batched=False):
         PLANNED_BATCHED.append(batched)
-        return PLANS[(i, o)]
+        return tuple(backends.get(name) for name in PLANS[(i, o)])
 
-    monkeypatch.setattr(autotune, "weight_gemms_plan", plan)
+    monkeypatch.setattr(autotune, "weight_gemms_backends", plan)
     monkeypatch.setattr(lt, "fused_compress_ok", lambda m, n, k, dtype, b_layout=lt.B_NK: jnp.dtype(dtype) == BF16)
     monkeypatch.setattr(lt, "cusparselt_compressed_size", lambda m, n, k, dtype, a, b: m * k * 9 // 8)
     monkeypatch.setattr(lt, "cusparselt_compress", _fake_lt_library)

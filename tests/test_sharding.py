@@ -571,10 +571,10 @@ def test_prepared_gemm_rules_data_parallel(backend):
     """The prepared GEMMs take the compressed operand of either backend (CUTLASS's two 2-D arrays,
     cuSPARSELt's one byte buffer) replicated, with the tokens sharded: per-shard GEMMs, no psum, and
     the same values as unsharded (the reference lowering here; the GPU runs the kernels)."""
-    from jax_sparse24._src import prepared_weight
+    from jax_sparse24._src import backends, prepared_weight
     from jax_sparse24._src import sharding as _sh
 
-    rule = _sh.gemm_rule("forward", prepared=backend)
+    rule = backends.get(backend).sharding_rule("forward", prepared=True)
     extra = rule.operands[3:]
     assert extra == ((("pv0", "pv1"), ("pm0", "pm1")) if backend == "cutlass" else (("pb",),))
     assert {"i", "o", *(d for dims in extra for d in dims)} <= set(rule.replicated) and rule.contract == ()
@@ -604,10 +604,10 @@ def test_prepared_gemm_rules_data_parallel(backend):
                     in_shardings=(nt("data"), nt(None, "model"), nt(None, "model"), rep_tp))
         y = f(b, w, m, entry)
         np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=2e-5, atol=2e-5)
-    with pytest.raises(ValueError, match="prepared must be 'cutlass' or 'cusparselt'"):
-        _sh.gemm_rule("forward", prepared="packed")
+    with pytest.raises(ValueError, match="the 'dense' backend has no prepared operand"):
+        backends.get("dense").sharding_rule("forward", prepared=True)
     with pytest.raises(ValueError, match="applies to 'forward' and 'input_grad'"):
-        _sh.gemm_rule("weight_grad", prepared="cutlass")
+        backends.get("cutlass").sharding_rule("weight_grad", prepared=True)
 
 
 @pytest.mark.parametrize("local_kernel", ["sparse", "mvue_dense"])
@@ -620,12 +620,12 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
     from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_mask_ops as cmo
     from jax_sparse24._src import cuda_spmm_ops as cs
-    from jax_sparse24._src import autotune, ffi, gemm
+    from jax_sparse24._src import autotune, backends, ffi, gemm
 
     if ffi.extension() is None:
         pytest.skip(f"needs the built extension (shape checks): {ffi.extension_error()}")
     calls = []
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(backends.CUTLASS, mvue=True))
     monkeypatch.setattr(cs, "cutlass_configs_kn", lambda: ("k1",))
     # global O = 128 is supported; the 16-wide shards are only where local_kernel == "sparse"
     monkeypatch.setattr(cs, "cutlass_supports_kn", lambda m, n, k, dt: local_kernel == "sparse" or m >= 128)

@@ -40,6 +40,8 @@ select them with ``lax.platform_dependent`` (:func:`jax_sparse24._src.ffi.per_pl
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +72,32 @@ _T_MVUE = "jax_sparse24_mvue24_compress"
 _T_SOFT = "jax_sparse24_soft_threshold24_compress"
 _T_MASK_MANY = "jax_sparse24_masked_compress_many"
 _T_PACKED = "jax_sparse24_packed_compress"
+
+
+class _Layout(NamedTuple):
+    """An output layout of the compressors: the FFI handlers' name ``suffix``, the arrays of one operand
+    (CUTLASS's values and meta, or cuSPARSELt's one buffer: ``out_types(m, k, dtype)``) and the
+    operand's extra alignment ``(m, k)`` (None: CUTLASS's alone), named ``title`` in errors."""
+
+    suffix: str
+    out_types: Callable
+    align: tuple[int, int] | None
+    title: str
+
+
+def _cutlass_out_types(m: int, k: int, dtype):
+    values_shape, meta_shape = _spmm.cutlass_compressed_shapes(m, k, dtype)
+    return (jax.ShapeDtypeStruct(values_shape, dtype), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
+
+
+def _lt_out_types(m: int, k: int, dtype):
+    return (jax.ShapeDtypeStruct((lt_compressed_bytes(m, k),), jnp.uint8),)
+
+
+_LAYOUTS = {"cutlass": _Layout("", _cutlass_out_types, None, "CUTLASS"),
+            "cusparselt": _Layout("_lt", _lt_out_types, (64, 32), "cuSPARSELt")}
 #: Output layouts: CUTLASS's (values, meta) pair, or cuSPARSELt's single buffer (handler name + "_lt").
-LAYOUTS = ("cutlass", "cusparselt")
+LAYOUTS = tuple(_LAYOUTS)
 #: Outputs of :func:`masked_compress_many`: both operands (:func:`masked_compress_both`), or
 #: ``A = (x*mask).T`` / ``A = x*mask`` alone (:func:`masked_compress` with ``transposed=True`` / ``False``).
 DIRECTIONS = ("both", "transposed", "direct")
@@ -81,7 +107,7 @@ MAX_TENSORS_PER_LAUNCH = 64
 
 
 def _target(name: str, layout: str) -> str:
-    return name + "_lt" if layout == "cusparselt" else name
+    return name + _LAYOUTS[layout].suffix
 
 
 def _check_layout(layout, op: str) -> str:
@@ -115,9 +141,10 @@ def _reason(x, transposed: bool, layout: str = "cutlass") -> str | None:
         _spmm.cutlass_compressed_shapes(m, k, dtype)
     except ValueError as e:
         return f"the compressed operand A = {'x.T' if transposed else 'x'} (m={m}, k={k}): {e}"
-    if layout == "cusparselt" and (m % 64 or k % 32):
-        return (f"cuSPARSELt's layout of A = {'x.T' if transposed else 'x'} needs m % 64 == 0 and k % 32 == 0, "
-                f"got m={m}, k={k}")
+    align, title = _LAYOUTS[layout].align, _LAYOUTS[layout].title
+    if align is not None and (m % align[0] or k % align[1]):
+        return (f"{title}'s layout of A = {'x.T' if transposed else 'x'} needs m % {align[0]} == 0 and "
+                f"k % {align[1]} == 0, got m={m}, k={k}")
     return None
 
 
@@ -130,10 +157,7 @@ def compress_supports(x, *, transposed: bool = False, layout: str = "cutlass") -
 
 def _out_types(x, transposed: bool, layout: str = "cutlass"):
     m, k = _operand_shape(np.shape(x), transposed)
-    if layout == "cusparselt":
-        return (jax.ShapeDtypeStruct((lt_compressed_bytes(m, k),), jnp.uint8),)
-    values_shape, meta_shape = _spmm.cutlass_compressed_shapes(m, k, jnp.result_type(x))
-    return (jax.ShapeDtypeStruct(values_shape, jnp.result_type(x)), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
+    return _LAYOUTS[layout].out_types(m, k, jnp.result_type(x))
 
 
 def _check(x, transposed: bool, op: str, layout: str = "cutlass"):
@@ -145,7 +169,7 @@ def _check(x, transposed: bool, op: str, layout: str = "cutlass"):
 
 def _result(outs, layout: str):
     """(values, meta) for CUTLASS's layout; the one uint8 buffer for cuSPARSELt's."""
-    return outs[0] if layout == "cusparselt" else tuple(outs)
+    return tuple(outs) if len(outs) > 1 else outs[0]
 
 
 def _check_mask(mask, x, op: str):
@@ -203,10 +227,8 @@ def masked_compress_both(x, mask, *, layout: str = "cutlass"):
     mask = _check_mask(mask, x, op)
     out_types = _out_types(x, True, layout) + _out_types(x, False, layout)
     outs = _ffi.ffi_call(_target(_T_MASK_BOTH, layout), out_types, x, mask)
-    if layout == "cusparselt":
-        return outs[0], outs[1]
-    vt, mt, vd, md = outs
-    return (vt, mt), (vd, md)
+    n = len(out_types) // 2  # arrays per operand
+    return _result(outs[:n], layout), _result(outs[n:], layout)
 
 
 def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cutlass"):
@@ -351,7 +373,7 @@ def masked_compress_many(xs, masks, *, direction: str = "both", layout: str = "c
         flat = iter(_ffi.ffi_call(_target(_T_MASK_MANY, layout), out_types, *operands,
                                   direct=np.int64(direction != "transposed"),
                                   transposed=np.int64(direction != "direct")))
-        per_operand = 1 if layout == "cusparselt" else 2
+        per_operand = len(_out_types(part[0][0], True, layout))
         for _ in part:
             results = [_result([next(flat) for _ in range(per_operand)], layout) for _ in _direction_flags(direction)]
             out.append(tuple(results) if direction == "both" else results[0])

@@ -19,7 +19,7 @@ runs on the backend :func:`jax_sparse24._src.autotune.resolve` returns with ``fp
   aligned (m % 8, n % 16, k % 32), and for ``∇x`` without a transposable mask. Never a silent
   bfloat16 GEMM.
 
-The weight gradient (:func:`plan_weight_grad`) runs in fp8 where it is sparse: with an MVUE key the
+The weight gradient (:func:`~jax_sparse24._src.autotune.fp8_weight_grad_backend`) runs in fp8 where it is sparse: with an MVUE key the
 sample of ``∇y`` is 2:4 along the token axis, so on a CUDA device the fused MVUE + quantize +
 compress kernel writes ``q(MVUE(∇y))ᵀ`` (O, T) and the sparse fp8 GEMM multiplies it by ``q(x)ᵀ``
 (written by the quantize-transpose kernel: the GEMM's dense operand must be K-major), where the shape
@@ -39,10 +39,10 @@ import jax
 import jax.numpy as jnp
 
 from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8, gemm, ops, packed24, reference, sharding
-from jax_sparse24._src.backends import CUTLASS_FP8, DENSE, Backend, bool_mask, masked_weight
+from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
-__all__ = ["choose", "weight_amax", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan", "plan_weight_grad"]
+__all__ = ["choose", "weight_amax", "weight_scale", "forward", "input_grad", "weight_grad_mvue", "plan"]
 
 
 def choose(backend: str, m: int, n: int, k: int) -> str:
@@ -56,9 +56,7 @@ def choose(backend: str, m: int, n: int, k: int) -> str:
     return autotune.resolve(backend, "forward", m, n, k, fp8=True).fp8_label
 
 
-#: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment
-#: (the 16-bit weight gradient pads to ``autotune.WGRAD_TOKEN_ALIGN``).
-FP8_WGRAD_TOKEN_ALIGN = 32
+FP8_WGRAD_TOKEN_ALIGN = autotune.FP8_WGRAD_TOKEN_ALIGN
 
 
 def _padded_tokens(t: int) -> int:
@@ -70,37 +68,6 @@ def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tu
     fwd = autotune.resolve(backend, "forward", o, tokens, i, fp8=True)
     dx = autotune.resolve(backend, "input_grad", i, tokens, o, fp8=True) if transposable else DENSE
     return fwd.fp8_label, dx.fp8_label
-
-
-def plan_weight_grad(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: bool) -> str:
-    """The fp8 layer's weight-gradient path:
-
-    * ``"cutlass"``: the MVUE sample through the fused fp8 compressor and the sparse fp8 GEMM —
-      ``auto`` where the 16-bit planner runs the sparse MVUE gradient
-      (:func:`~jax_sparse24._src.autotune.weight_grad_path`: the sample pays there already, and the
-      fp8 GEMM is the faster of the two) and the fp8 kernel can run; ``cutlass``: wherever it can
-      run (RuntimeError where it cannot);
-    * ``"mvue"``: the same sample through XLA's fp8 dot (``dense`` / ``reference``: the sparse
-      path's math, for tests and quality studies);
-    * ``"16-bit"``: the 16-bit weight gradient of :mod:`jax_sparse24._src.gemm` — without an MVUE
-      key, and with ``auto`` elsewhere. XLA's fp8 dot of ``q(x)ᵀ·q(∇y)`` is not used for the exact
-      gradient: it needs both operands transposed (fp8 GEMMs read K-major operands) and made the
-      fp8 dense LLaMA-7B-shaped step slower than the 16-bit gradient (140.3 against 132.2 ms,
-      ``docs/fp8.md``).
-    """
-    if not mvue:
-        return "16-bit"
-    if backend != autotune.AUTO and not autotune.backends.get(backend).sparse:
-        return "mvue"
-    tp = _padded_tokens(tokens)
-    if backend != autotune.AUTO and autotune.has_fp8_backend(backend):
-        # the sparse fp8 backend, or RuntimeError naming the constraint
-        return autotune.resolve(backend, "weight_grad", o, i, tp, fp8=True).fp8_label
-    path = autotune.weight_grad_path(backend, o, i, tokens, dtype)
-    if path != "exact" and autotune.backends.get(path).sparse \
-            and autotune.resolve(autotune.AUTO, "weight_grad", o, i, tp, fp8=True).sparse:
-        return CUTLASS_FP8.fp8_label
-    return "16-bit"
 
 
 def weight_amax(w, mask, dtype):
@@ -123,7 +90,7 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
     kernel cannot take runs XLA's fp8 math — with a ``psum`` over a sharded contraction axis.
     """
     transposed = kind == "forward"
-    xla = DENSE.fp8_weight_gemm(transposed=transposed)
+    xla = chosen.fp8_weight_gemm_xla(transposed=transposed)
     if not chosen.sparse:
         return xla(b2, w, mask, s_b, s_w)
 
@@ -133,7 +100,7 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
         i, o = wc.shape
         m, k = (o, i) if transposed else (i, o)
         packed = isinstance(wc, packed24.Packed24)
-        cuda_fn = (chosen.weight_gemm(m=m, k=k, transposed=transposed, packed=packed)
+        cuda_fn = (chosen.weight_gemm(m=m, n=b2.shape[0], k=k, transposed=transposed, dtype=b2.dtype, packed=packed)
                    if chosen.can_run(m, b2.shape[0], k) else None)
         ref = xla
         if packed:  # the arrays the kernel reads; XLA's math unpacks them
@@ -175,7 +142,7 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str, s_g=None):
 
 
 def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None):
-    """``∇W (I, O)`` with an MVUE key, as :func:`plan_weight_grad` says: bfloat16
+    """``∇W (I, O)`` with an MVUE key, as :func:`~jax_sparse24._src.autotune.fp8_weight_grad_backend` says: bfloat16
     ``q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)`` (MVUE groups of 4 along the tokens), or the 16-bit
     ``gemm.weight_grad_mvue``.
 
@@ -186,16 +153,16 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
     dtype = jnp.result_type(x2, g2)
     t, i = x2.shape
     o = g2.shape[1]
-    chosen = plan_weight_grad(backend, t, i, o, dtype, mvue=True)
-    if chosen == "16-bit":
+    chosen = autotune.fp8_weight_grad_backend(backend, t, i, o, dtype, mvue=True)
+    if chosen is None:
         return gemm.weight_grad_mvue(key, x2, g2, backend=backend, precision=precision)
     x2, g2 = x2.astype(dtype), g2.astype(dtype)
     # from the whole ∇y (XLA partitions the reduction), or from the delayed scale of ∇y
     s_m = fp8.mvue_scale(g2) if s_g is None else fp8.mvue_scale_from(s_g)
 
-    fp8_dot = DENSE.fp8_weight_grad
+    fp8_dot = chosen.fp8_weight_grad_xla
 
-    if chosen == "mvue":
+    if not chosen.sparse:
         # ops.mvue24: the CUDA draws on a GPU (those of the kernel), the reference on a CPU; itself partitioned
         return fp8_dot(_pad_rows(x2, 4), ops.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
 
@@ -213,8 +180,8 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
             return fp8_dot(xp, cuda_mask_ops.mvue24_cuda(key, gp, axis=0), s_x, s_m)
 
         # D (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O)
-        cuda_fn = (CUTLASS_FP8.mvue_weight_grad(o=ol, tokens=tp, align=FP8_WGRAD_TOKEN_ALIGN)
-                   if CUTLASS_FP8.can_run(ol, il, tp, gemm="weight_grad") else sample_fp8_dot)
+        cuda_fn = (chosen.mvue_weight_grad(o=ol, i=il, tl=tl, tokens=tp, align=FP8_WGRAD_TOKEN_ALIGN, dtype=dtype)
+                   if chosen.can_run(ol, il, tp, gemm="weight_grad") else sample_fp8_dot)
         return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2, s_x, s_m)
 
     # Partitioned as the 16-bit MVUE weight gradient (gemm.weight_grad_mvue): tokens contracted (a psum

@@ -39,7 +39,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, backends, cuda_mask_ops, ffi, ops, packed24, reference, sharding
+from jax_sparse24._src import autotune, cuda_mask_ops, ffi, ops, packed24, reference, sharding
 from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
@@ -149,9 +149,9 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     t, i = x2.shape
     o = g2.shape[1]
     path = autotune.weight_grad_path(backend, o, i, t, dtype)
-    if path == "exact":
-        return weight_grad(x2, g2, backend=DENSE.name, precision=precision)
-    chosen = backends.get(path)
+    if not path.mvue:
+        return weight_grad(x2, g2, backend=path.backend.name, precision=precision)
+    chosen = path.backend
     if not chosen.sparse:
         gs = ops.mvue24(key, _pad_rows(g2, 4), axis=0)
         return weight_grad(_pad_rows(x2, 4), gs, backend=backend, precision=precision)
@@ -174,7 +174,7 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
 
         cuda_fn = (chosen.mvue_weight_grad(o=o, i=i, tl=tl, tokens=tlp, align=_WGRAD_TOKEN_ALIGN, dtype=dtype,
                                            config=-1 if cfg is None else cfg[1])
-                   if chosen.supports_weight_grad(o, i, tlp, dtype) else mvue_dense)
+                   if chosen.supports(o, i, tlp, dtype, gemm="weight_grad") else mvue_dense)
         return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2)
 
     # Partitioned like the dense weight gradient (tokens contracted: psum over a sharded token axis),

@@ -218,10 +218,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     _check_linear_args(op, x, w, bias)
     v.check_divisible(w, 0, 4, op, what="w axis (in)")
     v.check_same_shape(w, mask, op, ("w", "mask"))
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fp8, (bool, np.bool_)):
         raise ValueError(f"{op}: fp8 must be a Python bool, got {fp8!r}")
+    autotune.check_request(backend, op, fp8=bool(fp8))
     if fp8_meta is not None:
         if not fp8:
             raise ValueError(f"{op}: fp8_meta (delayed scaling) needs fp8=True")
@@ -230,9 +229,6 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         if prepared is not None:
             raise ValueError(f"{op}: fp8=True does not take prepared= weights in this version (the fp8 weight "
                              "operand is quantized and compressed on every call); pass prepared=None")
-        if backend == "cusparselt":
-            raise ValueError(f"{op}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', "
-                             "'cutlass', 'dense' or 'reference'")
     if not (isinstance(check_mask, (bool, np.bool_)) or (isinstance(check_mask, str) and check_mask == "nan")):
         raise ValueError(f"{op}: check_mask must be True, False or 'nan', got {check_mask!r}")
     if transposable is None:
@@ -374,8 +370,7 @@ def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", tran
     v.check_rank(w, 2, op, "w")
     v.check_divisible(w, 0, 4, op, what="w axis (in)")
     v.check_same_shape(w, mask, op, ("w", "mask"))
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    autotune.check_request(backend, op)
     v.check_positive_int(tokens, "tokens", op)
     v.check_positive_int(reuse, "reuse", op)
     dtype = jnp.dtype(jnp.result_type(w) if dtype is None else dtype)
@@ -420,7 +415,7 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
         then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot); the
         weight gradient ``"cutlass (fp8, MVUE)"``, ``"xla (fp8, MVUE)"`` or one of the 16-bit
-        labels below (:func:`jax_sparse24._src.fp8_gemm.plan_weight_grad`).
+        labels below (:func:`jax_sparse24._src.autotune.fp8_weight_grad_backend`).
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -433,8 +428,7 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     ['forward', 'input_grad', 'weight_grad']
     """
     op = "linear_plan"
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    autotune.check_request(backend, op)
     for name, n in (("tokens", tokens), ("features_in", features_in), ("features_out", features_out)):
         v.check_positive_int(n, name, op)
     v.check_positive_int(reuse, "reuse", op, allow_none=True)
@@ -451,12 +445,11 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
                                                          reuse=None if reuse is None else int(reuse),
                                                          batched=bool(batched))
-    fp8_wgrad = fp8_gemm.plan_weight_grad(backend, t, i, o, dtype, mvue=mvue) if fp8 else "16-bit"
-    if fp8_wgrad != "16-bit":
-        weight_grad = {"mvue": "xla (fp8, MVUE)", "cutlass": "cutlass (fp8, MVUE)"}[fp8_wgrad]
+    fp8_wgrad = autotune.fp8_weight_grad_backend(backend, t, i, o, dtype, mvue=mvue) if fp8 else None
+    if fp8_wgrad is not None:
+        weight_grad = f"{fp8_wgrad.fp8_label} (fp8, MVUE)"
     elif not mvue:
-        weight_grad = "reference" if backend == "reference" else "dense (exact)"
+        weight_grad = autotune.exact_weight_grad_label(backend)
     else:
-        path = autotune.weight_grad_path(backend, o, i, t, dtype)
-        weight_grad = "dense (exact)" if path == "exact" else f"{path} (MVUE)"
+        weight_grad = autotune.weight_grad_path(backend, o, i, t, dtype).label
     return {"forward": forward, "input_grad": input_grad, "weight_grad": weight_grad}

@@ -240,7 +240,7 @@ def mvue_rule(key, ndim: int, axis: int) -> Rule:
 
 
 def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
-              align: int = GROUP, prepared: str | None = None, packed_weight: bool = False) -> Rule:
+              align: int = GROUP, packed_weight: bool = False) -> Rule:
     """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
 
     * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
@@ -257,27 +257,9 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     :func:`weight_gather`). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
-    ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
-    (``prepared_weight.forward_prepared``): ``"cutlass"`` its ``values`` and ``meta`` (two 2-D
-    arrays), ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
-    metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay replicated: a
-    tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
-
     ``packed_weight``: ``forward`` / ``input_grad`` whose function takes a weight gathered packed as a
     :class:`~jax_sparse24._src.packed24.Packed24` (``Rule.packed_weight``).
     """
-    if prepared is not None:
-        if kind not in ("forward", "input_grad"):
-            raise ValueError(f"gemm_rule: prepared applies to 'forward' and 'input_grad', got {kind!r}")
-        extras = {"cutlass": (("pv0", "pv1"), ("pm0", "pm1")), "cusparselt": (("pb",),)}
-        if prepared not in extras:
-            raise ValueError(f"gemm_rule: prepared must be 'cutlass' or 'cusparselt', got {prepared!r}")
-        base = gemm_rule(kind, transposable=transposable, align=align)
-        extra = extras[prepared]
-        return dataclasses.replace(base, name=base.name + f" (prepared {prepared} weight)",
-                                   operands=base.operands + extra, contract=(),
-                                   replicated=("i", "o") + tuple(d for dims in extra for d in dims),
-                                   gathered_weight=None)
     if packed_weight and kind not in ("forward", "input_grad"):
         raise ValueError(f"gemm_rule: packed_weight applies to 'forward' and 'input_grad', got {kind!r}")
     if kind == "forward":
@@ -293,6 +275,25 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
         return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
     raise ValueError(f"gemm_rule: kind must be 'forward', 'input_grad' or 'weight_grad', got {kind!r}")
+
+
+def prepared_gemm_rule(kind: str, label: str, operand_dims: tuple, *, transposable: bool = False,
+                       align: int = GROUP) -> Rule:
+    """:func:`gemm_rule` of ``forward`` / ``input_grad`` with the weight's compressed operand appended
+    (``prepared_weight.forward_prepared``): one operand per entry of ``operand_dims`` (its dimension
+    labels: a backend's ``operand_dims``; ``label`` names the backend in the rule's name). The operand
+    is the compression of the *whole* weight (its metadata layout does not slice into per-shard
+    operands), so ``i`` and ``o`` stay replicated: a tensor-parallel weight is gathered (correct,
+    unsharded GEMM); tokens may be sharded."""
+    if kind not in ("forward", "input_grad"):
+        raise ValueError(f"prepared_gemm_rule: applies to 'forward' and 'input_grad', got {kind!r}")
+    if not operand_dims:
+        raise ValueError(f"prepared_gemm_rule: the {label!r} backend has no prepared operand")
+    base = gemm_rule(kind, transposable=transposable, align=align)
+    return dataclasses.replace(base, name=base.name + f" (prepared {label} weight)",
+                               operands=base.operands + tuple(operand_dims), contract=(),
+                               replicated=("i", "o") + tuple(d for dims in operand_dims for d in dims),
+                               gathered_weight=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,8 +54,10 @@ class CutlassFp8(Backend):
                                    operands=base.operands + ((), ()))
 
     # --- GEMMs (CUDA lowerings) -------------------------------------------------------------------
-    def weight_gemm(self, *, m: int, k: int, transposed: bool, packed: bool = False):
-        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃.
+    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype=None, config_of=None,
+                    packed: bool = False):
+        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃
+        (one kernel configuration: ``dtype`` and ``config_of`` are not used).
         ``packed``: ``fn(b2, values, bits, s_b, s_w)``, W̃ in :mod:`~jax_sparse24._src.packed24`'s encoding."""
         compress = cf.fp8_packed_compress if packed else cf.fp8_masked_compress
 
@@ -65,9 +67,10 @@ class CutlassFp8(Backend):
 
         return cuda
 
-    def mvue_weight_grad(self, *, o: int, tokens: int, align: int):
+    def mvue_weight_grad(self, *, o: int, i: int | None = None, tl: int | None = None, tokens: int, align: int, dtype=None,
+                         config: int = -1):
         """``fn(key, x2, g2, s_x, s_m)``: ∇W (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O) · (s_x·s_m), tokens
-        padded to ``align`` (``tokens`` after padding)."""
+        padded to ``align`` (``tokens`` after padding; ``i``, ``tl``, ``dtype``, ``config`` are not used)."""
 
         def kernel(key, x2, g2, s_x, s_m):
             xp, gp = pad_rows(x2, align), pad_rows(g2, align)
