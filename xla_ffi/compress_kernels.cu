@@ -1,11 +1,9 @@
 // Fused 2:4 compressors: read a dense (R, C) row-major bf16/fp16 array once and write the CUTLASS
 // SM90 compressed operand (values + metadata, compress_layout.h) of the sparse GEMM directly.
 //
-//   Sparse24Prune24Compress    (a) magnitude 2:4 prune (mask24: ties -> lower index) + compress
 //   Sparse24MaskCompress       (b) x * mask + compress (one direction)
 //   Sparse24MaskCompressBoth   (b) x * mask + compress of BOTH x^T and x in one pass (transposable mask)
 //   Sparse24Mvue24Compress     (c) MVUE 2:4 (same Philox draws as Sparse24Mvue24) + compress
-//   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
 //   Sparse24MaskCompressMany   (b) for up to 64 (x, mask) pairs of one dtype in one launch (one
 //                              direction or both): the prepared weights of a whole model per step
 //   Sparse24PackedCompress     (e) a weight in the packed encoding (jax_sparse24/_src/packed24.py:
@@ -864,11 +862,6 @@ ffi::Error RunOneLt(const char* name, cudaStream_t stream, int32_t device, const
   return Run<OP>(name, stream, device, x, ex, &out, nullptr, nullptr, nullptr, true);
 }
 
-ffi::Error Prune24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
-                               ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
-  return RunOne<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *values, *meta, transposed);
-}
-
 ffi::Error MaskCompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
                             ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
   Extra ex;
@@ -900,19 +893,6 @@ ffi::Error Mvue24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffe
   return RunOne<Op::kMvue>("mvue24_compress", stream, device, x, ex, *values, *meta, transposed);
 }
 
-ffi::Error SoftThreshold24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
-                                       ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta,
-                                       int64_t transposed) {
-  Extra ex;
-  ex.beta = &beta;
-  return RunOne<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *values, *meta, transposed);
-}
-
-ffi::Error Prune24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
-                                 ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
-  return RunOneLt<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *out, transposed);
-}
-
 ffi::Error MaskCompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
                               ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
   Extra ex;
@@ -939,13 +919,6 @@ ffi::Error Mvue24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuf
   Extra ex;
   ex.key = &key;
   return RunOneLt<Op::kMvue>("mvue24_compress", stream, device, x, ex, *out, transposed);
-}
-
-ffi::Error SoftThreshold24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
-                                         ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
-  Extra ex;
-  ex.beta = &beta;
-  return RunOneLt<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *out, transposed);
 }
 
 // ---- many tensors in one launch ----
@@ -1062,17 +1035,6 @@ ffi::Error MaskCompressManyLtImpl(cudaStream_t stream, int32_t device, ffi::Rema
 }  // namespace compress
 }  // namespace jax_sparse24
 
-// x (R, C) -> values, meta of A = x (transposed=false) or A = x^T (transposed=true).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Prune24Compress, jax_sparse24::compress::Prune24CompressImpl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // x
-                                  .Ret<::xla::ffi::AnyBuffer>()  // values
-                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
-                                  .Attr<int64_t>("transposed"),
-                              {::xla::ffi::Traits::kCmdBufferCompatible});
-
 // x (R, C), mask (R, C) bool -> values, meta of A = x * mask or (x * mask)^T.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompress, jax_sparse24::compress::MaskCompressImpl,
                               ::xla::ffi::Ffi::Bind()
@@ -1123,19 +1085,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mvue24Compress, jax_sparse24::compress::Mv
                                   .Attr<int64_t>("transposed"),
                               {::xla::ffi::Traits::kCmdBufferCompatible});
 
-// x (R, C), beta float32 scalar -> values, meta of beta * soft_threshold24(x).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::compress::SoftThreshold24CompressImpl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // x
-                                  .Arg<::xla::ffi::AnyBuffer>()  // beta
-                                  .Ret<::xla::ffi::AnyBuffer>()  // values
-                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
-                                  .Attr<int64_t>("transposed"),
-                              {::xla::ffi::Traits::kCmdBufferCompatible});
-
-// The same six compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
+// The same four compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
 // one uint8 buffer (m * k * 9 / 8 bytes) per direction instead of the values, meta pair.
 #define SP24_LT_HANDLER(NAME, IMPL, ...)                                                   \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, jax_sparse24::compress::IMPL,                        \
@@ -1144,8 +1094,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::com
                                     .Ctx<::xla::ffi::DeviceOrdinal>() __VA_ARGS__,         \
                                 {::xla::ffi::Traits::kCmdBufferCompatible});
 
-SP24_LT_HANDLER(Sparse24Prune24CompressLt, Prune24CompressLtImpl,
-                .Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>().Attr<int64_t>("transposed"))
 SP24_LT_HANDLER(Sparse24MaskCompressLt, MaskCompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
@@ -1156,9 +1104,6 @@ SP24_LT_HANDLER(Sparse24PackedCompressLt, PackedCompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 SP24_LT_HANDLER(Sparse24Mvue24CompressLt, Mvue24CompressLtImpl,
-                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
-                .Attr<int64_t>("transposed"))
-SP24_LT_HANDLER(Sparse24SoftThreshold24CompressLt, SoftThreshold24CompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 #undef SP24_LT_HANDLER

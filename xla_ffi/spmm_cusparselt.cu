@@ -13,11 +13,6 @@
 // cusparseLtMatmulSearch, which synchronises; XLA never captures these calls in a command buffer):
 //   Sparse24CusparseltCompress: a (dense, 2:4 along K) -> compressed (opaque uint8 bytes)
 //   Sparse24CusparseltSpmm:     compressed, b -> d (N, M)
-//   Sparse24CusparseltSpmmFp8:  compressed, b, scales (float32) -> d (N, M) bfloat16, A and B
-//                               float8_e4m3fn (dtype code 2); attribute scale_mode: 0 = none (host
-//                               alpha 1: the caller scales), 1 = alpha vector (scales (M,): d = alpha[m]
-//                               * (A B)). Not offered: cuSPARSELt's per-tensor A/B scale pointers
-//                               (SCALAR_32F): 0.8.0 on the H100 accepted them and ignored the scales.
 // State: one cuSPARSELt handle per device; one plan per (device, m, n, k, dtype, a_layout, b_layout),
 // created once under a mutex (at trace time through CusparseltCompressedSize, or on first use) and
 // kept for the life of the process; the algorithm is chosen once by cusparseLtMatmulSearch on the
@@ -452,32 +447,6 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
                  b, d, &alpha);
 }
 
-ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer compressed,
-                       ffi::AnyBuffer b, ffi::AnyBuffer scales, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
-                       int64_t k, int64_t a_layout, int64_t b_layout, int64_t scale_mode) {
-  if (b.element_type() != ffi::DataType::F8E4M3FN || d->element_type() != ffi::DataType::BF16) {
-    return InvalidArgument(std::string("cusparselt_spmm_fp8: b must be float8_e4m3fn and d bfloat16, got ") +
-                           DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
-  }
-  if (scale_mode != kScaleNone && scale_mode != kScaleAlphaVector) {
-    return InvalidArgument("cusparselt_spmm_fp8: scale_mode must be 0 (none) or 1 (alpha vector)");
-  }
-  const int64_t want = scale_mode == kScaleAlphaVector ? m : 1;
-  if (scales.element_type() != ffi::DataType::F32 || scales.dimensions().size() != 1 ||
-      scales.dimensions()[0] != want) {
-    return InvalidArgument("cusparselt_spmm_fp8: scales must be a float32 vector of " + std::to_string(want) +
-                           " elements for scale_mode " + std::to_string(scale_mode) + ", got " +
-                           DataTypeName(scales.element_type()) + " " + DimsString(scales.dimensions()));
-  }
-  SP24_RETURN_IF_ERROR(CheckB("cusparselt_spmm_fp8", b, d, m, n, k, b_layout));
-  PlanKey key{device, m, n, k, kDtypeE4m3, int(a_layout), int(b_layout)};
-  key.scale_mode = int(scale_mode);
-  const float one = 1.0f;
-  const float* sp = static_cast<const float*>(scales.untyped_data());
-  if (scale_mode == kScaleAlphaVector) return RunPlan(stream, scratch, device, key, compressed, b, d, sp);
-  return RunPlan(stream, scratch, device, key, compressed, b, d, &one);
-}
-
 }  // namespace
 }  // namespace lt
 
@@ -553,20 +522,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmm, jax_sparse24::lt::SpmmImpl
                                   .Attr<int64_t>("k")
                                   .Attr<int64_t>("a_layout")
                                   .Attr<int64_t>("b_layout"));
-
-// compressed A (float8_e4m3fn, cuSPARSELt's bytes), b (float8_e4m3fn), scales (float32, per scale_mode) -> d (n, m) bf16.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmmFp8, jax_sparse24::lt::SpmmFp8Impl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::ScratchAllocator>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // compressed
-                                  .Arg<::xla::ffi::AnyBuffer>()  // b
-                                  .Arg<::xla::ffi::AnyBuffer>()  // scales
-                                  .Ret<::xla::ffi::AnyBuffer>()  // d
-                                  .Attr<int64_t>("m")
-                                  .Attr<int64_t>("n")
-                                  .Attr<int64_t>("k")
-                                  .Attr<int64_t>("a_layout")
-                                  .Attr<int64_t>("b_layout")
-                                  .Attr<int64_t>("scale_mode"));

@@ -14,12 +14,10 @@ Every result is bit-identical to ``cutlass_compress`` of the dense op result (ro
 dtype), e.g. ``mvue24_compress(key, g, transposed=True) == cutlass_compress(mvue24_cuda(key, g,
 axis=0).T)`` (same Philox draws as the element-wise MVUE kernel).
 
-* :func:`prune24_compress`          magnitude 2:4 prune (``mask24``, ties to the lower index);
 * :func:`masked_compress`           ``x * mask`` (mask 2:4 along the compressed axis);
 * :func:`masked_compress_both`      ``x * mask`` compressed as both ``A = (x*mask).T`` and
   ``A = x*mask`` in one pass (transposable mask: the forward and input-gradient operands of W);
 * :func:`mvue24_compress`           unbiased MVUE 2:4 sample;
-* :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array;
 * :func:`masked_compress_many`      :func:`masked_compress` / :func:`masked_compress_both` of many
   ``(x, mask)`` pairs of one dtype in one launch per :data:`MAX_TENSORS_PER_LAUNCH` pairs (the
   prepared weights of a whole model per optimizer step: one small launch per layer is latency-bound);
@@ -61,15 +59,11 @@ __all__ = [
     "masked_compress_many",
     "packed_compress",
     "mvue24_compress",
-    "prune24_compress",
-    "soft_threshold24_compress",
 ]
 
-_T_PRUNE = "jax_sparse24_prune24_compress"
 _T_MASK = "jax_sparse24_masked_compress"
 _T_MASK_BOTH = "jax_sparse24_masked_compress_both"
 _T_MVUE = "jax_sparse24_mvue24_compress"
-_T_SOFT = "jax_sparse24_soft_threshold24_compress"
 _T_MASK_MANY = "jax_sparse24_masked_compress_many"
 _T_PACKED = "jax_sparse24_packed_compress"
 
@@ -181,28 +175,19 @@ def _check_mask(mask, x, op: str):
     return mask
 
 
-def prune24_compress(x, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``x * mask24(x)`` (2:4 magnitude prune along the compressed K axis) in one pass.
+def masked_compress(x, mask, *, transposed: bool = False, layout: str = "cutlass"):
+    """Compress ``x * mask`` (``mask`` 2:4 along the compressed axis) in one pass over ``x`` and ``mask``.
+
+    A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
 
     Args:
-      x: (R, C) bfloat16/float16.
-      transposed: compress ``A = pruned(x).T`` (groups along axis 0) instead of ``A = pruned(x)``.
+      x: (R, C) bfloat16/float16; ``mask`` its mask (bool, or nonzero = kept).
+      transposed: compress ``A = (x*mask).T`` (groups along axis 0) instead of ``A = x*mask``.
       layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
 
     Returns:
       ``(values, meta)`` of A (:func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_compressed_shapes`), or
       for ``layout="cusparselt"`` one uint8 array of :func:`lt_compressed_bytes`.
-    """
-    x = _check(x, transposed, "prune24_compress", layout)
-    return _result(_ffi.ffi_call(_target(_T_PRUNE, layout), _out_types(x, transposed, layout), x,
-                                 transposed=np.int64(bool(transposed))), layout)
-
-
-def masked_compress(x, mask, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``x * mask`` (``mask`` 2:4 along the compressed axis) in one pass over ``x`` and ``mask``.
-
-    A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
-    Returns what :func:`prune24_compress` returns for ``layout``.
     """
     op = "masked_compress"
     x = _check(x, transposed, op, layout)
@@ -240,7 +225,7 @@ def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cu
     its rows). Bit for bit ``masked_compress(*unpack24(values, bits), transposed=transposed,
     layout=layout)``: ``transposed=True`` gives ``A = Wᵀ`` (the forward GEMM's operand, groups along
     ``R``); ``False`` gives ``A = W``, whose groups run along ``C`` (the input gradient's: ``W`` needs
-    a transposable mask). Returns what :func:`prune24_compress` returns for ``layout``.
+    a transposable mask). Returns what :func:`masked_compress` returns for ``layout``.
     """
     op = "packed_compress"
     values, bits = jnp.asarray(values), jnp.asarray(bits)
@@ -272,27 +257,6 @@ def mvue24_compress(key, x, *, transposed: bool = True, layout: str = "cutlass")
     except ValueError as e:
         raise ValueError(str(e).replace("mvue24_cuda", op)) from None
     return _result(_ffi.ffi_call(_target(_T_MVUE, layout), _out_types(x, transposed, layout), words, x,
-                                 transposed=np.int64(bool(transposed))), layout)
-
-
-def soft_threshold24_compress(x, beta, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``β · soft_threshold24(x)`` (S-STE) in one pass.
-
-    Bit-identical to compressing ``(beta * soft_threshold24(x)[0].astype(float32)).astype(x.dtype)``
-    (the S-STE layer's weight): the soft threshold is rounded to x's dtype before the scale.
-
-    Args:
-      x: (R, C) bfloat16/float16 weight.
-      beta: float32 scalar (array; read on the device).
-      transposed: groups along axis 0 (``A = (β·S(x)).T``, e.g. W (I, O) -> forward operand).
-      layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
-    """
-    op = "soft_threshold24_compress"
-    x = _check(x, transposed, op, layout)
-    if np.size(beta) != 1:
-        raise ValueError(f"{op}: beta must be a scalar, got shape {tuple(np.shape(beta))}")
-    beta = jnp.asarray(beta, jnp.float32).reshape(())
-    return _result(_ffi.ffi_call(_target(_T_SOFT, layout), _out_types(x, transposed, layout), x, beta,
                                  transposed=np.int64(bool(transposed))), layout)
 
 
