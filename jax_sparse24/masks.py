@@ -31,7 +31,7 @@ import numpy as np
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import ops as _ops
 from jax_sparse24._src import validation as _validation
-from jax_sparse24._src.tree_paths import path_tuple
+from jax_sparse24._src.tree_paths import path_str, path_tuple
 
 __all__ = [
     "SPARSITY",
@@ -70,10 +70,6 @@ BETA = "beta"
 
 def _mask_name(layer) -> str:
     return TRANSPOSABLE_MASK if TRANSPOSABLE_MASK in layer else MASK
-
-
-def _path_str(path) -> str:
-    return "/".join(map(str, path))
 
 
 def srste_layers(sparsity):
@@ -255,14 +251,14 @@ def check_sparsity(params, sparsity, owner: str = "check_sparsity") -> None:
             kernel = _get(params, path)["kernel"]
         except (KeyError, TypeError, IndexError):
             raise ValueError(
-                f"{owner}: the sparsity collection has a 2:4 layer at '{_path_str(path)}' but params has no "
-                f"'{_path_str(path + ('kernel',))}': pass the 'params' and 'sparsity' collections of the same "
+                f"{owner}: the sparsity collection has a 2:4 layer at '{path_str(path)}' but params has no "
+                f"'{path_str(path + ('kernel',))}': pass the 'params' and 'sparsity' collections of the same "
                 "model.init(...)") from None
         if np.shape(kernel) != np.shape(layer[name]):
             raise ValueError(
-                f"{owner}: the mask of '{_path_str(path)}' has shape {np.shape(layer[name])} but its kernel "
+                f"{owner}: the mask of '{path_str(path)}' has shape {np.shape(layer[name])} but its kernel "
                 f"{np.shape(kernel)}: pass the 'params' and 'sparsity' collections of the same model.init(...)")
-        where = f"{owner}: sparsity '{_path_str(path + (name,))}'"
+        where = f"{owner}: sparsity '{path_str(path + (name,))}'"
         _validation.check_concrete_mask_on_device(layer[name], 2, 4, -2, where, name, axis_name="in")
         if name == TRANSPOSABLE_MASK:
             _validation.check_concrete_mask_on_device(layer[name], 2, 4, -1, where, name,
@@ -273,7 +269,7 @@ def check_sparsity(params, sparsity, owner: str = "check_sparsity") -> None:
             every = None  # traced: not checked
         if every is not None and every < 1:
             raise ValueError(
-                f"{owner}: '{_path_str(path)}' has mask_every={every}; the mask refresh period must be a "
+                f"{owner}: '{path_str(path)}' has mask_every={every}; the mask refresh period must be a "
                 "positive number of optimizer steps (Sparse24Dense(mask_every=...))")
 
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 
-from jax_sparse24._src import fp8 as _fp8
+from jax_sparse24._src import fp8_math as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src.validation import check_positive_int
 from jax_sparse24.masks import (

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.linen.dtypes import promote_dtype
 
-from jax_sparse24._src import fp8 as _fp8
+from jax_sparse24._src import fp8_math as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src.tree_paths import key_str
 from jax_sparse24._src.validation import check_positive_int

@@ -1,7 +1,7 @@
 """Helpers to run 2:4 sparse training on several devices (data and Megatron tensor parallel).
 
 The 2:4 ops and :func:`jax_sparse24.sparse24_linear` partition by themselves under ``jit`` with
-``NamedSharding`` and inside ``shard_map`` (see ``jax_sparse24/_src/sharding.py`` for the rules).
+``NamedSharding`` and inside ``shard_map`` (see ``jax_sparse24/_src/partitioning.py`` for the rules).
 What a training script still has to say is *where the parameters and the batch live*; this module
 builds those shardings:
 
@@ -50,8 +50,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_sparse24._src import sharding as _impl
-from jax_sparse24._src.sharding import WEIGHT_GATHERS, weight_gather
+from jax_sparse24._src import partitioning as _impl
+from jax_sparse24._src.tree_paths import path_str
+from jax_sparse24._src.partitioning import WEIGHT_GATHERS, weight_gather
 
 __all__ = [
     "make_mesh",
@@ -122,19 +123,6 @@ def make_mesh(spec: str | Mapping[str, int] = "data=-1", *, devices: Sequence[An
         dev = np.asarray(devices, dtype=object).reshape(sizes)
     axis_types = (jax.sharding.AxisType.Auto,) * len(names)
     return Mesh(dev, tuple(names), axis_types=axis_types)
-
-
-def path_str(path) -> str:
-    """``'params/mlp/fc1/kernel'`` for a ``jax.tree_util`` key path."""
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
 
 
 def megatron_mlp_rules(up: str, down: str, *, model_axis: str = "model") -> list[tuple[str, P]]:

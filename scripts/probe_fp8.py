@@ -1,5 +1,5 @@
 """Probe of the fp8 2:4 kernels on a Hopper GPU, through their thin wrappers (cuda_fp8_ops,
-cuda_spmm_ops.cutlass_compress) and the reference quantization (_src/fp8.py): correctness of the fused quantize+compress against CUTLASS's compressor applied
+cuda_spmm_ops.cutlass_compress) and the reference quantization (_src/fp8_math.py): correctness of the fused quantize+compress against CUTLASS's compressor applied
 to the quantized operand (bit for bit), of the fp8 sparse GEMM against an f32 reference, and
 timings (GEMM only, in one jitted program per variant, interleaved rounds) against bf16 dense and
 XLA's fp8 dense dot at training shapes.
@@ -38,7 +38,7 @@ import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import ffi  # noqa: E402
-from jax_sparse24._src.fp8 import quantize  # noqa: E402
+from jax_sparse24._src.fp8_math import quantize  # noqa: E402
 
 FAIL = []
 

@@ -16,7 +16,7 @@ import warnings
 import jax.numpy as jnp
 import pytest
 
-from jax_sparse24._src import autotune, backends, ffi, fp8_gemm, sharding, sparse_array
+from jax_sparse24._src import autotune, backends, ffi, fp8_gemm, partitioning, sparse_array
 from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, CUTLASS_FP8, DENSE, REFERENCE
 from jax_sparse24._src.backends import base as backends_base
 from jax_sparse24._src import cuda_cusparselt_ops as lt
@@ -239,10 +239,10 @@ def test_registry():
     assert DENSE.operand_keys == REFERENCE.operand_keys == ()
     with pytest.raises(ValueError, match="already registered"):
         backends.register(type(CUTLASS)())
-    # the sharding rules are sharding.py's: the GEMM rule, and for fp8 the same with the scales appended
-    assert CUTLASS.sharding_rule("forward") == sharding.gemm_rule("forward")
+    # the sharding rules are partitioning.py's: the GEMM rule, and for fp8 the same with the scales appended
+    assert CUTLASS.sharding_rule("forward") == partitioning.gemm_rule("forward")
     fp8_rule = CUTLASS_FP8.sharding_rule("input_grad")
-    assert fp8_rule.operands == sharding.gemm_rule("input_grad", transposable=True).operands + ((), ())
+    assert fp8_rule.operands == partitioning.gemm_rule("input_grad", transposable=True).operands + ((), ())
     assert fp8_rule.name.startswith("sparse24 fp8")
 
 

@@ -1,4 +1,4 @@
-"""fp8 (float8_e4m3fn) training on the CPU: the quantization math (jax_sparse24._src.fp8), the fp8
+"""fp8 (float8_e4m3fn) training on the CPU: the quantization math (jax_sparse24._src.fp8_math), the fp8
 linear op and layers against a NumPy restatement, the FFI wrappers' trace-time checks (with a
 stand-in extension object) and the errors.
 
@@ -24,7 +24,7 @@ from jax_sparse24._src import cuda_fp8_ops as cf
 from jax_sparse24._src import cuda_spmm_ops as cs
 from jax_sparse24._src import ffi, fp8_gemm
 from jax_sparse24._src.backends import CUTLASS, CUTLASS_FP8, DENSE
-from jax_sparse24._src import fp8 as f8
+from jax_sparse24._src import fp8_math as f8
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -199,7 +199,7 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
     """With a key and backend='reference' the weight gradient is q(x)ᵀ·q(MVUE(∇y)) with the MVUE
     sample's scale twice ∇y's; its mean over draws is xᵀ·∇y up to the fp8 quantization. 'auto' on a
     CPU takes the 16-bit exact gradient."""
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     x, w, mask = _layer_case(dtype, t=42)  # T not a multiple of 4: the token axis is padded
     w = w.astype(dtype)
@@ -213,7 +213,7 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
     dw = jax.jit(dw_of, static_argnums=1)(key, "reference")
     assert dw.dtype == w.dtype
     t = x.shape[0]  # the op pads the tokens with zero rows to a multiple of 4 before drawing
-    sample = reference.mvue24(key, jnp.pad(g, ((0, -t % 4), (0, 0))), axis=0)[:t]
+    sample = reference_ops.mvue24(key, jnp.pad(g, ((0, -t % 4), (0, 0))), axis=0)[:t]
     ew, tw = _np_mvue_weight_grad(x, g, sample)
     _assert_gemm_close(dw, ew, tw, x.shape[0], "dw (MVUE)")
     plan = s24.linear_plan(x.shape[0], *w.shape, dtype, fp8=True, backend="reference")
@@ -242,13 +242,13 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
 
 def test_mvue_scale_bounds_every_sample():
     """|MVUE(g)| <= MVUE_SCALE_FACTOR · max|g| (the fp8 sample's scale), reached by equal magnitudes."""
-    from jax_sparse24._src import fp8 as f
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import fp8_math as f
+    from jax_sparse24._src import reference_ops
 
     rng = np.random.default_rng(0)
     g = rng.standard_normal((4096, 64)).astype(np.float32) * rng.choice([1e-3, 1.0, 30.0], (4096, 1))
     g[:1024] = np.sign(g[:1024]) * 0.75  # groups of four equal magnitudes: each kept value is 2·|g|
-    out = np.asarray(reference.mvue24(jax.random.key(0), jnp.asarray(g), axis=0))
+    out = np.asarray(reference_ops.mvue24(jax.random.key(0), jnp.asarray(g), axis=0))
     assert np.abs(out).max() <= f.MVUE_SCALE_FACTOR * np.abs(g).max() * (1 + 1e-6)
     np.testing.assert_allclose(np.abs(out[:1024][out[:1024] != 0]), 1.5, rtol=1e-6)
     s = float(f.mvue_scale(jnp.asarray(g)))
@@ -550,7 +550,7 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     from jax.sharding import PartitionSpec as P
 
     from jax_sparse24 import sharding as shd
-    from jax_sparse24._src import autotune, reference
+    from jax_sparse24._src import autotune, reference_ops
 
     cpus = jax.devices("cpu")
     if len(cpus) < 8:
@@ -603,7 +603,7 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     want = np.zeros((64, 32), np.float32)
     for d in range(8):
         xd, gd = x[32 * d:32 * (d + 1)], g[32 * d:32 * (d + 1)]
-        gs = reference.mvue24(jax.random.fold_in(key, d), gd, axis=0)
+        gs = reference_ops.mvue24(jax.random.fold_in(key, d), gd, axis=0)
         want += np.asarray(f8.scaled_matmul(f8.quantize(xd, s_x).T, f8.quantize(gs, s_m), s_x * s_m), np.float32)
     scale = np.abs(want).max()
     np.testing.assert_allclose(dw, want, rtol=0, atol=2 ** -6 * scale)  # bf16 partial sums, psum order

@@ -33,7 +33,7 @@ skip_module_without_kernels()
 from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
-from jax_sparse24._src import reference  # noqa: E402
+from jax_sparse24._src import reference_ops  # noqa: E402
 from gpu_util import LEGAL_NIBBLES, assert_same_compressed, mask24_np, poisoned, skip_uncompiled  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 
@@ -247,8 +247,8 @@ def test_mvue24_compress_unbiased_two_per_group(dtype):
     # the sample variance, which is 0 for an element that is rarely kept and never drawn in n
     # tries (that made this test fail on the H100 with z = 1/half_ulp exactly) — plus the
     # dtype's rounding of g / p (a fixed bias per configuration).
-    a_abs = np.abs(gf.T).reshape(o, t // 4, 4) + reference.MVUE_EPS
-    p = np.asarray(reference.mvue24_inclusion_probabilities(jnp.asarray(a_abs, jnp.float32)), np.float64)
+    a_abs = np.abs(gf.T).reshape(o, t // 4, 4) + reference_ops.MVUE_EPS
+    p = np.asarray(reference_ops.mvue24_inclusion_probabilities(jnp.asarray(a_abs, jnp.float32)), np.float64)
     p = p.reshape(o, t)
     half_ulp = 2.0**-8 if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else 2.0**-11
     std = np.abs(gf.T) * np.sqrt((1.0 / p - 1.0) / n) + half_ulp * np.abs(gf.T)
@@ -617,7 +617,7 @@ def _assert_same_compressed_nan_ok(got, ref, what):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_fused_compressors_special_values(dtype):
-    """NaN, ±inf, ±0, subnormals and ties: masked_compress of reference.mask24's (CPU) mask keeps those
+    """NaN, ±inf, ±0, subnormals and ties: masked_compress of reference_ops.mask24's (CPU) mask keeps those
     values as CUTLASS's compressor does, mvue24_compress equals the element-wise MVUE kernel."""
     skip_uncompiled(dtype)
     rng, seed = _rng()
@@ -628,7 +628,7 @@ def test_fused_compressors_special_values(dtype):
         axis = 0 if transposed else 1
         what = f"seed={seed} transposed={transposed}"
         with jax.default_device(cpu):
-            keep = np.asarray(reference.mask24(jax.device_put(x, cpu), axis))
+            keep = np.asarray(reference_ops.mask24(jax.device_put(x, cpu), axis))
         nf = ~np.isfinite(np.asarray(x.astype(jnp.float32)))
         a = jnp.where(jnp.asarray(keep), x, jnp.zeros((), dtype))
         got = poisoned(functools.partial(cc.masked_compress, transposed=transposed))(x, jnp.asarray(keep))

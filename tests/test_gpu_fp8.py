@@ -3,7 +3,7 @@
 Run on the H100: ``pytest -m gpu tests/test_gpu_fp8.py -v``. Skipped without a GPU/extension, and
 per test where the extension has no fp8 kernels.
 
-Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
+Oracles (the single definition of the math is ``jax_sparse24._src.fp8_math``):
 
 * ``fp8_masked_compress`` against CUTLASS's own compressor on float8_e4m3fn applied to the reference
   quantization, ``cutlass_compress(quantize(x ⊙ mask, s))`` — **bit for bit** (values and metadata,
@@ -44,7 +44,7 @@ import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
-from jax_sparse24._src import fp8 as f8  # noqa: E402
+from jax_sparse24._src import fp8_math as f8  # noqa: E402
 from gpu_util import assert_same_compressed, gpu, mask24_np, poisoned, quantize_on_cpu  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 

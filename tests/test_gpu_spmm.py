@@ -767,13 +767,13 @@ def test_kernels_inside_shard_map_on_one_gpu():
     import jax_sparse24 as s24
     from jax.sharding import PartitionSpec as P
 
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     rng, seed = _rng()
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
     x = jnp.asarray(rng.standard_normal((256, 128)), jnp.bfloat16)
     w = jnp.asarray(0.1 * rng.standard_normal((128, 64)), jnp.bfloat16)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
     key = jax.random.key(int(rng.integers(1 << 30)))
 
     def grads(x, fp8):
@@ -846,7 +846,7 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
     from jax.sharding import PartitionSpec as P
 
     from jax_sparse24 import sharding as shd
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     n = len(jax.devices())
     if n < 2:
@@ -859,7 +859,7 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
     mesh = shd.make_mesh(f"fsdp={n}")
     x = jnp.asarray(rng.standard_normal((512 * n, 256)), jnp.bfloat16)
     w = jnp.asarray(0.1 * rng.standard_normal((256, 128 * n)), jnp.bfloat16)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
 
     def loss(x, w, m):
         y = s24.sparse24_linear(x, w, m, transposable=True, backend=backend, fp8=fp8, check_mask=False)

@@ -25,7 +25,7 @@ from jax_sparse24._src import autotune, backends, prepared_weight
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_spmm_ops as cs
-from jax_sparse24._src import sharding as _sh
+from jax_sparse24._src import partitioning as _sh
 from jax_sparse24.nn import PREPARED, Sparse24Dense
 
 BF16, F16 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)

@@ -2,7 +2,7 @@
 
 The extension ``jax_sparse24._sparse24_ffi`` (built from ``xla_ffi/``) hands XLA FFI handlers to
 Python as capsules; they are registered for platform ``"CUDA"`` the first time they are needed.
-Every op has exactly one definition — the reference in ``reference.py`` — and, where a kernel
+Every op has exactly one definition — the reference in ``reference_ops.py`` — and, where a kernel
 exists, a CUDA lowering of the same math. :func:`per_platform` picks between them at lowering
 time with ``lax.platform_dependent``, so a jitted function lowers to the kernel on a GPU and to
 the reference on a CPU from the same trace.

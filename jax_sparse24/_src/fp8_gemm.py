@@ -4,7 +4,7 @@
 ``input_grad``        ∇x = q(∇y)·q(W̃)ᵀ · (s_g·s_w)            (T, O) · (O, I)
 ``weight_grad_mvue``  ∇W = q(x)ᵀ·q(MVUE(∇y)) · (s_x·s_m)       (I, T) · (T, O), s_m = 2·s_g
 
-Math and scales: :mod:`jax_sparse24._src.fp8` (current scaling; GEMM outputs bfloat16). Each GEMM
+Math and scales: :mod:`jax_sparse24._src.fp8_math` (current scaling; GEMM outputs bfloat16). Each GEMM
 runs on the backend :func:`jax_sparse24._src.autotune.resolve` returns with ``fp8=True`` (by name:
 :func:`choose`):
 
@@ -13,7 +13,7 @@ runs on the backend :func:`jax_sparse24._src.autotune.resolve` returns with ``fp
   operand (``x`` or ``∇y``), and the sparse fp8 GEMM applies ``alpha`` in its epilogue
   (:mod:`jax_sparse24._src.cuda_fp8_ops`); on any other platform the same op lowers to the XLA
   math below (:func:`jax_sparse24._src.ffi.per_platform`).
-* ``"xla"`` — quantize both operands, :func:`jax_sparse24._src.fp8.scaled_matmul` (an fp8 dot with
+* ``"xla"`` — quantize both operands, :func:`jax_sparse24._src.fp8_math.scaled_matmul` (an fp8 dot with
   float32 accumulation: the same numbers up to the accumulation order). Used on CPUs, for
   ``backend="dense"``/``"reference"``, where the kernels are not built or the shape is not
   aligned (m % 8, n % 16, k % 32), and for ``∇x`` without a transposable mask. Never a silent
@@ -38,7 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8, gemm, ops, packed24, reference, sharding
+from jax_sparse24._src import autotune, cuda_mask_ops, ffi, fp8_math, gemm, ops, packed24, reference_ops, partitioning
 from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
@@ -72,12 +72,12 @@ def plan(backend: str, tokens: int, i: int, o: int, *, transposable: bool) -> tu
 
 def weight_amax(w, mask, dtype):
     """``max |W̃|`` of ``W̃ = w ⊙ mask`` in the compute ``dtype`` (float32 scalar)."""
-    return fp8.amax(masked_weight(w.astype(dtype), bool_mask(mask)))
+    return fp8_math.amax(masked_weight(w.astype(dtype), bool_mask(mask)))
 
 
 def weight_scale(w, mask, dtype):
     """``s_w``: the current scale of ``W̃ = w ⊙ mask`` in the compute ``dtype``."""
-    return fp8.scale_from_amax(weight_amax(w, mask, dtype))
+    return fp8_math.scale_from_amax(weight_amax(w, mask, dtype))
 
 
 def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
@@ -85,7 +85,7 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
     ``"input_grad"`` (A = q(W̃), b2 = ∇y; a transposable mask).
 
     ``"xla"``: XLA's fp8 math (XLA partitions it). ``"cutlass"``: one custom-partitioned op
-    (:func:`jax_sparse24._src.sharding.gemm_rule`, the scales replicated) whose local function
+    (:func:`jax_sparse24._src.partitioning.gemm_rule`, the scales replicated) whose local function
     compresses the local weight shard and runs the sparse fp8 GEMM on the shard's sizes — a shard the
     kernel cannot take runs XLA's fp8 math — with a ``psum`` over a sharded contraction axis.
     """
@@ -109,7 +109,7 @@ def _gemm(kind: str, chosen: Backend, b2, w, mask, s_b, s_w):
         return ffi.per_platform(ref, cuda_fn, b2, wc, mk, s_b, s_w, barrier=True)
 
     rule = chosen.sharding_rule(kind, packed_weight=True)
-    return sharding.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
+    return partitioning.partitioned(rule, local, reference_fn=xla)(b2, w, mask, s_b, s_w)
 
 
 def forward(x2, w, mask, *, backend: str, scales=None):
@@ -121,7 +121,7 @@ def forward(x2, w, mask, *, backend: str, scales=None):
     x2, wc, mk = x2.astype(dtype), w.astype(dtype), bool_mask(mask)
     t, i = x2.shape
     o = wc.shape[1]
-    s_x, s_w = (fp8.current_scale(x2), weight_scale(wc, mk, dtype)) if scales is None else scales
+    s_x, s_w = (fp8_math.current_scale(x2), weight_scale(wc, mk, dtype)) if scales is None else scales
     chosen = autotune.resolve(backend, "forward", o, t, i, fp8=True)
     # y (T, O) = q(x)·q(W̃): D (T, O) with A = q(W̃)ᵀ (O, I), 2:4 along I
     return _gemm("forward", chosen, x2, wc, mk, s_x, s_w), s_x, s_w
@@ -134,7 +134,7 @@ def input_grad(g2, w, mask, s_w, *, transposable: bool, backend: str, s_g=None):
     g2, wc, mk = g2.astype(dtype), w.astype(dtype), bool_mask(mask)
     t, o = g2.shape
     i = wc.shape[0]
-    s_g = fp8.current_scale(g2) if s_g is None else s_g
+    s_g = fp8_math.current_scale(g2) if s_g is None else s_g
     # ∇x needs q(W̃) 2:4 along `out` for the sparse kernel: without a transposable mask, XLA's fp8 math.
     chosen = autotune.resolve(backend, "input_grad", i, t, o, fp8=True) if transposable else DENSE
     # ∇x (T, I) = q(∇y)·q(W̃)ᵀ: D (T, I) with A = q(W̃) (I, O), 2:4 along O
@@ -147,7 +147,7 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
     ``gemm.weight_grad_mvue``.
 
     Tokens are padded with zero rows (to 32 for the kernel, 4 otherwise; a zero row changes
-    nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8.mvue_scale(∇y)``, or twice ``s_g``
+    nothing). ``s_x`` is the forward's scale of ``x``; ``s_m = fp8_math.mvue_scale(∇y)``, or twice ``s_g``
     where it is given (delayed scaling).
     """
     dtype = jnp.result_type(x2, g2)
@@ -158,7 +158,7 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
         return gemm.weight_grad_mvue(key, x2, g2, backend=backend, precision=precision)
     x2, g2 = x2.astype(dtype), g2.astype(dtype)
     # from the whole ∇y (XLA partitions the reduction), or from the delayed scale of ∇y
-    s_m = fp8.mvue_scale(g2) if s_g is None else fp8.mvue_scale_from(s_g)
+    s_m = fp8_math.mvue_scale(g2) if s_g is None else fp8_math.mvue_scale_from(s_g)
 
     fp8_dot = chosen.fp8_weight_grad_xla
 
@@ -167,7 +167,7 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
         return fp8_dot(_pad_rows(x2, 4), ops.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
 
     def reference_fn(key, x2, g2, s_x, s_m):
-        return fp8_dot(_pad_rows(x2, 4), reference.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
+        return fp8_dot(_pad_rows(x2, 4), reference_ops.mvue24(key, _pad_rows(g2, 4), axis=0), s_x, s_m)
 
     def local(key, x2, g2, s_x, s_m):
         # On the local shards (every size from the shards, never from the global (o, i, t) above).
@@ -188,6 +188,6 @@ def weight_grad_mvue(key, x2, g2, s_x, *, backend: str, precision=None, s_g=None
     # over a sharded token axis), the key folded with the token shard's index; the scales replicated.
     typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
     kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
-    rule = sharding.Rule("sparse24 fp8 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o"), (), ()),
+    rule = partitioning.Rule("sparse24 fp8 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o"), (), ()),
                     (("i", "o"),), contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
-    return sharding.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2, s_x, s_m)
+    return partitioning.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2, s_x, s_m)

@@ -17,8 +17,8 @@ import numpy as np
 from jax import lax
 
 from jax_sparse24._src import autotune, ops
-from jax_sparse24._src import reference
-from jax_sparse24._src import fp8 as fp8_math
+from jax_sparse24._src import reference_ops
+from jax_sparse24._src import fp8_math
 from jax_sparse24._src.linear import fp8_dense_linear, sparse24_linear
 
 #: Training methods of the sparse layers.
@@ -54,7 +54,7 @@ def init_mask(kernel, transposable: bool):
 
 def init_beta(kernel):
     """The frozen S-STE scale β of an ``(in, out)`` kernel (``soft``)."""
-    return reference.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
+    return reference_ops.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
 
 
 def soft_weight(w, beta):

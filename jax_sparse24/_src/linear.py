@@ -14,7 +14,7 @@ sparse CUDA kernel or a dense GEMM on the masked weight of the backend object th
 (:func:`jax_sparse24._src.autotune.resolve`, per requested backend and shape; the backends are in
 :mod:`jax_sparse24._src.backends`); on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward,
 the input gradient and a sparse (MVUE) weight gradient are :mod:`jax_sparse24._src.fp8_gemm`'s
-(float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`).
+(float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8_math`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
-from jax_sparse24._src import fp8 as fp8_math
-from jax_sparse24._src import sharding
+from jax_sparse24._src import fp8_math
+from jax_sparse24._src import partitioning
 from jax_sparse24._src.remat import CHECKPOINT_NAME
 from jax_sparse24._src import validation as v
 
@@ -132,7 +132,7 @@ def _linear_bwd(cfg: _Config, res, g):
         amaxes = dict(amaxes, output_grad=fp8_math.amax(g2.astype(jnp.result_type(g2, w))))
         new_meta = fp8_math.meta_update(meta, {"input": s_x, "kernel": s_w, "output_grad": s_g}, amaxes)
     # with Explicit mesh axes the cotangents must carry their primals' shardings
-    dx, dw, db = (sharding.like_primal(c, p) for c, p in ((dx, x), (dw, w), (db, bias)))
+    dx, dw, db = (partitioning.like_primal(c, p) for c, p in ((dx, x), (dw, w), (db, bias)))
     return dx, dw, None, db, None, None, new_meta
 
 
@@ -169,7 +169,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
         optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
         Not with ``fp8=True`` (ValueError).
-      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y``
+      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8_math.md): ``x``, ``∇y``
         and ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``), float32
         accumulation, the scales applied to the accumulator, the GEMM result rounded to bfloat16
         and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
@@ -182,7 +182,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
         run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
-      fp8_meta: with ``fp8=True``, delayed scaling instead of current scaling (docs/fp8.md): the
+      fp8_meta: with ``fp8=True``, delayed scaling instead of current scaling (docs/fp8_math.md): the
         layer's state ``{input,kernel,output_grad}_{scale,amax_history}`` (:func:`jax_sparse24.fp8.init_meta`,
         Flax's fp8 names). ``x``, ``W̃`` and ``∇y`` are quantized with the scales of their amax
         histories, and the *gradient* with respect to ``fp8_meta`` is its new value (the scales used,
@@ -247,7 +247,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         _check_meta_outside_shard_map(op)
     # Inside shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
-    x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
+    x, w, mask, bias = partitioning.vary_to_union(x, w, mask, bias)
     y = _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
     return y if bad is None else jnp.where(bad, jnp.asarray(jnp.nan, y.dtype), y)
 
@@ -278,7 +278,7 @@ def _check_meta_outside_shard_map(op: str) -> None:
     ``NamedSharding`` XLA reduces across the shards, but inside ``shard_map`` each shard would record
     its own amax and JAX would sum the replicated state's per-shard "gradients". The mesh's manual
     axes say so with or without ``check_vma`` (the operands' varying axes only with it)."""
-    axes = sharding.manual_axes()
+    axes = partitioning.manual_axes()
     if axes:
         raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (manual mesh axes "
                          f"{sorted(axes)}): use jit with NamedSharding, or current scaling (fp8_meta=None)")
@@ -300,7 +300,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None =
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
-    x, w, ones, bias = sharding.vary_to_union(x, w, ones, bias)
+    x, w, ones, bias = partitioning.vary_to_union(x, w, ones, bias)
     return _linear(x, w, ones, bias, None, None, fp8_meta, _Config("dense", precision, False, True))
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, backends, ffi, sharding
+from jax_sparse24._src import autotune, backends, ffi, partitioning
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src.backends import Backend, bool_mask, masked_weight, operand_mk
 
@@ -227,7 +227,7 @@ def _prepared_call(name: str, b2, w, mask, entry, precision):
         return _prepared_gemm(*arrays, backend=backend, name=name, dtype=dtype, precision=precision)
 
     rule = backend.sharding_rule(name, prepared=True)
-    return sharding.partitioned(rule, local)(b2, w, mask, *(entry[k] for k in backend.operand_keys))
+    return partitioning.partitioned(rule, local)(b2, w, mask, *(entry[k] for k in backend.operand_keys))
 
 
 def forward_prepared(x2, w, mask, entry, *, precision=None):

@@ -10,8 +10,9 @@ of a stored array of shape ``(..., K)``:
   cores use.
 
 ``.T`` reverses the logical axes without touching the data: the groups then run along the
-logical *first* axis. ``matmul``/``linear`` accept a ``Sparse24Array`` on either side as long
-as its groups run along the contraction axis.
+logical *first* axis. ``matmul`` (and ``@``) accepts a ``Sparse24Array`` on either side as long
+as its groups run along the contraction axis; a dense layer with a compressed weight is
+``matmul(x, to_sparse(w, axis=0)) + bias``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from jax_sparse24._src import ffi, ops
 from jax_sparse24._src import validation as v
 from jax_sparse24._src.backends import CUTLASS
 
-__all__ = ["Sparse24Array", "to_sparse", "matmul", "linear", "LAYOUTS"]
+__all__ = ["Sparse24Array", "to_sparse", "matmul", "LAYOUTS"]
 
 #: The storage of a :class:`Sparse24Array` that every platform reads (the format above).
 PORTABLE = "portable"
@@ -52,7 +53,7 @@ class Sparse24Array:
         stored one, i.e. the 2:4 groups run along the logical first axis.
       layout: ``"portable"`` (the format above, every platform) or ``"cutlass"`` (2-D only: the
         compressed A operand of the CUTLASS SM90 sparse GEMM — the operand layout of
-        :data:`jax_sparse24._src.backends.CUTLASS` — GPU only; ``matmul``/``linear`` then run on the
+        :data:`jax_sparse24._src.backends.CUTLASS` — GPU only; ``matmul`` then runs on the
         sparse tensor cores with no decompression).
     """
 
@@ -304,28 +305,3 @@ def matmul(a, b, *, precision=None):
     if da.shape[-1] != db.shape[0]:
         raise ValueError(f"{op}: contraction sizes differ: {da.shape} @ {db.shape}")
     return jnp.matmul(da, db, precision=precision)
-
-
-def linear(x, sparse_w, bias=None, *, precision=None):
-    """Dense layer with a compressed weight: ``x @ sparse_w + bias``.
-
-    Args:
-      x: input ``(..., in)``.
-      sparse_w: a :class:`Sparse24Array` of logical shape ``(in, out)`` (Flax layout) with its
-        groups along ``in`` (``to_sparse(w, axis=0)``), or a dense array.
-      bias: optional ``(out,)``.
-    """
-    op = "linear"
-    if _in_kernel_layout(sparse_w):  # always 2-D
-        y = _cutlass_matmul(x, sparse_w, op)  # checks the contraction size
-        if y is not None:
-            return y if bias is None else y + jnp.asarray(bias, y.dtype)
-    w = _dense_operand(sparse_w, "rhs", 0, op) if isinstance(sparse_w, Sparse24Array) else jnp.asarray(sparse_w)
-    if w.ndim != 2:
-        raise ValueError(f"{op}: the weight must be 2-D (in, out), got shape {w.shape}")
-    if np.shape(x)[-1] != w.shape[0]:
-        raise ValueError(f"{op}: x's last axis ({np.shape(x)[-1]}) must equal the weight's in ({w.shape[0]})")
-    y = jnp.matmul(x, w, precision=precision)
-    if bias is not None:
-        y = y + jnp.asarray(bias)
-    return y

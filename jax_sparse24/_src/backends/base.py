@@ -15,7 +15,7 @@ callers call these methods and never compare backend names:
   (:attr:`Backend.operand_keys`), their shapes, the compressions that write them
   (:meth:`Backend.compressions`), the trace-time check of one (:meth:`Backend.check_operand`);
 * **its fp8 variant** (:meth:`Backend.fp8_variant`: the backend of its fp8 GEMMs, or None);
-* **its sharding rule** (:meth:`Backend.sharding_rule`: the rule of :mod:`jax_sparse24._src.sharding`).
+* **its sharding rule** (:meth:`Backend.sharding_rule`: the rule of :mod:`jax_sparse24._src.partitioning`).
 
 Which backend a GEMM runs is decided by the planner, :func:`jax_sparse24._src.autotune.resolve`,
 which returns one of the registered objects. A new backend is one module in this package that builds
@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from jax_sparse24._src import fp8 as fp8_math
-from jax_sparse24._src import sharding
+from jax_sparse24._src import fp8_math
+from jax_sparse24._src import partitioning
 
 __all__ = ["Verdict", "OK", "Backend", "Compression", "register", "get", "names", "registered", "masked_weight", "bool_mask",
            "operand_mk", "pad_rows"]
@@ -206,13 +206,13 @@ class Backend:
         raise NotImplementedError(f"the {self.name!r} backend has no library compressor")
 
     # --- sharding ------------------------------------------------------------------------------------
-    def sharding_rule(self, kind: str, *, prepared: bool = False, **kwargs) -> sharding.Rule:
-        """The partitioning rule of this backend's ``kind`` GEMM (:func:`~jax_sparse24._src.sharding.gemm_rule`);
-        ``prepared``: the GEMM on a prepared operand (:func:`~jax_sparse24._src.sharding.prepared_gemm_rule`
+    def sharding_rule(self, kind: str, *, prepared: bool = False, **kwargs) -> partitioning.Rule:
+        """The partitioning rule of this backend's ``kind`` GEMM (:func:`~jax_sparse24._src.partitioning.gemm_rule`);
+        ``prepared``: the GEMM on a prepared operand (:func:`~jax_sparse24._src.partitioning.prepared_gemm_rule`
         with :attr:`operand_dims`)."""
         if prepared:
-            return sharding.prepared_gemm_rule(kind, self.name, self.operand_dims, **kwargs)
-        return sharding.gemm_rule(kind, **kwargs)
+            return partitioning.prepared_gemm_rule(kind, self.name, self.operand_dims, **kwargs)
+        return partitioning.gemm_rule(kind, **kwargs)
 
     def __repr__(self) -> str:
         return f"<{'fp8 ' if self.fp8 else ''}GEMM backend {self.name!r}>"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from jax_sparse24._src import cuda_fp8_ops as cf
-from jax_sparse24._src import ffi, fp8, sharding
+from jax_sparse24._src import ffi, fp8_math, partitioning
 from jax_sparse24._src.backends.base import Backend, Verdict, pad_rows, register
 
 __all__ = ["CUTLASS_FP8", "CutlassFp8"]
@@ -46,10 +46,10 @@ class CutlassFp8(Backend):
             return f"the fp8 sparse GEMM needs m % {am}, n % {an}, k % {ak} == 0, got m={m}, n={n}, k={k}"
         return None
 
-    def sharding_rule(self, kind: str, **kwargs) -> sharding.Rule:
-        """:func:`~jax_sparse24._src.sharding.gemm_rule` of ``kind`` (transposable) with the two scales
+    def sharding_rule(self, kind: str, **kwargs) -> partitioning.Rule:
+        """:func:`~jax_sparse24._src.partitioning.gemm_rule` of ``kind`` (transposable) with the two scales
         appended, replicated (``packed_weight=True``: the local function takes a weight gathered packed)."""
-        base = sharding.gemm_rule(kind, transposable=True, **kwargs)
+        base = partitioning.gemm_rule(kind, transposable=True, **kwargs)
         return dataclasses.replace(base, name=base.name.replace("sparse24", "sparse24 fp8"),
                                    operands=base.operands + ((), ()))
 
@@ -63,7 +63,7 @@ class CutlassFp8(Backend):
 
         def cuda(b2, wc, mk, s_b, s_w):
             values, meta = compress(wc, mk, s_w, transposed=transposed)
-            return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), s_b * s_w, m=m, k=k)
+            return cf.cutlass_spmm_fp8(values, meta, fp8_math.quantize(b2, s_b), s_b * s_w, m=m, k=k)
 
         return cuda
 

@@ -12,8 +12,8 @@ and runs it redundantly on every device. Two ways to tell it otherwise:
   propagation with the shardings it chose, and lets the op pick the final operand/result
   shardings and a per-shard lowering (with collectives). That is what we use.
 
-Every public op is ``ffi.per_platform(reference_fn, cuda_fn, *args)``; :func:`per_platform`
-here wraps *that* function — the thing that lowers to the reference on CPU and to the FFI custom
+Every public op is ``ffi.per_platform(reference_fn, cuda_fn, *args)``; :func:`partitioned_per_platform`
+wraps *that* function — the thing that lowers to the reference on CPU and to the FFI custom
 call on CUDA — in one ``custom_partitioning``. The per-shard lowering calls the same
 per-platform function on the local shards, so a CPU test of the partitioning exercises exactly
 the code that wraps the custom call on a GPU.
@@ -63,7 +63,6 @@ import dataclasses
 import functools
 import inspect
 import math
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -80,7 +79,7 @@ from jax_sparse24._src.ffi import _varying_axes, vary_to_union  # noqa: F401  (r
 __all__ = [
     "Rule",
     "partitioned",
-    "per_platform",
+    "partitioned_per_platform",
     "grouped_rule",
     "transposable_rule",
     "mvue_rule",
@@ -88,8 +87,6 @@ __all__ = [
     "partitioned_gemm",
     "vary_to_union",
     "eval_shape",
-    "partition_callback_stats",
-    "profile_partition_callbacks",
     "weight_gather",
     "WEIGHT_GATHERS",
 ]
@@ -207,7 +204,7 @@ def transposable_rule(name: str = "transposable_mask24") -> Rule:
 
 
 def _mvue_tangent(axis):
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     def tangent(primals, out, tangents):
         # d/dx of x_i / p_i(|x| + eps) at the kept positions (those the primal kept non-zero): the
@@ -218,9 +215,9 @@ def _mvue_tangent(axis):
         kept = out != 0
 
         def f(x):
-            g = reference._grouped(x.astype(jnp.float32), axis % x.ndim, 4)
-            p = reference.mvue24_inclusion_probabilities(jnp.abs(g) + reference.MVUE_EPS)
-            return reference._ungrouped(g / p, axis % x.ndim, x.shape).astype(x.dtype)
+            g = reference_ops._grouped(x.astype(jnp.float32), axis % x.ndim, 4)
+            p = reference_ops.mvue24_inclusion_probabilities(jnp.abs(g) + reference_ops.MVUE_EPS)
+            return reference_ops._ungrouped(g / p, axis % x.ndim, x.shape).astype(x.dtype)
 
         _, t = jax.jvp(f, (x,), (dx,))
         return jnp.where(kept, t, jnp.zeros((), t.dtype))
@@ -563,51 +560,6 @@ def unpartitioned_batch_ok(arrays) -> bool:
 
 _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
 
-# Time spent in this module's partitioner callbacks (``partition`` / ``infer`` and the tracing of
-# the per-shard function), which run inside XLA's compilation: read by
-# :func:`partition_callback_stats` (the benchmarks split a compile time into these callbacks and the
-# rest); :func:`profile_partition_callbacks` adds a cProfile of them (they may run on XLA's threads,
-# where a profiler started around ``compile()`` does not see them).
-_CALLBACK_STATS: dict[str, list] = {}  # rule name -> [calls, seconds]
-_CALLBACK_PROFILE: list = []  # [cProfile.Profile] while profiling
-
-
-def partition_callback_stats() -> dict[str, tuple[int, float]]:
-    """``{rule name: (calls, seconds)}``: how often the partitioner has called back into each 2:4 op's
-    sharding rule in this process (``partition``/``infer``, and — named ``"<rule> (trace)"`` — the
-    tracing of the per-shard function they return) and the wall time those callbacks took
-    (cumulative; take the difference around a ``compile()``)."""
-    return {k: (n, sec) for k, (n, sec) in _CALLBACK_STATS.items()}
-
-
-def profile_partition_callbacks(profile=None):
-    """Profile the partitioner callbacks with ``profile`` (a ``cProfile.Profile``) from now on;
-    ``None`` stops. A diagnostic for compile times (``benchmarks/bench_train_gpt.py --profile-compile``)."""
-    _CALLBACK_PROFILE[:] = [] if profile is None else [profile]
-
-
-def _timed_callback(name: str):
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(*args):
-            prof = _CALLBACK_PROFILE[0] if _CALLBACK_PROFILE else None
-            t0 = time.perf_counter()
-            if prof is not None:
-                prof.enable()
-            try:
-                return fn(*args)
-            finally:
-                if prof is not None:
-                    prof.disable()
-                entry = _CALLBACK_STATS.setdefault(name, [0, 0.0])
-                entry[0] += 1
-                entry[1] += time.perf_counter() - t0
-
-        return wrapper
-
-    return deco
-
-
 # --------------------------------------------------------------------------------------------
 # The partitioned op
 # --------------------------------------------------------------------------------------------
@@ -691,7 +643,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             fold_axes = tuple(a for a in mesh.axis_names if a in data_axes)
         mesh_sizes = dict(mesh.shape)
 
-        @_timed_callback(rule.name + " (trace)")  # traced by JAX inside the partitioner's callback, after ``partition`` returns
         def lower_fn(*flat):
             flat = rewrap(flat)
             if gathers:
@@ -721,7 +672,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
                              out_specs=tuple(out_specs) if multi else out_specs[0], axis_names=explicit)
         return smap(*args)
 
-    @_timed_callback(rule.name)
     def partition(mesh, arg_shapes, result_shape):
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         res_list = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
@@ -732,7 +682,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         out_sh = tuple(out_sh) if isinstance(result_shape, (tuple, list)) else out_sh[0]
         return mesh, lower_fn, out_sh, in_sh
 
-    @_timed_callback(rule.name)
     def infer(mesh, arg_shapes, result_shape):  # GSPMD only
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, [], strict=False)
@@ -797,7 +746,7 @@ def partitioned(rule: Rule, impl: Callable, *, reference_fn: Callable | None = N
     return f
 
 
-def per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *args):
+def partitioned_per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *args):
     """:func:`ffi.per_platform` (reference on CPU, CUDA kernel on GPU), partitioned by ``rule``.
 
     Drop-in for ``ffi.per_platform(reference_fn, cuda_fn, *args)`` in ``ops.py``: the partitioned
