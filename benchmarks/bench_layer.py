@@ -488,7 +488,7 @@ def bench_prepare(trials, layers=12, smoke=False):
     prep = {}
     for batch in (False, True):
         label = f"nn.prepare GPT-2 ({layers} layers): " + ("batched" if batch else f"per layer ({n} weights)")
-        v[label] = (jax.jit(lambda v, x, b=batch: s24.nn.prepare(model, v, x, batch=b)), (variables, x))
+        v[label] = (jax.jit(lambda v, x, b=batch: s24.preparation.prepare(model, v, x, batch=b)), (variables, x))
         prep[batch] = v[label][0](variables, x)
     same = _same_bits(prep[False], prep[True])
     med, _ = measure(v, 1, trials)

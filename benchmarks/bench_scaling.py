@@ -112,7 +112,8 @@ def build(args, method: str, layers: int):
     from flax import linen as nn
 
     import jax_sparse24 as s24
-    from jax_sparse24.nn import Sparse24Dense, masks_for_params, refresh_masks
+    from jax_sparse24.nn import Sparse24Dense
+    from jax_sparse24.masks import masks_for_params, refresh_masks
 
     dtype = jnp.dtype(args.dtype)
 

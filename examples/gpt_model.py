@@ -57,7 +57,9 @@ from flax import linen as nn
 
 from jax_sparse24 import checkpoint_policy
 from jax_sparse24.distill import Sparse24LowRankDense
-from jax_sparse24.nn import FP8_META, PREPARED, SPARSITY, Sparse24Dense
+from jax_sparse24.nn import FP8_META, Sparse24Dense
+from jax_sparse24.masks import SPARSITY
+from jax_sparse24.preparation import PREPARED
 
 __all__ = ["GPTConfig", "GPT", "SIZES", "LAYERS", "REMAT", "attention_implementation", "block_names", "convert_layout",
            "rotary", "sparse_layer_paths", "student_params_from_teacher"]
@@ -187,7 +189,7 @@ def convert_layout(tree, n_layer: int, to: str):
     Raises:
       ValueError: ``to`` unknown, or the tree not in the other layout (e.g. already converted).
     """
-    from jax_sparse24.nn import stack_layers, unstack_layers
+    from jax_sparse24.masks import stack_layers, unstack_layers
 
     names = [f"h_{i}" for i in range(n_layer)]
     if to == "scan":

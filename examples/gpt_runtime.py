@@ -256,16 +256,16 @@ class Runtime:
         self.flip_every = int(exp.hp.get("flip_every", 1)) if measures_flips(exp) else 0
         params_sh, sparsity_sh = self.state_shardings["params"], self.state_shardings["sparsity"]
         # srste: the layers due at the state's step (the number of updates applied), no conditional
-        self._refresh = jax.jit(lambda p, sp, step: s24.nn.refresh_masks(p, sp, step=step, skip_idle=False),
+        self._refresh = jax.jit(lambda p, sp, step: s24.masks.refresh_masks(p, sp, step=step, skip_idle=False),
                                 in_shardings=(params_sh, sparsity_sh, self._repl),
                                 out_shardings=(sparsity_sh, self._repl))
         # ste/soft/ast: the sparse layers' 2:4 masks before a logging step's update, compared after it (two
         # magnitude masks of every sparse weight per step cost ~2% of a GPT-2-medium step on the H100:
         # ste kernel time per step 43.9 -> 43.0 ms without; so on logging steps only)
-        self._kernel_masks = jax.jit(lambda p: s24.nn.kernel_masks(p, paths=exp.sparse_paths),
+        self._kernel_masks = jax.jit(lambda p: s24.masks.kernel_masks(p, paths=exp.sparse_paths),
                                      in_shardings=(params_sh,))
         self._flip_rate = jax.jit(
-            lambda m, p: s24.nn.kernel_flip_rate(m, p, paths=exp.sparse_paths).astype(jnp.float32),
+            lambda m, p: s24.masks.kernel_flip_rate(m, p, paths=exp.sparse_paths).astype(jnp.float32),
             out_shardings=self._repl)
 
     def put(self, tokens):
@@ -333,7 +333,7 @@ class Runtime:
         state, metrics = train(state, tokens)
         if measure:
             metrics = dict(metrics, flip=self._flip_rate(old_masks, state["params"]))
-        if s24.nn.refresh_due(self.mask_periods, step + 1):
+        if s24.masks.refresh_due(self.mask_periods, step + 1):
             sparsity, flip = self._refresh(state["params"], state["sparsity"], state["step"])
             state, metrics = dict(state, sparsity=sparsity), dict(metrics, flip=flip)
         return state, metrics

@@ -183,7 +183,7 @@ def train(args, recipe: str, data) -> dict:
     # before the clock starts; training starts from a fresh one (the same, as the init is seeded).
     t = time.perf_counter()
     state = fresh_state()
-    periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
+    periods = s24.masks.mask_periods(state.sparsity)  # () for the recipes without stored masks
     for sparse in [True] if dense_after is None else [True, False]:
         state, _ = train_step(state, jnp.asarray(data.batch(0)), sparse)
     if periods:
@@ -211,7 +211,7 @@ def train(args, recipe: str, data) -> dict:
     for step in range(steps):
         sparse = dense_after is None or step < dense_after
         state, loss = train_step(state, jnp.asarray(data.batch(step)), sparse)
-        if sparse and s24.nn.refresh_due(periods, step + 1):
+        if sparse and s24.masks.refresh_due(periods, step + 1):
             state = refresh(state)
         losses.append(loss)
         due = (step + 1) % args.eval_every == 0 or step + 1 == steps

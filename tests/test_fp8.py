@@ -316,7 +316,7 @@ def test_sparse24dense_fp8_every_method(method):
     grad = lambda mdl: jax.grad(lambda p: jnp.sum(mdl.apply({**v, "params": p}, x) * c))(v["params"])  # noqa: E731
     g8, g16 = grad(model), grad(model.clone(fp8=False))
     np.testing.assert_allclose(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]), rtol=1e-6, atol=1e-6)
-    assert "sparse24_prepared" not in jax.tree.leaves(s24.nn.prepare(model, v, x)) and not s24.nn.prepare(model, v, x)
+    assert "sparse24_prepared" not in jax.tree.leaves(s24.preparation.prepare(model, v, x)) and not s24.preparation.prepare(model, v, x)
     if method != "dense":  # the dense phase of a sparse layer is the fp8 dense op
         y_dense = model.apply(v, x, sparse=False)
         np.testing.assert_array_equal(np.asarray(y_dense), np.asarray(s24.fp8.fp8_dense_linear(x, kernel, bias)))

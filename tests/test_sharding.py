@@ -21,7 +21,8 @@ from jax.sharding import PartitionSpec as P
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
 from jax_sparse24._src import reference_ops
-from jax_sparse24.nn import Sparse24Dense, refresh_masks
+from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.masks import refresh_masks
 
 CPUS = jax.devices("cpu")
 pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
@@ -409,7 +410,7 @@ def _train_step(params, sparsity, opt_state, x, y, step):
         return jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    masks = s24.nn.masks_for_params(params, sparsity)
+    masks = s24.masks.masks_for_params(params, sparsity)
     updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
     params = optax.apply_updates(params, updates)
     sparsity, flips = refresh_masks(params, sparsity, step=step)
@@ -482,7 +483,7 @@ def test_mlp_train_step_shard_map_data_parallel():
             return jax.lax.pmean(jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2), "data")
 
         loss, grads = jax.value_and_grad(loss_fn)(params)  # replicated params: grads come back summed
-        masks = s24.nn.masks_for_params(params, sparsity)
+        masks = s24.masks.masks_for_params(params, sparsity)
         updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
         params = optax.apply_updates(params, updates)
         sparsity, flips = refresh_masks(params, sparsity, step=0)

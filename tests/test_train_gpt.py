@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import train_gpt  # noqa: E402
+from jax_sparse24.masks import masks_for_params  # noqa: E402
 
 # A model small enough to compile and train in a few seconds on two CPU cores.
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
@@ -663,10 +664,12 @@ def params_after_steps(recipe: str, *flags, steps: int = 3):
 
 @pytest.fixture
 def prepare_calls(monkeypatch):
-    """The keyword arguments of every ``s24nn.prepare`` call the train steps trace."""
+    """The keyword arguments of every ``jax_sparse24.preparation.prepare`` call the train steps trace."""
+    from jax_sparse24 import preparation
+
     calls = []
-    real = train_gpt.s24nn.prepare
-    monkeypatch.setattr(train_gpt.s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = preparation.prepare
+    monkeypatch.setattr(preparation, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
     return calls
 
 
@@ -718,7 +721,7 @@ def test_prepare_weights_default_per_size():
 
 def test_prepare_weights_always_only_where_the_model_runs_sparse(prepare_calls, tmp_path):
     """always prepares nothing where nothing is 2:4 in the step: dense models (the same program as
-    off), fp8 layers (nn.prepare skips them), ast's low-rank layers, and the dense phases (srste's
+    off), fp8 layers (preparation.prepare skips them), ast's low-rank layers, and the dense phases (srste's
     fine-tune, STEP's first phase: sparse=False); on keeps needing --grad-accum > 1."""
     import jax.numpy as jnp
 
@@ -825,7 +828,7 @@ def test_kernel_plan_per_sparse_layer(capsys, tmp_path, monkeypatch):
     assert {s[0] for s in seen} == {8 // 2 * 32}  # tokens of one micro-batch
     assert all(k["transposable"] and k["mvue"] for *_, k in seen)
     assert {k["reuse"] for *_, k in seen} == {2}  # weights prepared once per step of 2 micro-batches
-    # nn.prepare(batch="auto") batches them on one device only (planned at that pass's cost); this
+    # preparation.prepare(batch="auto") batches them on one device only (planned at that pass's cost); this
     # process has 8 host devices
     assert {k["batched"] for *_, k in seen} == {False}
     seen.clear()
@@ -1058,7 +1061,7 @@ def test_finetune_start(tmp_path, capsys):
         assert go(start, f"{start}12", "--stop-at", 12) == 0
     exp, a = load("weights12", 12)
     assert exp.switch_step == 12 and exp.sparse_at(11, 0) and not exp.sparse_at(12, 0)
-    masks = train_gpt.s24nn.masks_for_params(a["params"], a["sparsity"])
+    masks = masks_for_params(a["params"], a["sparsity"])
     n_pruned = 0
 
     def sparse_kernel_mask(keys):
@@ -1101,7 +1104,7 @@ def test_finetune_start(tmp_path, capsys):
     assert go("masked", "past", "--resume") == 0
     _, s = load("straight", 24, "masked")
     # pruned once, not at every dense step: the fine-tune grew the pruned weights back
-    end_masks = train_gpt.s24nn.masks_for_params(s["params"], s["sparsity"])
+    end_masks = masks_for_params(s["params"], s["sparsity"])
     for p in exp.sparse_paths:
         w, m = (np.asarray(train_gpt._get(t, p)["kernel"]) for t in (s["params"], end_masks))
         assert (w[~m] != 0).mean() > 0.5, p

@@ -113,7 +113,7 @@ def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str
     with the compression paid on every call, the time per call is
     ``1/s_g + share · (n_table / n) · (1/s_c - 1/s_g) / reuse`` (in units of the dense GEMM):
     the compression of a prepared weight costs :data:`PREPARE_COST_SHARE` of a per-call one
-    (``batched``: prepared together with other layers, ``nn.prepare``'s default), and it does not
+    (``batched``: prepared together with other layers, ``preparation.prepare``'s default), and it does not
     grow with the tokens ``n`` while the GEMM does. ``backend``: ``"cutlass"`` or ``"cusparselt"``
     (operand from our fused compressor). ``None`` without a table entry (or without a cuSPARSELt
     measurement).

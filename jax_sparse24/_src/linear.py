@@ -194,7 +194,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         over the mask and a host callback that fails the computation with the same message
         (``jax.errors.JaxRuntimeError``) — no result is returned from a wrong mask. Masks the
         library makes inside a model (``Sparse24Dense``, ``Sparse24Linear``: their ``sparsity``
-        collection, refreshed by :func:`jax_sparse24.nn.refresh_masks`) are trusted and not
+        collection, refreshed by :func:`jax_sparse24.masks.refresh_masks`) are trusted and not
         rechecked. The callback costs a host round trip per call on a GPU (on an H200, the
         ``value_and_grad`` of 12 GPT-2-sized FFN layers ran 2.2x slower with it, of 8 LLaMA-1B-sized
         ones 1.4x: ``benchmarks/bench_mask_check.py``); ``"nan"`` checks a traced mask on the device
@@ -363,7 +363,7 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
 def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
                 reuse: int = 1, batched: bool = False, check_mask: bool = True) -> prepared_weight.WeightPlan:
     """:func:`prepare_weight`'s argument checks and plan, without the work: the plans of many weights
-    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``;
+    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``preparation.prepare``;
     ``batched``: plan for that batched preparation's lower cost per weight)."""
     op = "prepare_weight"
     v.check_float(w, "w", op)
@@ -409,7 +409,7 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
       reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its preparation paid
         once); ``None``: the weight compressed on every call.
-      batched: with ``reuse``: the preparation runs batched with the other layers' (``nn.prepare``'s
+      batched: with ``reuse``: the preparation runs batched with the other layers' (``preparation.prepare``'s
         default on one device), which costs less per weight
         (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`).
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are

@@ -554,7 +554,7 @@ def unpartitioned_batch_ok(arrays) -> bool:
     each device (:func:`whole_on_each_device`). Such a call, like each per-array one, makes the
     partitioner gather its operands whole; but one call over differently sharded arrays gathers them
     all together (the peak memory of a fully sharded model), so elsewhere callers keep one call per
-    array. ``nn.prepare(batch="auto")`` asks this."""
+    array. ``preparation.prepare(batch="auto")`` asks this."""
     return _single_device() or all(whole_on_each_device(a) for a in arrays)
 
 
