@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_sparse24 import optim as _optim
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import ops as _ops
 from jax_sparse24._src import validation as _validation
@@ -479,18 +480,26 @@ def kernel_flip_rate(old_params, new_params, paths=None):
     return flips / max(total, 1)
 
 
-def _kernel_mask(kernel, path, op: str):
-    """The 2:4 magnitude mask of an ``(..., in, out)`` kernel along ``in``."""
+def _check_kernel(kernel, path, op: str):
+    """ValueError unless ``kernel`` is ``(..., in, out)`` with ``in`` divisible by 4 (whole 2:4 groups)."""
     if np.ndim(kernel) < 2 or np.shape(kernel)[-2] % 4:
         raise ValueError(f"{op}: the kernel at '{'/'.join(map(str, path))}' must have shape (..., in, out) with "
                          f"in divisible by 4 (whole 2:4 groups), got {np.shape(kernel)}")
+
+
+def _kernel_mask(kernel, path, op: str):
+    """The 2:4 magnitude mask of an ``(..., in, out)`` kernel along ``in``."""
+    _check_kernel(kernel, path, op)
     return _ops.mask24(kernel, axis=np.ndim(kernel) - 2)
 
 
 def kernel_masks(params, paths=None):
-    """The 2:4 magnitude masks of kernels, as a tree holding just them (``{"h_0": {"mlp": {"fc":
-    {"kernel": bool mask}}}}``): the ``old_params`` of :func:`kernel_flip_rate` for a flip rate
-    measured across an update without keeping the old params.
+    """The 2:4 magnitude masks of the kernels of the layers ``paths``, as a tree holding just them
+    (``{"h_0": {"mlp": {"fc": {"kernel": bool mask}}}}``): the ``old_params`` of :func:`kernel_flip_rate`
+    for a flip rate measured across an update without keeping the old params.
+
+    A thin alias of :func:`jax_sparse24.optim.magnitude_masks` (the one way to make the 2:4 magnitude
+    masks of a params tree) that selects the layers by path and keeps just their kernels.
 
     Args:
       params: a params tree.
@@ -498,17 +507,18 @@ def kernel_masks(params, paths=None):
         dimensions).
     """
     paths = _kernel_paths(params) if paths is None else _layer_paths(paths, "kernel_masks")
-    out: dict = {}
+    kernels: dict = {}
     for path in paths:
         try:
             kernel = _get(params, path)["kernel"]
         except (KeyError, TypeError, IndexError):
             raise ValueError(f"kernel_masks: params has no '{'/'.join(map(str, path + ('kernel',)))}'") from None
-        node = out
+        _check_kernel(kernel, path, "kernel_masks")
+        node = kernels
         for k in path:
             node = node.setdefault(k, {})
-        node["kernel"] = _kernel_mask(kernel, path, "kernel_masks")
-    return out
+        node["kernel"] = kernel
+    return _optim.magnitude_masks(kernels, where=lambda path, leaf: True)
 
 
 # --------------------------------------------------------------------------------------------------

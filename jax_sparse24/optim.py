@@ -109,6 +109,12 @@ def _select(tree, where: Optional[WhereFn]):
 def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bool = False):
     """2:4 magnitude masks of the sparse weights in ``params`` (``None`` for every other leaf).
 
+    The one way to make the 2:4 magnitude masks of a params tree: :func:`jax_sparse24.masks.kernel_masks`
+    is a thin alias selecting layers by path (just their kernels kept: the ``old_params`` of
+    :func:`jax_sparse24.masks.kernel_flip_rate`). :func:`jax_sparse24.prune.prune_trained` prunes a
+    trained model to ASP's N:M patterns (its default ``"m4n2_1d"`` keeps the same 2 of 4) and zeroes
+    the pruned weights.
+
     Args:
       params: a pytree of parameters.
       where: ``where(path, leaf) -> bool`` selecting the sparse weights; default
