@@ -11,7 +11,7 @@ update that collection next to the model's ``params``:
   :func:`check_sparsity` (a collection handed in by the user);
 * measuring: :func:`layer_flip_rates`, :func:`kernel_flip_rate` / :func:`kernel_masks` (layers
   whose mask is recomputed from the kernel);
-* deploying and switching to dense: :func:`apply_masks`, :func:`sparse_weights`,
+* deploying and switching to dense: :func:`apply_sparsity`, :func:`sparse_weights`,
   :func:`prune_to_masks`, :func:`zero_pruned`;
 * scanned layers: :func:`stack_layers` / :func:`unstack_layers` convert a tree (variables,
   optimizer or train state) between the unrolled and the ``nn.scan`` layouts.
@@ -47,7 +47,7 @@ __all__ = [
     "mask_periods",
     "refresh_due",
     "masks_for_params",
-    "apply_masks",
+    "apply_sparsity",
     "sparse_weights",
     "prune_to_masks",
     "zero_pruned",
@@ -274,8 +274,10 @@ def check_sparsity(params, sparsity, owner: str = "check_sparsity") -> None:
                 "positive number of optimizer steps (Sparse24Dense(mask_every=...))")
 
 
-def apply_masks(params, sparsity):
-    """Params with every ``srste`` kernel multiplied by its mask (the deployed sparse weights)."""
+def apply_sparsity(params, sparsity):
+    """Params with every ``srste`` kernel multiplied by its mask from the ``sparsity`` collection (the
+    deployed sparse weights). (:func:`jax_sparse24.prune.apply_masks` zeroes a tree where a tree of masks
+    says so.)"""
     masks = {}
     for path, layer in srste_layers(sparsity):
         masks[path] = layer[_mask_name(layer)]
@@ -300,7 +302,7 @@ def sparse_weights(params, sparsity, *, method: str, paths):
     """Params with the kernels of the given 2:4 layers replaced by the weights their sparse forward
     pass computes with, as dense ``(in, out)`` arrays (zeros at the pruned positions).
 
-    ``method="srste"``: ``kernel ⊙ mask`` (the stored mask, as :func:`apply_masks`); ``"ste"``:
+    ``method="srste"``: ``kernel ⊙ mask`` (the stored mask, as :func:`apply_sparsity`); ``"ste"``:
     ``kernel ⊙ mask24(kernel)`` along ``in``; ``"soft"`` (S-STE): ``β·S(kernel)``, the soft-thresholded
     kernel times the layer's frozen β from ``sparsity``. For a switch to dense training that starts
     from the function the 2:4 model computed (the example's ``--finetune-start masked``): for
@@ -360,7 +362,7 @@ def prune_to_masks(params, sparsity, *, method: str | None = None, paths=None):
     """The 2:4 kernels set to the weights the sparse forward pass uses: ``(params, sparsity, masks)``.
 
     For a switch to dense training that starts from exactly the function the 2:4 model computed.
-    Without ``method``: every ``srste`` kernel becomes ``kernel ⊙ mask`` (as :func:`apply_masks`).
+    Without ``method``: every ``srste`` kernel becomes ``kernel ⊙ mask`` (as :func:`apply_sparsity`).
     With ``method`` and ``paths``: the layers at ``paths`` of that method, as :func:`sparse_weights`
     (``"ste"``, ``"soft"``: masks not stored); the ``soft`` layers' β become 1 in the returned
     collection (with β = 1 the soft threshold of the new kernels is the kernels themselves), so

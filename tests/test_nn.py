@@ -9,7 +9,7 @@ from flax import linen as nn
 
 import jax_sparse24 as s24
 from jax_sparse24.nn import Sparse24Dense
-from jax_sparse24.masks import apply_masks, masks_for_params, refresh_masks
+from jax_sparse24.masks import apply_sparsity, masks_for_params, refresh_masks
 
 
 def _x(shape=(6, 16), seed=0):
@@ -137,7 +137,7 @@ def test_refresh_masks_per_layer_periods():
         assert float(rate) == pytest.approx(flips / total if total else 0.0)
 
 
-def test_masks_for_params_and_apply_masks_in_a_model():
+def test_masks_for_params_and_apply_sparsity_in_a_model():
     class MLP(nn.Module):
         @nn.compact
         def __call__(self, x):
@@ -150,7 +150,7 @@ def test_masks_for_params_and_apply_masks_in_a_model():
     masks = masks_for_params(v["params"], v["sparsity"])
     assert masks["up"]["kernel"].shape == (16, 16) and masks["down"]["kernel"].shape == (16, 8)
     assert masks["head"]["kernel"] is None and masks["up"]["bias"] is None
-    pruned = apply_masks(v["params"], v["sparsity"])
+    pruned = apply_sparsity(v["params"], v["sparsity"])
     np.testing.assert_array_equal(np.asarray(pruned["down"]["kernel"] != 0), np.asarray(v["sparsity"]["down"]["mask"]))
     np.testing.assert_array_equal(np.asarray(pruned["head"]["kernel"]), np.asarray(v["params"]["head"]["kernel"]))
     new, rate = refresh_masks(v["params"], v["sparsity"])

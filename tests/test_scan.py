@@ -183,10 +183,10 @@ def test_stacked_masks_are_per_layer():
     for i in range(L):
         np.testing.assert_array_equal(mm["h"]["fc"]["kernel"][i], s24.mask24(k[i], axis=0))
         np.testing.assert_array_equal(mt["h"]["fc"]["kernel"][i], m[i])
-    # masks_for_params / apply_masks / sparse_weights / kernel_masks: per layer, stacked
+    # masks_for_params / apply_sparsity / sparse_weights / kernel_masks: per layer, stacked
     masks = s24masks.masks_for_params(v["params"], v["sparsity"])
     np.testing.assert_array_equal(masks["h"]["fc"]["kernel"], m)
-    np.testing.assert_array_equal(s24masks.apply_masks(v["params"], v["sparsity"])["h"]["fc"]["kernel"],
+    np.testing.assert_array_equal(s24masks.apply_sparsity(v["params"], v["sparsity"])["h"]["fc"]["kernel"],
                                   jnp.where(m, k, 0))
     km = s24masks.kernel_masks(v["params"], paths=["h/fc"])["h"]["fc"]["kernel"]
     np.testing.assert_array_equal(km, mm["h"]["fc"]["kernel"])
