@@ -12,7 +12,7 @@ For each recipe and layer count, interleaved over ``--rounds``, a fresh ``jax.ji
 (``.compile()``: XLA, including the partitioner and the 2:4 ops' ``custom_partitioning`` callbacks) on
 abstract arguments (nothing is allocated, so the full LLaMA-7B shape compiles on any host). It reports the
 median of each phase, srste / dense ratios, and the part of srste's compile spent in the partitioner
-callbacks (``jax_sparse24._src.sharding.partition_callback_stats``, a diagnostic). Runs on a CPU with fake
+callbacks (``jax_sparse24._src.partitioning.partition_callback_stats``, a diagnostic). Runs on a CPU with fake
 devices (``--cpu-devices N`` sets ``XLA_FLAGS=--xla_force_host_platform_device_count=N``) and on GPUs unchanged::
 
     # CPU, fake devices (benchmarks/results/compile_cpu_d512_l4-32.md)
@@ -63,6 +63,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24 import sharding as shd  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import partition_profile  # noqa: E402  (times the partitioner callbacks; before any op is traced)
 
 
 def write_result(out: Path, stem: str, res: dict, md: str) -> None:
@@ -200,19 +203,15 @@ def build(recipe: str, a, mesh):
 
 
 def callback_stats() -> dict:
-    """The 2:4 ops' partitioner-callback counters (a diagnostic of the library; {} where absent)."""
-    try:
-        from jax_sparse24._src.sharding import partition_callback_stats
-    except ImportError:  # pragma: no cover
-        return {}
-    return partition_callback_stats()
+    """The 2:4 ops' partitioner-callback counters (benchmarks/partition_profile.py, imported at the top)."""
+    return partition_profile.partition_callback_stats()
 
 
 @contextlib.contextmanager
 def partition_cache(on: bool):
     """``srste``: the library's shared partition results on (``JAX_SPARSE24_SHARED_PARTITIONS=1``, opt-in);
     ``srste/uncached``: off, every 2:4 op instance partitioned on its own (the library's default)."""
-    from jax_sparse24._src import sharding as _shd
+    from jax_sparse24._src import partitioning as _shd
 
     saved = _shd._shared_partitioning() is not None
     if on and not _shd.share_partition_results(True):

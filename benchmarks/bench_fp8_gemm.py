@@ -52,7 +52,7 @@ sys.path.insert(0, HERE)
 from bench_spmm import measure, write_json, write_results  # noqa: E402  (interleaved medians, same method)
 
 import jax_sparse24 as s24  # noqa: E402
-from jax_sparse24._src import fp8 as f8  # noqa: E402
+from jax_sparse24._src import fp8_math as f8  # noqa: E402
 
 SHAPES = [(8192, 4096, 11008), (16384, 4096, 11008), (8192, 8192, 8192), (16384, 4096, 4096), (8192, 2048, 5632)]
 SMOKE_SHAPES = [(64, 64, 32)]

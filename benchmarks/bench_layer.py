@@ -130,7 +130,6 @@ def bench_compress(dims, trials):
         ws, masks, gs = tuple(ws), tuple(masks), tuple(gs)
         wms = tuple(jnp.where(m, w, jnp.zeros((), DTYPE)) for w, m in zip(ws, masks))
         wmts = tuple(wm.T for wm in wms)
-        beta = jnp.float32(1.1)
         mkey = jax.random.key(0)
         jax.block_until_ready((ws, masks, gs, wmts))
         comp_w = cc.masked_compress(ws[0], masks[0], transposed=True)
@@ -139,17 +138,12 @@ def bench_compress(dims, trials):
         cg = _nbytes(comp_g)
         wb, mb, gb = _nbytes(ws[0]), masks[0].size, _nbytes(gs[0])
         variants = {
-            "prune24_compress (W -> W~^T)": (
-                jax.jit(lambda ws: tuple(cc.prune24_compress(w, transposed=True) for w in ws)), (ws,), wb + cw),
             "masked_compress (W, M -> W~^T)": (
                 jax.jit(lambda ws, ms: tuple(cc.masked_compress(w, m, transposed=True) for w, m in zip(ws, ms))),
                 (ws, masks), wb + mb + cw),
             "masked_compress_both (W, M -> W~^T, W~)": (
                 jax.jit(lambda ws, ms: tuple(cc.masked_compress_both(w, m) for w, m in zip(ws, ms))),
                 (ws, masks), wb + mb + 2 * cw),
-            "soft_threshold24_compress (W -> b*S(W)^T)": (
-                jax.jit(lambda ws, b: tuple(cc.soft_threshold24_compress(w, b, transposed=True) for w in ws)),
-                (ws, beta), wb + cw),
             "mvue24_compress (dy -> MVUE(dy)^T)": (
                 jax.jit(lambda gs: tuple(cc.mvue24_compress(mkey, g, transposed=True) for g in gs)), (gs,),
                 gb + cg),
@@ -494,7 +488,7 @@ def bench_prepare(trials, layers=12, smoke=False):
     prep = {}
     for batch in (False, True):
         label = f"nn.prepare GPT-2 ({layers} layers): " + ("batched" if batch else f"per layer ({n} weights)")
-        v[label] = (jax.jit(lambda v, x, b=batch: s24.nn.prepare(model, v, x, batch=b)), (variables, x))
+        v[label] = (jax.jit(lambda v, x, b=batch: s24.preparation.prepare(model, v, x, batch=b)), (variables, x))
         prep[batch] = v[label][0](variables, x)
     same = _same_bits(prep[False], prep[True])
     med, _ = measure(v, 1, trials)

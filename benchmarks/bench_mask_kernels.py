@@ -38,7 +38,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_sparse24._src import ffi, reference
+from jax_sparse24._src import ffi
+from jax_sparse24._src import reference_ops as reference
 
 L2_BYTES = 50 * 2**20
 

@@ -13,7 +13,7 @@ One train step = forward + backward (MVUE weight gradient) + SR-STE masked decay
 Weak scaling: every device gets ``--batch`` sequences; on N devices the global batch is N×batch,
 params / masks / optimizer state are replicated, the batch is sharded over the ``data`` mesh
 axis, and gradients are all-reduced by the partitioned weight-gradient GEMM (see
-``jax_sparse24/_src/sharding.py``). Efficiency = tokens/s(N) / (N × tokens/s(1)).
+``jax_sparse24/_src/partitioning.py``). Efficiency = tokens/s(N) / (N × tokens/s(1)).
 
 Method (device tool METHOD.md / DESIGN.md "Measuring"): all configurations are compiled first,
 then timed *interleaved* — each trial runs ``--steps`` back-to-back steps per configuration on
@@ -112,7 +112,8 @@ def build(args, method: str, layers: int):
     from flax import linen as nn
 
     import jax_sparse24 as s24
-    from jax_sparse24.nn import Sparse24Dense, masks_for_params, refresh_masks
+    from jax_sparse24.nn import Sparse24Dense
+    from jax_sparse24.masks import masks_for_params, refresh_masks
 
     dtype = jnp.dtype(args.dtype)
 

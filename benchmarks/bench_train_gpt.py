@@ -67,7 +67,7 @@ import gpt_report  # noqa: E402
 import model  # noqa: E402
 from gpu_clock import ClockSampler  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
-from jax_sparse24._src.sharding import partition_callback_stats, profile_partition_callbacks  # noqa: E402
+from partition_profile import partition_callback_stats, profile_partition_callbacks  # noqa: E402  (instruments on import)
 from jax_sparse24.sharding import weight_gather  # noqa: E402
 
 ALL = ["dense", "srste", "sste", "step", "ste"]

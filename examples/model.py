@@ -18,7 +18,9 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from jax_sparse24 import checkpoint_policy
-from jax_sparse24.nn import FP8_META, PREPARED, SPARSITY, Sparse24Dense
+from jax_sparse24.masks import SPARSITY
+from jax_sparse24.nn import FP8_META, Sparse24Dense
+from jax_sparse24.preparation import PREPARED
 
 #: GPTConfig.layers / .remat / .attention: the accepted values
 LAYERS, REMAT, ATTENTION = ("scan", "unroll"), ("none", "dots", "full"), ("xla", "cudnn", "auto")

@@ -292,7 +292,7 @@ def train(args, recipe: str, data, mesh) -> dict:
     # the clock starts; then the state to train: fresh (the init is seeded) or the checkpoint's.
     t = time.perf_counter()
     state = init()
-    periods = s24.nn.mask_periods(state.sparsity)  # () for the recipes without stored masks
+    periods = s24.masks.mask_periods(state.sparsity)  # () for the recipes without stored masks
     for sparse in [True] if dense_after is None else [True, False]:
         if not stop_now():
             state, _ = jit_train(state, put(data.batch(0)), sparse)
@@ -325,7 +325,7 @@ def train(args, recipe: str, data, mesh) -> dict:
             break
         sparse = dense_after is None or step < dense_after
         state, loss = jit_train(state, put(data.batch(step)), sparse)
-        if sparse and s24.nn.refresh_due(periods, step + 1):
+        if sparse and s24.masks.refresh_due(periods, step + 1):
             state = refresh(state)
         losses.append(loss)
         due = (step + 1) % args.eval_every == 0 or step + 1 == steps

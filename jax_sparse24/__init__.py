@@ -12,7 +12,8 @@ Public API:
   weight work once per optimizer step), :func:`linear_plan`,
   :func:`checkpoint_policy` (``jax.checkpoint`` policies that keep the 2:4 GEMM outputs); ``fp8=True`` runs its forward and
   input-gradient GEMMs in float8_e4m3fn (:mod:`jax_sparse24.fp8`: the quantization math);
-* compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul`, :func:`linear`;
+* compressed arrays: :class:`Sparse24Array`, :func:`to_sparse`, :func:`matmul` (a dense layer with a
+  compressed weight: ``matmul(x, to_sparse(w, axis=0)) + bias``);
 * :mod:`jax_sparse24.nn` (Flax linen ``Sparse24Dense``; :mod:`jax_sparse24.masks`: its ``"sparsity"``
   collection; :mod:`jax_sparse24.preparation`: its weights prepared once per step), :mod:`jax_sparse24.nnx` (Flax NNX
   ``Sparse24Linear``), :mod:`jax_sparse24.optim` (optax transforms),
@@ -27,8 +28,8 @@ from jax_sparse24._src.ffi import cuda_kernels_available
 from jax_sparse24._src.linear import BACKENDS, linear_plan, prepare_weight, sparse24_linear
 from jax_sparse24._src.ops import flip_rate, mask24, mvue24, nm_mask, soft_threshold24, transposable_mask24
 from jax_sparse24._src.remat import CHECKPOINT_NAME, checkpoint_policy
-from jax_sparse24._src.reference import MVUE_EPS, soft_threshold_beta, transposable_patterns
-from jax_sparse24._src.sparse_array import Sparse24Array, linear, matmul, to_sparse
+from jax_sparse24._src.reference_ops import MVUE_EPS, soft_threshold_beta, transposable_patterns
+from jax_sparse24._src.sparse_array import Sparse24Array, matmul, to_sparse
 from jax_sparse24._src.validation import MaskCheckError
 
 from jax_sparse24 import distill, fp8, masks, nn, nnx, optim, preparation, prune, sharding, swap, training  # noqa: E402,E501  (public submodules)
@@ -44,7 +45,6 @@ __all__ = [
     "checkpoint_policy",
     "cuda_kernels_available",
     "flip_rate",
-    "linear",
     "linear_plan",
     "mask24",
     "matmul",

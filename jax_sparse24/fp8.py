@@ -2,7 +2,7 @@
 
 ``sparse24_linear(..., fp8=True)``, ``nn.Sparse24Dense(fp8=True)`` and ``nnx.Sparse24Linear(fp8=True)``
 run their forward and input-gradient GEMMs in fp8 (docs/fp8.md). This module exposes the single
-definition of the math they use (:mod:`jax_sparse24._src.fp8`), for tests, custom layers and
+definition of the math they use (:mod:`jax_sparse24._src.fp8_math`), for tests, custom layers and
 debugging:
 
 * :data:`FP8_DTYPE` (float8_e4m3fn), :data:`FP8_MAX` (448);
@@ -18,7 +18,7 @@ debugging:
   state, e.g. from gradient-accumulation micro-batches: their maximum, never their sum).
 """
 
-from jax_sparse24._src.fp8 import (FP8_DTYPE, FP8_MAX, GEMM_OUT_DTYPE, META_COLLECTION, META_NAMES, SCALINGS, amax,
+from jax_sparse24._src.fp8_math import (FP8_DTYPE, FP8_MAX, GEMM_OUT_DTYPE, META_COLLECTION, META_NAMES, SCALINGS, amax,
                                    combine_meta, current_scale, delayed_scale, dequantize, init_meta, keep_unupdated,
                                    quantize, scale_from_amax, scaled_matmul, update_amax_history)
 from jax_sparse24._src.linear import fp8_dense_linear

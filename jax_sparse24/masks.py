@@ -11,7 +11,7 @@ update that collection next to the model's ``params``:
   :func:`check_sparsity` (a collection handed in by the user);
 * measuring: :func:`layer_flip_rates`, :func:`kernel_flip_rate` / :func:`kernel_masks` (layers
   whose mask is recomputed from the kernel);
-* deploying and switching to dense: :func:`apply_masks`, :func:`sparse_weights`,
+* deploying and switching to dense: :func:`apply_sparsity`, :func:`sparse_weights`,
   :func:`prune_to_masks`, :func:`zero_pruned`;
 * scanned layers: :func:`stack_layers` / :func:`unstack_layers` convert a tree (variables,
   optimizer or train state) between the unrolled and the ``nn.scan`` layouts.
@@ -28,10 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_sparse24 import optim as _optim
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import ops as _ops
 from jax_sparse24._src import validation as _validation
-from jax_sparse24._src.tree_paths import path_tuple
+from jax_sparse24._src.tree_paths import path_str, path_tuple
 
 __all__ = [
     "SPARSITY",
@@ -46,7 +47,7 @@ __all__ = [
     "mask_periods",
     "refresh_due",
     "masks_for_params",
-    "apply_masks",
+    "apply_sparsity",
     "sparse_weights",
     "prune_to_masks",
     "zero_pruned",
@@ -70,10 +71,6 @@ BETA = "beta"
 
 def _mask_name(layer) -> str:
     return TRANSPOSABLE_MASK if TRANSPOSABLE_MASK in layer else MASK
-
-
-def _path_str(path) -> str:
-    return "/".join(map(str, path))
 
 
 def srste_layers(sparsity):
@@ -255,14 +252,14 @@ def check_sparsity(params, sparsity, owner: str = "check_sparsity") -> None:
             kernel = _get(params, path)["kernel"]
         except (KeyError, TypeError, IndexError):
             raise ValueError(
-                f"{owner}: the sparsity collection has a 2:4 layer at '{_path_str(path)}' but params has no "
-                f"'{_path_str(path + ('kernel',))}': pass the 'params' and 'sparsity' collections of the same "
+                f"{owner}: the sparsity collection has a 2:4 layer at '{path_str(path)}' but params has no "
+                f"'{path_str(path + ('kernel',))}': pass the 'params' and 'sparsity' collections of the same "
                 "model.init(...)") from None
         if np.shape(kernel) != np.shape(layer[name]):
             raise ValueError(
-                f"{owner}: the mask of '{_path_str(path)}' has shape {np.shape(layer[name])} but its kernel "
+                f"{owner}: the mask of '{path_str(path)}' has shape {np.shape(layer[name])} but its kernel "
                 f"{np.shape(kernel)}: pass the 'params' and 'sparsity' collections of the same model.init(...)")
-        where = f"{owner}: sparsity '{_path_str(path + (name,))}'"
+        where = f"{owner}: sparsity '{path_str(path + (name,))}'"
         _validation.check_concrete_mask_on_device(layer[name], 2, 4, -2, where, name, axis_name="in")
         if name == TRANSPOSABLE_MASK:
             _validation.check_concrete_mask_on_device(layer[name], 2, 4, -1, where, name,
@@ -273,12 +270,14 @@ def check_sparsity(params, sparsity, owner: str = "check_sparsity") -> None:
             every = None  # traced: not checked
         if every is not None and every < 1:
             raise ValueError(
-                f"{owner}: '{_path_str(path)}' has mask_every={every}; the mask refresh period must be a "
+                f"{owner}: '{path_str(path)}' has mask_every={every}; the mask refresh period must be a "
                 "positive number of optimizer steps (Sparse24Dense(mask_every=...))")
 
 
-def apply_masks(params, sparsity):
-    """Params with every ``srste`` kernel multiplied by its mask (the deployed sparse weights)."""
+def apply_sparsity(params, sparsity):
+    """Params with every ``srste`` kernel multiplied by its mask from the ``sparsity`` collection (the
+    deployed sparse weights). (:func:`jax_sparse24.prune.apply_masks` zeroes a tree where a tree of masks
+    says so.)"""
     masks = {}
     for path, layer in srste_layers(sparsity):
         masks[path] = layer[_mask_name(layer)]
@@ -303,7 +302,7 @@ def sparse_weights(params, sparsity, *, method: str, paths):
     """Params with the kernels of the given 2:4 layers replaced by the weights their sparse forward
     pass computes with, as dense ``(in, out)`` arrays (zeros at the pruned positions).
 
-    ``method="srste"``: ``kernel ⊙ mask`` (the stored mask, as :func:`apply_masks`); ``"ste"``:
+    ``method="srste"``: ``kernel ⊙ mask`` (the stored mask, as :func:`apply_sparsity`); ``"ste"``:
     ``kernel ⊙ mask24(kernel)`` along ``in``; ``"soft"`` (S-STE): ``β·S(kernel)``, the soft-thresholded
     kernel times the layer's frozen β from ``sparsity``. For a switch to dense training that starts
     from the function the 2:4 model computed (the example's ``--finetune-start masked``): for
@@ -363,7 +362,7 @@ def prune_to_masks(params, sparsity, *, method: str | None = None, paths=None):
     """The 2:4 kernels set to the weights the sparse forward pass uses: ``(params, sparsity, masks)``.
 
     For a switch to dense training that starts from exactly the function the 2:4 model computed.
-    Without ``method``: every ``srste`` kernel becomes ``kernel ⊙ mask`` (as :func:`apply_masks`).
+    Without ``method``: every ``srste`` kernel becomes ``kernel ⊙ mask`` (as :func:`apply_sparsity`).
     With ``method`` and ``paths``: the layers at ``paths`` of that method, as :func:`sparse_weights`
     (``"ste"``, ``"soft"``: masks not stored); the ``soft`` layers' β become 1 in the returned
     collection (with β = 1 the soft threshold of the new kernels is the kernels themselves), so
@@ -483,18 +482,26 @@ def kernel_flip_rate(old_params, new_params, paths=None):
     return flips / max(total, 1)
 
 
-def _kernel_mask(kernel, path, op: str):
-    """The 2:4 magnitude mask of an ``(..., in, out)`` kernel along ``in``."""
+def _check_kernel(kernel, path, op: str):
+    """ValueError unless ``kernel`` is ``(..., in, out)`` with ``in`` divisible by 4 (whole 2:4 groups)."""
     if np.ndim(kernel) < 2 or np.shape(kernel)[-2] % 4:
         raise ValueError(f"{op}: the kernel at '{'/'.join(map(str, path))}' must have shape (..., in, out) with "
                          f"in divisible by 4 (whole 2:4 groups), got {np.shape(kernel)}")
+
+
+def _kernel_mask(kernel, path, op: str):
+    """The 2:4 magnitude mask of an ``(..., in, out)`` kernel along ``in``."""
+    _check_kernel(kernel, path, op)
     return _ops.mask24(kernel, axis=np.ndim(kernel) - 2)
 
 
 def kernel_masks(params, paths=None):
-    """The 2:4 magnitude masks of kernels, as a tree holding just them (``{"h_0": {"mlp": {"fc":
-    {"kernel": bool mask}}}}``): the ``old_params`` of :func:`kernel_flip_rate` for a flip rate
-    measured across an update without keeping the old params.
+    """The 2:4 magnitude masks of the kernels of the layers ``paths``, as a tree holding just them
+    (``{"h_0": {"mlp": {"fc": {"kernel": bool mask}}}}``): the ``old_params`` of :func:`kernel_flip_rate`
+    for a flip rate measured across an update without keeping the old params.
+
+    A thin alias of :func:`jax_sparse24.optim.magnitude_masks` (the one way to make the 2:4 magnitude
+    masks of a params tree) that selects the layers by path and keeps just their kernels.
 
     Args:
       params: a params tree.
@@ -502,17 +509,18 @@ def kernel_masks(params, paths=None):
         dimensions).
     """
     paths = _kernel_paths(params) if paths is None else _layer_paths(paths, "kernel_masks")
-    out: dict = {}
+    kernels: dict = {}
     for path in paths:
         try:
             kernel = _get(params, path)["kernel"]
         except (KeyError, TypeError, IndexError):
             raise ValueError(f"kernel_masks: params has no '{'/'.join(map(str, path + ('kernel',)))}'") from None
-        node = out
+        _check_kernel(kernel, path, "kernel_masks")
+        node = kernels
         for k in path:
             node = node.setdefault(k, {})
-        node["kernel"] = _kernel_mask(kernel, path, "kernel_masks")
-    return out
+        node["kernel"] = kernel
+    return _optim.magnitude_masks(kernels, where=lambda path, leaf: True)
 
 
 # --------------------------------------------------------------------------------------------------

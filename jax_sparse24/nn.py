@@ -2,10 +2,11 @@
 
 :class:`Sparse24Dense` is a drop-in for ``flax.linen.Dense``: same fields, same parameter tree
 (``kernel`` of shape (in, out), ``bias``). Sparsity state — masks, the S-STE scale β, the mask
-refresh period — lives in the non-parameter collection ``"sparsity"`` (:data:`SPARSITY`), never
+refresh period — lives in the non-parameter collection ``"sparsity"`` (:data:`jax_sparse24.masks.SPARSITY`), never
 in ``params``, so optimizers and checkpoints of ``params`` are unchanged. A train step refreshes
-the masks from the current params with :func:`refresh_masks` (which returns the flip rate) and
-hands them to :func:`jax_sparse24.optim.masked_decay` through :func:`masks_for_params`
+the masks from the current params with :func:`jax_sparse24.masks.refresh_masks` (which returns the
+flip rate) and hands them to :func:`jax_sparse24.optim.masked_decay` through
+:func:`jax_sparse24.masks.masks_for_params`
 (:class:`jax_sparse24.training.SparseTrainState` does both).
 
 Typical use::
@@ -13,13 +14,13 @@ Typical use::
     model = MLP(...)                      # uses Sparse24Dense(features, method="srste")
     variables = model.init(key, x)        # {"params": ..., "sparsity": ...}
     y = model.apply(variables, x, rngs={"mvue": step_key})
-    sparsity, flips = refresh_masks(variables["params"], variables["sparsity"], step=step)
+    sparsity, flips = masks.refresh_masks(variables["params"], variables["sparsity"], step=step)
 
 The module holds the layer; the functions over the collection live in :mod:`jax_sparse24.masks`
-(masks, refresh, flip rates, scanned layouts) and the weight preparation for gradient
-accumulation in :mod:`jax_sparse24.preparation` (:func:`prepare`, :data:`PREPARED`). Both are
-re-exported here: ``jax_sparse24.nn.refresh_masks`` and ``jax_sparse24.masks.refresh_masks`` are
-the same function.
+(:data:`~jax_sparse24.masks.SPARSITY`, masks, refresh, flip rates, scanned layouts) and the weight
+preparation for gradient accumulation in :mod:`jax_sparse24.preparation`
+(:func:`~jax_sparse24.preparation.prepare`, :data:`~jax_sparse24.preparation.PREPARED`); import them
+from there.
 
 Scanned layers: a stack of blocks under ``nn.scan`` (one compiled body for all layers) keeps every
 collection stacked along a leading layer axis; scan them all and split the MVUE stream so that each
@@ -39,48 +40,13 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen.dtypes import promote_dtype
 
-from jax_sparse24._src import fp8 as _fp8
+from jax_sparse24._src import fp8_math as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src.validation import check_positive_int
-from jax_sparse24.masks import (
-    BETA,
-    MASK,
-    MASK_EVERY,
-    SPARSITY,
-    TRANSPOSABLE_MASK,
-    apply_masks,
-    kernel_flip_rate,
-    kernel_masks,
-    layer_flip_rates,
-    mask_periods,
-    masks_for_params,
-    refresh_due,
-    refresh_masks,
-    sparse_weights,
-    stack_layers,
-    unstack_layers,
-)
-from jax_sparse24.preparation import PREPARED, layer_prepared, prepare
+from jax_sparse24 import masks as _masks
+from jax_sparse24 import preparation as _preparation
 
-__all__ = [
-    "Sparse24Dense",
-    "SPARSITY",
-    "FP8_META",
-    "PREPARED",
-    "METHODS",
-    "prepare",
-    "refresh_masks",
-    "layer_flip_rates",
-    "mask_periods",
-    "refresh_due",
-    "masks_for_params",
-    "apply_masks",
-    "sparse_weights",
-    "kernel_flip_rate",
-    "kernel_masks",
-    "stack_layers",
-    "unstack_layers",
-]
+__all__ = ["Sparse24Dense", "FP8_META", "METHODS", "MVUE_RNG"]
 
 #: The collection of the delayed-scaling fp8 state (``fp8_scaling="delayed"``): Flax's
 #: ``OVERWRITE_WITH_GRADIENT`` — the gradient of these variables is their new value.
@@ -100,7 +66,7 @@ class Sparse24Dense(nn.Module):
     gradients reach the dense ``kernel`` straight through. ``method`` selects the recipe:
 
     * ``"srste"`` — hard mask kept in ``sparsity/transposable_mask`` (or ``sparsity/mask`` with
-      ``transposable=False``), recomputed from the kernel by :func:`refresh_masks` every
+      ``transposable=False``), recomputed from the kernel by :func:`jax_sparse24.masks.refresh_masks` every
       ``mask_every`` optimizer steps; pair with :func:`jax_sparse24.optim.masked_decay`.
       Transposable masks let ``∇x`` use the sparse kernel too (transposable SR-STE, ICML'24).
     * ``"ste"`` — hard 2:4 magnitude mask recomputed from the kernel on every call.
@@ -125,14 +91,14 @@ class Sparse24Dense(nn.Module):
       method: one of ``"srste"``, ``"ste"``, ``"soft"``, ``"dense"``.
       mvue: use the MVUE weight gradient when an ``"mvue"`` RNG is given.
       transposable: ``srste`` masks are transposable (2:4 along in and out).
-      mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`refresh_masks`).
+      mask_every: ``srste`` mask refresh period in optimizer steps (see :func:`jax_sparse24.masks.refresh_masks`).
       backend: GEMM backend, see :func:`jax_sparse24.sparse24_linear`.
       fp8: run the forward and input-gradient GEMMs in float8_e4m3fn with per-tensor current
         scaling (``sparse24_linear(..., fp8=True)``, docs/fp8.md) for every method: the 2:4 GEMMs
         of the method's effective weight, and in the dense phase (``method="dense"`` or
         ``sparse=False``) XLA's fp8 dot of the dense kernel. The MVUE weight gradient runs in fp8
         too where it runs sparse; an exact weight gradient (and the dense phase's) stays 16-bit.
-        With the default current scaling it is stateless; :func:`prepare` skips fp8 layers (their
+        With the default current scaling it is stateless; :func:`jax_sparse24.preparation.prepare` skips fp8 layers (their
         weight is quantized and compressed on every call).
       fp8_scaling: ``"current"`` (scales from each call's amax) or ``"delayed"`` (Flax's recipe: the
         scales from amax histories of the previous calls, kept in the :data:`FP8_META` collection —
@@ -197,13 +163,13 @@ class Sparse24Dense(nn.Module):
                     f"Sparse24Dense {self.name or ''}: transposable masks need features divisible "
                     f"by 4, got features={self.features}; use transposable=False"
                 )
-            name = TRANSPOSABLE_MASK if self.transposable else MASK
+            name = _masks.TRANSPOSABLE_MASK if self.transposable else _masks.MASK
             self._require_sparsity(name)
-            state["mask"] = self.variable(SPARSITY, name, lambda: _layer.init_mask(kernel, self.transposable)).value
-            self.variable(SPARSITY, MASK_EVERY, lambda: jnp.asarray(self.mask_every, jnp.int32))
+            state["mask"] = self.variable(_masks.SPARSITY, name, lambda: _layer.init_mask(kernel, self.transposable)).value
+            self.variable(_masks.SPARSITY, _masks.MASK_EVERY, lambda: jnp.asarray(self.mask_every, jnp.int32))
         elif self.method == "soft":
-            self._require_sparsity(BETA)
-            state["beta"] = self.variable(SPARSITY, BETA, lambda: _layer.init_beta(kernel)).value
+            self._require_sparsity(_masks.BETA)
+            state["beta"] = self.variable(_masks.SPARSITY, _masks.BETA, lambda: _layer.init_beta(kernel)).value
 
         inputs, kernel_c, bias_c = promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         key = None
@@ -214,7 +180,7 @@ class Sparse24Dense(nn.Module):
         # the micro-batch passes.
         prepared = None
         if self.method != "dense" and sparse is not False and not self.fp8 and not self.is_initializing():
-            prepared = layer_prepared(self, inputs, kernel_c, method=self.method, mask=state.get("mask"),
+            prepared = _preparation.layer_prepared(self, inputs, kernel_c, method=self.method, mask=state.get("mask"),
                                       beta=state.get("beta"), transposable=self.transposable, backend=self.backend)
 
         fp8_meta = None
@@ -240,12 +206,12 @@ class Sparse24Dense(nn.Module):
         )
 
     def _require_sparsity(self, name: str) -> None:
-        if self.is_initializing() or self.has_variable(SPARSITY, name):
+        if self.is_initializing() or self.has_variable(_masks.SPARSITY, name):
             return
-        if self.is_mutable_collection(SPARSITY):
+        if self.is_mutable_collection(_masks.SPARSITY):
             return
         raise ValueError(
-            f"Sparse24Dense {self.name or ''} (method={self.method!r}) needs '{SPARSITY}/{name}': pass "
-            f"the '{SPARSITY}' collection from model.init(...) to apply, e.g. "
+            f"Sparse24Dense {self.name or ''} (method={self.method!r}) needs '{_masks.SPARSITY}/{name}': pass "
+            f"the '{_masks.SPARSITY}' collection from model.init(...) to apply, e.g. "
             "model.apply({'params': params, 'sparsity': sparsity}, x)"
         )

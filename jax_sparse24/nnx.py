@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.linen.dtypes import promote_dtype
 
-from jax_sparse24._src import fp8 as _fp8
+from jax_sparse24._src import fp8_math as _fp8
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src.tree_paths import key_str
 from jax_sparse24._src.validation import check_positive_int
@@ -269,7 +269,7 @@ def _srste_layers(model) -> list[tuple[tuple, Sparse24Linear]]:
 def refresh_masks(model, *, step=None, skip_idle: bool = True):
     """Recompute every ``srste`` mask of ``model`` from its current kernel, in place; return the flip rate.
 
-    The NNX form of :func:`jax_sparse24.nn.refresh_masks` (same computation). Call once per
+    The NNX form of :func:`jax_sparse24.masks.refresh_masks` (same computation). Call once per
     optimizer step (not per micro-batch) after the update. With ``step`` given a layer refreshes
     only when ``step % mask_every == 0`` (its own period; one ``lax.cond`` for the whole model
     skips the mask computation on steps where no layer refreshes, ``jit``-friendly: call it
@@ -281,7 +281,7 @@ def refresh_masks(model, *, step=None, skip_idle: bool = True):
         as ``nnx.Optimizer``'s ``step`` after ``update``), or ``None``.
       skip_idle: with ``step``, skip the mask computation under a ``lax.cond`` when no layer is
         due; ``False``: no conditional (a GPU step with a conditional waits for the host's read of
-        its predicate, see :func:`jax_sparse24.nn.refresh_masks`) -- for a refresh in a program of
+        its predicate, see :func:`jax_sparse24.masks.refresh_masks`) -- for a refresh in a program of
         its own that the host runs on due steps only (``mask_every`` periods: ``layer.mask_every``).
 
     Returns:

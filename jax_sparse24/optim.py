@@ -109,6 +109,12 @@ def _select(tree, where: Optional[WhereFn]):
 def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bool = False):
     """2:4 magnitude masks of the sparse weights in ``params`` (``None`` for every other leaf).
 
+    The one way to make the 2:4 magnitude masks of a params tree: :func:`jax_sparse24.masks.kernel_masks`
+    is a thin alias selecting layers by path (just their kernels kept: the ``old_params`` of
+    :func:`jax_sparse24.masks.kernel_flip_rate`). :func:`jax_sparse24.prune.prune_trained` prunes a
+    trained model to ASP's N:M patterns (its default ``"m4n2_1d"`` keeps the same 2 of 4) and zeroes
+    the pruned weights.
+
     Args:
       params: a pytree of parameters.
       where: ``where(path, leaf) -> bool`` selecting the sparse weights; default
@@ -118,7 +124,7 @@ def magnitude_masks(params, *, where: Optional[WhereFn] = None, transposable: bo
         A selected leaf of more dimensions is a stack of ``(in, out)`` kernels (``nn.scan``'s
         ``(L, in, out)``): masked per slice, along axis -2. (:func:`default_where` selects 2-D
         kernels only; select stacked ones with ``where``, or pass ``masks=`` to :func:`masked_decay`
-        — :func:`jax_sparse24.nn.masks_for_params` gives stacked masks for stacked kernels.)
+        — :func:`jax_sparse24.masks.masks_for_params` gives stacked masks for stacked kernels.)
 
     Returns:
       A pytree with ``params``'s structure whose leaves are ``bool`` masks for the selected
@@ -208,7 +214,7 @@ def masked_decay(
     ``bool`` mask (``True`` = kept) for each sparse weight and ``None`` for the other leaves; the
     gradients of ``None`` leaves pass unchanged. A tree of another container type with the same
     key paths also works (e.g. a dict of masks for a Flax NNX ``State`` of params, as
-    :func:`jax_sparse24.nnx.masks_for_params` or :func:`jax_sparse24.nn.masks_for_params` under
+    :func:`jax_sparse24.nnx.masks_for_params` or :func:`jax_sparse24.masks.masks_for_params` under
     ``nnx.bridge.ToNNX`` give); the masks are then matched to the params by path.
 
     Args:

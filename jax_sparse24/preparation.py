@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jax_sparse24._src import layer as _layer
 from jax_sparse24._src import prepared_weight as _prepared_weight
-from jax_sparse24._src import sharding as _sharding
+from jax_sparse24._src import partitioning as _sharding
 from jax_sparse24._src.gemm import masked_weight
 from jax_sparse24._src.linear import plan_weight
 from jax_sparse24._src.validation import check_positive_int
@@ -116,7 +116,7 @@ class _PrepareBatch:
 
     def will_batch(self, arrays) -> bool:
         """Whether :meth:`finish` runs these arrays' preparation batched (``mode=True``, or ``"auto"``
-        where :func:`~jax_sparse24._src.sharding.unpartitioned_batch_ok` allows it): what the planner
+        where :func:`~jax_sparse24._src.partitioning.unpartitioned_batch_ok` allows it): what the planner
         is told, so it counts the batched pass's cost only where that pass runs."""
         return self.mode is True or _sharding.unpartitioned_batch_ok(arrays)
 

@@ -210,6 +210,10 @@ def prune_trained(params, *, pattern: str = "m4n2_1d", allowed=None, disallowed=
                   axis: int = 0, leaf_names=("kernel",), norm: str = "l1", strict: bool = False):
     """One-shot N:M magnitude pruning of a trained Flax parameter tree.
 
+    ASP's patterns (N:M, vector- and block-wise, 2-D) with the pruned weights zeroed; the 2:4 masks of
+    a training run (``masks=`` of :func:`jax_sparse24.optim.masked_decay`) come from
+    :func:`jax_sparse24.optim.magnitude_masks` (the default pattern ``"m4n2_1d"`` keeps the same 2 of 4).
+
     A leaf is pruned when its last key is in ``leaf_names`` (default: ``'kernel'``), it is 2-D,
     its path matches ``allowed`` (when given) and does not match ``disallowed``. Paths are the
     tree's keys joined by ``'/'``, e.g. ``'params/Block_0/mlp/fc1/kernel'``. A ``str`` pattern

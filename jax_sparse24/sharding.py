@@ -1,7 +1,7 @@
 """Helpers to run 2:4 sparse training on several devices (data and Megatron tensor parallel).
 
 The 2:4 ops and :func:`jax_sparse24.sparse24_linear` partition by themselves under ``jit`` with
-``NamedSharding`` and inside ``shard_map`` (see ``jax_sparse24/_src/sharding.py`` for the rules).
+``NamedSharding`` and inside ``shard_map`` (see ``jax_sparse24/_src/partitioning.py`` for the rules).
 What a training script still has to say is *where the parameters and the batch live*; this module
 builds those shardings:
 
@@ -50,14 +50,16 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_sparse24._src import sharding as _impl
-from jax_sparse24._src.sharding import WEIGHT_GATHERS, weight_gather
+from jax_sparse24._src import partitioning as _impl
+from jax_sparse24._src.tree_paths import path_str
+from jax_sparse24._src.partitioning import WEIGHT_GATHERS, weight_gather
 
 __all__ = [
     "make_mesh",
     "param_shardings",
     "megatron_mlp_rules",
     "fsdp_spec",
+    "check_leaf_sharding",
     "shard_batch",
     "batch_sharded_activations",
     "weight_gather",
@@ -124,19 +126,6 @@ def make_mesh(spec: str | Mapping[str, int] = "data=-1", *, devices: Sequence[An
     return Mesh(dev, tuple(names), axis_types=axis_types)
 
 
-def path_str(path) -> str:
-    """``'params/mlp/fc1/kernel'`` for a ``jax.tree_util`` key path."""
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
-
-
 def megatron_mlp_rules(up: str, down: str, *, model_axis: str = "model") -> list[tuple[str, P]]:
     """Rules for a Megatron-style FFN (for :func:`param_shardings`).
 
@@ -175,7 +164,11 @@ def _group_multiple(leaf_name: str, ndim: int, d: int, lead: int = 0) -> int:
     return 1
 
 
-def _check_leaf(path: str, shape, spec: P, mesh: Mesh, leaf_name: str, lead: int = 0) -> None:
+def check_leaf_sharding(path: str, shape, spec: P, mesh: Mesh, leaf_name: str, lead: int = 0) -> None:
+    """Raise ``ValueError`` (naming ``path`` and the constraint) unless ``spec`` fits a leaf of ``shape`` on
+    ``mesh``: its axes are the mesh's, each sharded dimension divides evenly, and a 2:4 kernel's or mask's ``in``
+    dimension (and a transposable mask's ``out``) keeps whole groups of 4 per shard. ``leaf_name`` is the leaf's
+    last path key (``kernel``, ``mask``, ``transposable_mask``, ...); ``lead``: leading stacked-layer axes."""
     if len(spec) > len(shape):
         raise ValueError(f"param_shardings: {path} has shape {tuple(shape)} but its rule gives {spec} "
                          f"with {len(spec)} entries")
@@ -312,7 +305,7 @@ def param_shardings(tree, mesh: Mesh, rules: Rules = (), *, default: P = P(),
         if fsdp is not None and len(shape):
             spec = fsdp_spec(shape, spec, mesh, axis=fsdp, leaf_name=name, lead=lead)
         if check:
-            _check_leaf(p, shape, spec, mesh, name, lead)
+            check_leaf_sharding(p, shape, spec, mesh, name, lead)
         return NamedSharding(mesh, spec)
 
     return jax.tree_util.tree_map_with_path(one, tree)

@@ -79,7 +79,8 @@ from flax.linen.dtypes import promote_dtype
 from jax import lax
 
 from jax_sparse24._src import ops
-from jax_sparse24.nn import SPARSITY, Sparse24Dense
+from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.masks import SPARSITY
 
 __all__ = [
     "SemiSparseActivationDense",

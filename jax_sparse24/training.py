@@ -29,7 +29,7 @@ import optax
 from flax import struct
 
 from jax_sparse24 import masks, optim, preparation
-from jax_sparse24._src import fp8 as _fp8
+from jax_sparse24._src import fp8_math as _fp8
 from jax_sparse24.nn import FP8_META, MVUE_RNG
 
 __all__ = ["SparseTrainState"]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from jax_sparse24._src import fp8 as f8  # noqa: E402
+from jax_sparse24._src import fp8_math as f8  # noqa: E402
 
 
 def main(argv=None) -> int:

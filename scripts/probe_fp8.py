@@ -1,5 +1,5 @@
 """Probe of the fp8 2:4 kernels on a Hopper GPU, through their thin wrappers (cuda_fp8_ops,
-cuda_spmm_ops.cutlass_compress) and the reference quantization (_src/fp8.py): correctness of the fused quantize+compress against CUTLASS's compressor applied
+cuda_spmm_ops.cutlass_compress) and the reference quantization (_src/fp8_math.py): correctness of the fused quantize+compress against CUTLASS's compressor applied
 to the quantized operand (bit for bit), of the fp8 sparse GEMM against an f32 reference, and
 timings (GEMM only, in one jitted program per variant, interleaved rounds) against bf16 dense and
 XLA's fp8 dense dot at training shapes.
@@ -7,10 +7,7 @@ XLA's fp8 dense dot at training shapes.
     python scripts/probe_fp8.py [--out DIR] [--quick] [--speed-only] [--configs default]
                                 [--shapes T,I,O;... | --step llama-7b]
 
-With cuSPARSELt loadable it also checks and times cuSPARSELt's fp8 2:4 GEMM (``cusparselt_spmm_fp8``:
-e4m3 A and B, bfloat16 out, in every scale mode the library accepts) beside the CUTLASS configurations,
-and writes cuSPARSELt's compressed bytes of small fp8 operands next to CUTLASS's
-(``cusparselt_fp8_format.npz``) for reading off its layout. ``fp8 dense (qdq)`` is the pattern Flax's
+``fp8 dense (qdq)`` is the pattern Flax's
 fp8 layer lowers to: quantize, dequantize in bfloat16, dot — which XLA may rewrite into cuBLASLt's
 scaled fp8 GEMM (the line ``qdq lowers to custom calls`` lists what it compiled to).
 
@@ -38,11 +35,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax_sparse24 as s24  # noqa: E402
-from jax_sparse24._src import cuda_cusparselt_ops as lt  # noqa: E402
 from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
 from jax_sparse24._src import ffi  # noqa: E402
-from jax_sparse24._src.fp8 import quantize  # noqa: E402
+from jax_sparse24._src.fp8_math import quantize  # noqa: E402
 
 FAIL = []
 
@@ -117,61 +113,6 @@ def correctness(rng, quick):
             check(err < 2e-2, f"fp8 spmm {name}: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
 
 
-def lt_fp8_compress(q, m, n, k):
-    return lt.cusparselt_compress(q, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK)
-
-
-def lt_fp8_spmm(c, b, alpha, m, n, k, mode="none"):
-    return lt.cusparselt_spmm_fp8(c, b, alpha, m=m, n=n, k=k, scale_mode=mode)
-
-
-def cusparselt_fp8(rng, quick, out):
-    """cuSPARSELt's fp8 GEMM against the f32 reference, and its compressed bytes beside CUTLASS's."""
-    if not lt.cusparselt_available():
-        print("cusparselt: unavailable:", lt.cusparselt_error())
-        return []
-    modes = list(lt.FP8_SCALE_MODES)
-    print("cusparselt", lt.cusparselt_version(), lt.cusparselt_library())
-    saved = {}
-    for (n, k, m) in ([(256, 256, 128), (512, 768, 3072)] if quick else
-                      [(256, 256, 128), (512, 768, 3072), (1024, 4096, 1024), (2048, 1024, 4096)]):
-        w = rng.standard_normal((k, m)).astype(np.float32)  # (I, O): A = W~^T (m, k)
-        mk = mask24_along(w, 0)
-        x = rng.standard_normal((n, k)).astype(np.float32)
-        sw = np.float32(np.abs(w * mk).max() / 448.0)
-        sx = np.float32(np.abs(x).max() / 448.0)
-        xq = quantize(jnp.asarray(x, jnp.bfloat16), jnp.float32(sx))
-        aq = quantize(jnp.asarray((w * mk).T, jnp.bfloat16), jnp.float32(sw))  # (m, k) e4m3, 2:4 along k
-        alpha = jnp.float32(sx) * jnp.float32(sw)
-        ref = np.asarray(jnp.dot(xq.astype(jnp.float32), aq.astype(jnp.float32).T, precision="highest") * alpha)
-        c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, m, n, k)
-        for mode in list(modes):
-            try:
-                y = np.asarray(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5, 6))(c, xq, alpha, m, n, k, mode),
-                               np.float32)
-            except Exception as e:  # noqa: BLE001 - a probe: report and go on
-                print(f"  cusparselt fp8 scale_mode={mode} (n, k, m) = ({n}, {k}, {m}): {type(e).__name__}: {e}")
-                modes.remove(mode)
-                continue
-            err = np.abs(y - ref).max() / (np.abs(ref).max() + 1e-12)
-            check(err < 2e-2, f"cusparselt fp8 spmm scale_mode={mode}: (n, k, m) = ({n}, {k}, {m}) max rel err {err:.2e}")
-        if m * k <= 768 * 3072:
-            v, me = cs.cutlass_compress(aq)
-            saved[f"m{m}_k{k}_lt"] = np.asarray(c)
-            saved[f"m{m}_k{k}_cutv"] = np.asarray(v).view(np.uint8)
-            saved[f"m{m}_k{k}_cute"] = np.asarray(me)
-            saved[f"m{m}_k{k}_dense"] = np.asarray(aq).view(np.uint8)
-            lt_bytes = np.asarray(c)
-            vals = np.asarray(v).view(np.uint8).reshape(-1)
-            print(f"  fp8 format m={m} k={k}: lt {lt_bytes.size} bytes, cutlass values {vals.size} + meta "
-                  f"{np.asarray(me).size}; values prefix equal: {bool(np.array_equal(lt_bytes[:vals.size], vals))}")
-    if saved:
-        np.savez_compressed(os.path.join(out, "cusparselt_fp8_format.npz"), **saved)
-    print("cusparselt plans:", lt.cusparselt_plans())
-    print("cusparselt fp8 scale modes that run:", modes)
-    return modes
-
-
 def timed(fns, args_list, rounds, iters):
     """Median seconds per call of each fn (interleaved rounds)."""
     jitted = [jax.jit(f) for f in fns]
@@ -228,7 +169,7 @@ def qdq_dot(xq, wq, sx, sw):
                    preferred_element_type=jnp.bfloat16)
 
 
-def speed(rng, quick, results, shapes=None, on_row=None, configs="all", lt_modes=()):
+def speed(rng, quick, results, shapes=None, on_row=None, configs="all"):
     shp = list(shapes or DEFAULT_SHAPES)
     if quick:
         shp = shp[:2]
@@ -263,16 +204,6 @@ def speed(rng, quick, results, shapes=None, on_row=None, configs="all", lt_modes
             fns.append(lambda v, me, b, a, cfg=cfg: spmm_fp8(v, me, b, a, o, i, cfg))
             args.append((vals, meta, xq, alpha))
             labels.append(f"fp8 2:4 {name}")
-        for mode in lt_modes:
-            try:
-                aq = quantize(jnp.where(mkj, wb, 0).T, sw)  # (O, I) e4m3
-                c = jax.jit(lt_fp8_compress, static_argnums=(1, 2, 3))(aq, o, t, i)
-                jax.block_until_ready(jax.jit(lt_fp8_spmm, static_argnums=(3, 4, 5, 6))(c, xq, alpha, o, t, i, mode))
-                fns.append(lambda c, b, a, mode=mode: lt_fp8_spmm(c, b, a, o, t, i, mode))
-                args.append((c, xq, alpha))
-                labels.append(f"fp8 2:4 cusparselt ({mode})")
-            except Exception as e:  # noqa: BLE001 - a probe: report and go on
-                print(f"  cusparselt fp8 {mode} at ({t}, {i}, {o}) failed: {type(e).__name__}: {e}", flush=True)
         fns.append(lambda wb, mk, s: fused(wb, mk, s, True))
         args.append((wb, mkj, sw))
         labels.append("fused quantize+compress (weight)")
@@ -318,12 +249,10 @@ def main():
             json.dump({"device": str(jax.devices()[0].device_kind), "failures": FAIL, "speed": results}, f, indent=1)
 
     results = []
-    lt_modes = ["none"] if lt.cusparselt_available() else []
     if not args.speed_only:
         correctness(rng, args.quick)
-        lt_modes = cusparselt_fp8(rng, args.quick, args.out)
     if not args.correctness_only:
-        speed(rng, args.quick, results, shapes, on_row=save, configs=args.configs, lt_modes=lt_modes)
+        speed(rng, args.quick, results, shapes, on_row=save, configs=args.configs)
     save(results)
     print(f"{len(FAIL)} failures")
     return 1 if FAIL else 0

@@ -29,7 +29,7 @@ def counts(text: str) -> collections.Counter:
 
 #: the custom-call targets of the 2:4 GEMMs (16-bit CUTLASS and cuSPARSELt, fp8; forward, input and weight gradient)
 GEMM_TARGETS = ("jax_sparse24_cutlass_spmm", "jax_sparse24_cutlass_spmm_kn", "jax_sparse24_cusparselt_spmm",
-                "jax_sparse24_cusparselt_spmm_fp8", "jax_sparse24_cutlass_spmm_fp8")
+                "jax_sparse24_cutlass_spmm_fp8")
 
 
 def gemm_calls(c: collections.Counter) -> int:

@@ -38,10 +38,9 @@ def compress():
         w = jnp.asarray(rng.normal(size=(144, 272)), dtype)
         m = s24.transposable_mask24(w)
         jax.block_until_ready([
-            cc.prune24_compress(w), cc.prune24_compress(w, transposed=True), cc.masked_compress(w, m),
+            cc.masked_compress(w, m), cc.masked_compress(w, m, transposed=True),
             cc.masked_compress_both(w, m), cc.mvue24_compress(jax.random.key(2), w),
-            cc.mvue24_compress(jax.random.key(2), w, transposed=False),
-            cc.soft_threshold24_compress(w, jnp.float32(1.3), transposed=True)])
+            cc.mvue24_compress(jax.random.key(2), w, transposed=False)])
 
 
 def _linear(backend):

@@ -48,7 +48,7 @@ def quantize_on_cpu(t, s):
     its documented float32 math (one correctly rounded ``1/s``, one product, round to nearest even): on
     the H100 it rounded 2 of 21M random float32 elements to the other fp8 neighbour
     (``scripts/check_xla_quantize.py``), which failed a kernel test that agreed with the CPU."""
-    from jax_sparse24._src import fp8 as f8
+    from jax_sparse24._src import fp8_math as f8
 
     cpu = jax.devices("cpu")[0]
     q = jax.jit(f8.quantize)(jax.device_put(t, cpu), jax.device_put(jnp.asarray(s, jnp.float32), cpu))

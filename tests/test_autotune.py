@@ -11,7 +11,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from jax_sparse24._src import autotune, ffi
+from jax_sparse24._src import autotune, backends, ffi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def gpu_stubs(monkeypatch):
 
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
     monkeypatch.setattr(ffi, "extension", lambda: object())
-    monkeypatch.setattr(autotune, "_cutlass_ok", lambda *a: True)
+    monkeypatch.setattr(backends.CUTLASS, "can_run", lambda *a, **kw: backends.OK)
     monkeypatch.setattr(autotune, "_config_id", lambda name: -1)
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_configs_kn", lambda: ["k1"])
     monkeypatch.setattr(cuda_spmm_ops, "cutlass_supports_kn", lambda *a: True)

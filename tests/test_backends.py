@@ -16,7 +16,7 @@ import warnings
 import jax.numpy as jnp
 import pytest
 
-from jax_sparse24._src import autotune, backends, ffi, fp8_gemm, sharding, sparse_array
+from jax_sparse24._src import autotune, backends, ffi, fp8_gemm, partitioning, sparse_array
 from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, CUTLASS_FP8, DENSE, REFERENCE
 from jax_sparse24._src.backends import base as backends_base
 from jax_sparse24._src import cuda_cusparselt_ops as lt
@@ -134,6 +134,17 @@ def _call(errors: list, fn, *args, **kwargs) -> str:
         return f"E{errors.index(msg)}"
 
 
+def _path_name(path) -> str:
+    """A weight-gradient path as the freeze wrote it: ``"exact"`` or the backend's name."""
+    return path.backend.name if path.mvue else "exact"
+
+
+def _fp8_wgrad_name(chosen) -> str:
+    """An fp8 weight-gradient plan as the freeze wrote it: ``"16-bit"`` (None), ``"mvue"`` (XLA's fp8 dot of the
+    sample: a backend without kernels) or the sparse fp8 backend's label."""
+    return "16-bit" if chosen is None else chosen.fp8_label if chosen.sparse else "mvue"
+
+
 def _observe(errors: list, backend: str, m: int, n: int, k: int, dtype) -> str:
     """Every decision for D(m×n) = A(m×k, 2:4)·B(k×n) (as a layer: o = m, tokens = n, i = k), one string."""
     c = lambda fn, *a, **kw: _call(errors, fn, *a, **kw)  # noqa: E731
@@ -142,14 +153,14 @@ def _observe(errors: list, backend: str, m: int, n: int, k: int, dtype) -> str:
         c(autotune.choose, backend, m, n, k, dtype, reuse=4),
         c(autotune.choose, backend, m, n, k, dtype, reuse=1, batched=True),
         c(autotune.choose_weight_grad, backend, m, n, k, dtype),
-        c(autotune.weight_grad_path, backend, m, n, k, dtype),
+        c(lambda *a: _path_name(autotune.weight_grad_path(*a)), backend, m, n, k, dtype),
         c(autotune.weight_gemms_plan, backend, n, k, m, dtype, transposable=True),
         c(autotune.weight_gemms_plan, backend, n, k, m, dtype, transposable=False, reuse=2),
         c(fp8_gemm.choose, backend, m, n, k),
         c(fp8_gemm.plan, backend, n, k, m, transposable=True),
         c(fp8_gemm.plan, backend, n, k, m, transposable=False),
-        c(fp8_gemm.plan_weight_grad, backend, n, k, m, dtype, mvue=True),
-        c(fp8_gemm.plan_weight_grad, backend, n, k, m, dtype, mvue=False),
+        c(lambda *a, **kw: _fp8_wgrad_name(autotune.fp8_weight_grad_backend(*a, **kw)), backend, n, k, m, dtype, mvue=True),
+        c(lambda *a, **kw: _fp8_wgrad_name(autotune.fp8_weight_grad_backend(*a, **kw)), backend, n, k, m, dtype, mvue=False),
     ]
     return " ".join(o.replace("'", "").replace(" ", "") for o in out)
 
@@ -228,10 +239,10 @@ def test_registry():
     assert DENSE.operand_keys == REFERENCE.operand_keys == ()
     with pytest.raises(ValueError, match="already registered"):
         backends.register(type(CUTLASS)())
-    # the sharding rules are sharding.py's: the GEMM rule, and for fp8 the same with the scales appended
-    assert CUTLASS.sharding_rule("forward") == sharding.gemm_rule("forward")
+    # the sharding rules are partitioning.py's: the GEMM rule, and for fp8 the same with the scales appended
+    assert CUTLASS.sharding_rule("forward") == partitioning.gemm_rule("forward")
     fp8_rule = CUTLASS_FP8.sharding_rule("input_grad")
-    assert fp8_rule.operands == sharding.gemm_rule("input_grad", transposable=True).operands + ((), ())
+    assert fp8_rule.operands == partitioning.gemm_rule("input_grad", transposable=True).operands + ((), ())
     assert fp8_rule.name.startswith("sparse24 fp8")
 
 

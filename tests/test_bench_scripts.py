@@ -20,6 +20,42 @@ import gpt_experiment  # noqa: E402
 SHAPE = ["--n-embd", "32", "--n-layer", "1", "--n-head", "2"]
 
 
+def test_partition_profile_counts_a_compile_and_profiles_it():
+    """benchmarks/partition_profile.py (imported by bench_train_gpt) counts the partitioner callbacks of a
+    compile per rule (the call and the tracing of the per-shard function), and a profile set with
+    profile_partition_callbacks sees them."""
+    import cProfile
+
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jax_sparse24 as s24
+    import partition_profile as pp
+    from jax_sparse24 import sharding as shd
+
+    if len(jax.devices("cpu")) < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    cache = jax.config.jax_enable_compilation_cache  # a cache hit would skip the partitioner
+    jax.config.update("jax_enable_compilation_cache", False)
+    mesh = shd.make_mesh("data=2,model=4", devices=jax.devices("cpu")[:8])
+    sh = NamedSharding(mesh, P("data", "model"))
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(32, 56)), jnp.float32)  # a shape no other test compiles
+    before = pp.partition_callback_stats()
+    prof = cProfile.Profile()
+    pp.profile_partition_callbacks(prof)
+    try:
+        jax.jit(lambda x: s24.mask24(x, axis=0), in_shardings=sh, out_shardings=sh).lower(x).compile()
+    finally:
+        pp.profile_partition_callbacks(None)
+        jax.config.update("jax_enable_compilation_cache", cache)
+    after = pp.partition_callback_stats()
+    grew = {r for r, (n, _) in after.items() if n > before.get(r, (0, 0.0))[0]}
+    assert "mask24 (trace)" in grew and "mask24" in grew, grew
+    assert all(after[r][1] >= before.get(r, (0, 0.0))[1] for r in grew)
+    assert prof.getstats(), "the profile saw no callback"
+
+
 def test_bench_train_gpt_width_override_and_quality(tmp_path):
     argv = ["--size", "tiny", "--quick", "--recipes", "dense,srste,srste/per-call", "--quality-steps", "2", "--rounds", "2",
             "--iters", "1", "--compile-workers", "2", "--grad-accum", "2", "--park", "host", *SHAPE, "--out", str(tmp_path),

@@ -2,12 +2,14 @@
 
 XLA's partitioner calls every ``custom_partitioning`` op instance back; for an unrolled model (a Python loop of
 blocks) that was the same tracing and StableHLO lowering of the same per-shard function once per layer
-(``jax_sparse24._src.sharding._CachedPartitioning``). These tests fail if that work grows with identical layers
+(``jax_sparse24._src.partitioning._CachedPartitioning``). These tests fail if that work grows with identical layers
 again, or if sharing it changes the program XLA builds or its values. Needs the 8 host devices of
 tests/conftest.py.
 """
 
 import re
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +22,10 @@ from jax.sharding import PartitionSpec as P
 
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
-from jax_sparse24._src import sharding as _shd
+from jax_sparse24._src import partitioning as _shd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import partition_profile  # noqa: E402  (times the partitioner callbacks: imported before any op is traced)
 
 CPUS = jax.devices("cpu")
 pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
@@ -117,9 +122,9 @@ def test_partition_work_does_not_grow_with_identical_layers(partitioner):
     counts = {}
     for n in (3, 2):
         fn, args = _step_and_args(n, mesh)
-        before = _shd.partition_callback_stats()
+        before = partition_profile.partition_callback_stats()
         fn.lower(*args).compile()
-        counts[n] = _calls(before, _shd.partition_callback_stats())
+        counts[n] = _calls(before, partition_profile.partition_callback_stats())
     (b3, r3), (b2, r2) = counts[3], counts[2]
     assert b2 > 0 and b3 == b2, counts
     # the extra block's instances, (forward, input-gradient, weight-gradient GEMMs, mask refresh) x 2 linear

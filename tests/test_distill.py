@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jax_sparse24 import distill
-from jax_sparse24._src import reference
+from jax_sparse24._src import reference_ops
 
 
 def _rand(shape, seed=0, scale=1.0):
@@ -110,7 +110,7 @@ def _init(layer, x, seed=0):
 
 
 def _masked_dense(x, kernel, bias, n=2, m=4):
-    w = jnp.where(reference.nm_mask(kernel, n, m, 0), kernel, 0.0)
+    w = jnp.where(reference_ops.nm_mask(kernel, n, m, 0), kernel, 0.0)
     return np.asarray(x, np.float64) @ np.asarray(w, np.float64) + np.asarray(bias, np.float64)
 
 
@@ -137,7 +137,7 @@ def test_slorb_init_term():
     p = params["params"]
     assert set(p) == {"kernel", "bias", "lora_b"}  # the projection is fixed, not a parameter
     w = np.asarray(p["kernel"], np.float64)
-    pruned = np.where(np.asarray(reference.mask24(p["kernel"], axis=0)), 0.0, w)
+    pruned = np.where(np.asarray(reference_ops.mask24(p["kernel"], axis=0)), 0.0, w)
     b_want = pruned.reshape(4, 4, 8).mean(1)
     np.testing.assert_allclose(p["lora_b"], b_want, rtol=1e-6, atol=1e-7)
     xa = np.asarray(x, np.float64).reshape(4, 4, 4).sum(-1)
@@ -180,7 +180,7 @@ def test_straight_through_gradient_and_adaptive_mask():
 
 
 def _kept(k):
-    return np.where(np.asarray(reference.mask24(jnp.asarray(k), axis=0)), k, 0.0)
+    return np.where(np.asarray(reference_ops.mask24(jnp.asarray(k), axis=0)), k, 0.0)
 
 
 def test_other_nm_and_jit_and_dtype():
@@ -246,7 +246,7 @@ def test_student_params_from_dense(init):
         pruned = jax.tree.map(lambda a: a, dense_p)
         for layer in ("fc1", "fc2"):
             k = dense_p["params"][layer]["kernel"]
-            pruned["params"][layer]["kernel"] = jnp.where(reference.mask24(k, axis=0), k, 0.0)
+            pruned["params"][layer]["kernel"] = jnp.where(reference_ops.mask24(k, axis=0), k, 0.0)
         np.testing.assert_allclose(jax.jit(student.apply)(out, tok), jax.jit(_Tiny().apply)(pruned, tok),
                                    rtol=1e-5, atol=1e-5)
     bad = jax.tree.map(lambda a: a, dense_p)

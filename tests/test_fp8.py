@@ -1,4 +1,4 @@
-"""fp8 (float8_e4m3fn) training on the CPU: the quantization math (jax_sparse24._src.fp8), the fp8
+"""fp8 (float8_e4m3fn) training on the CPU: the quantization math (jax_sparse24._src.fp8_math), the fp8
 linear op and layers against a NumPy restatement, the FFI wrappers' trace-time checks (with a
 stand-in extension object) and the errors.
 
@@ -23,7 +23,8 @@ import jax_sparse24 as s24
 from jax_sparse24._src import cuda_fp8_ops as cf
 from jax_sparse24._src import cuda_spmm_ops as cs
 from jax_sparse24._src import ffi, fp8_gemm
-from jax_sparse24._src import fp8 as f8
+from jax_sparse24._src.backends import CUTLASS, CUTLASS_FP8, DENSE
+from jax_sparse24._src import fp8_math as f8
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -198,7 +199,7 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
     """With a key and backend='reference' the weight gradient is q(x)ᵀ·q(MVUE(∇y)) with the MVUE
     sample's scale twice ∇y's; its mean over draws is xᵀ·∇y up to the fp8 quantization. 'auto' on a
     CPU takes the 16-bit exact gradient."""
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     x, w, mask = _layer_case(dtype, t=42)  # T not a multiple of 4: the token axis is padded
     w = w.astype(dtype)
@@ -212,7 +213,7 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
     dw = jax.jit(dw_of, static_argnums=1)(key, "reference")
     assert dw.dtype == w.dtype
     t = x.shape[0]  # the op pads the tokens with zero rows to a multiple of 4 before drawing
-    sample = reference.mvue24(key, jnp.pad(g, ((0, -t % 4), (0, 0))), axis=0)[:t]
+    sample = reference_ops.mvue24(key, jnp.pad(g, ((0, -t % 4), (0, 0))), axis=0)[:t]
     ew, tw = _np_mvue_weight_grad(x, g, sample)
     _assert_gemm_close(dw, ew, tw, x.shape[0], "dw (MVUE)")
     plan = s24.linear_plan(x.shape[0], *w.shape, dtype, fp8=True, backend="reference")
@@ -241,13 +242,13 @@ def test_fp8_mvue_weight_grad_matches_restatement_and_is_unbiased(dtype):
 
 def test_mvue_scale_bounds_every_sample():
     """|MVUE(g)| <= MVUE_SCALE_FACTOR · max|g| (the fp8 sample's scale), reached by equal magnitudes."""
-    from jax_sparse24._src import fp8 as f
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import fp8_math as f
+    from jax_sparse24._src import reference_ops
 
     rng = np.random.default_rng(0)
     g = rng.standard_normal((4096, 64)).astype(np.float32) * rng.choice([1e-3, 1.0, 30.0], (4096, 1))
     g[:1024] = np.sign(g[:1024]) * 0.75  # groups of four equal magnitudes: each kept value is 2·|g|
-    out = np.asarray(reference.mvue24(jax.random.key(0), jnp.asarray(g), axis=0))
+    out = np.asarray(reference_ops.mvue24(jax.random.key(0), jnp.asarray(g), axis=0))
     assert np.abs(out).max() <= f.MVUE_SCALE_FACTOR * np.abs(g).max() * (1 + 1e-6)
     np.testing.assert_allclose(np.abs(out[:1024][out[:1024] != 0]), 1.5, rtol=1e-6)
     s = float(f.mvue_scale(jnp.asarray(g)))
@@ -272,7 +273,7 @@ def test_fp8_linear_errors():
     pw = s24.prepare_weight(w, mask, tokens=x.shape[0])
     with pytest.raises(ValueError, match="fp8=True does not take prepared"):
         s24.sparse24_linear(x, w, mask, prepared=pw, fp8=True)
-    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+    with pytest.raises(ValueError, match="backend='cusparselt' has no fp8 path"):
         s24.sparse24_linear(x, w, mask, backend="cusparselt", fp8=True)
     with pytest.raises(ValueError, match="fp8 must be a Python bool"):
         s24.sparse24_linear(x, w, mask, fp8="yes")
@@ -285,7 +286,7 @@ def test_fp8_linear_errors():
             s24.sparse24_linear(x, w, mask, backend="cutlass", fp8=True)
     with pytest.raises(ValueError, match="fp8 must be a Python bool"):
         s24.nn.Sparse24Dense(8, fp8=1).init(jax.random.key(0), jnp.ones((2, 16)))
-    with pytest.raises(ValueError, match="no cuSPARSELt path"):
+    with pytest.raises(ValueError, match="backend='cusparselt' has no fp8 path"):
         s24.nn.Sparse24Dense(8, fp8=True, backend="cusparselt").init(jax.random.key(0), jnp.ones((2, 16)))
 
 
@@ -315,7 +316,7 @@ def test_sparse24dense_fp8_every_method(method):
     grad = lambda mdl: jax.grad(lambda p: jnp.sum(mdl.apply({**v, "params": p}, x) * c))(v["params"])  # noqa: E731
     g8, g16 = grad(model), grad(model.clone(fp8=False))
     np.testing.assert_allclose(np.asarray(g8["kernel"]), np.asarray(g16["kernel"]), rtol=1e-6, atol=1e-6)
-    assert "sparse24_prepared" not in jax.tree.leaves(s24.nn.prepare(model, v, x)) and not s24.nn.prepare(model, v, x)
+    assert "sparse24_prepared" not in jax.tree.leaves(s24.preparation.prepare(model, v, x)) and not s24.preparation.prepare(model, v, x)
     if method != "dense":  # the dense phase of a sparse layer is the fp8 dense op
         y_dense = model.apply(v, x, sparse=False)
         np.testing.assert_array_equal(np.asarray(y_dense), np.asarray(s24.fp8.fp8_dense_linear(x, kernel, bias)))
@@ -477,20 +478,21 @@ def test_fp8_mvue_weight_grad_traces_the_kernel_branch(fake_ext, monkeypatch):
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
     x, w, mask = _layer_case(jnp.bfloat16, t=48, i=64, o=32)
     bf16 = jnp.bfloat16
-    sparse16 = {"path": "cutlass"}
+    sparse16 = {"path": autotune.WeightGradPath(CUTLASS, mvue=True)}
     monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: sparse16["path"])
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=True) == "cutlass"
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 36, bf16, mvue=True) == "16-bit"  # O % 8
-    assert fp8_gemm.plan_weight_grad("auto", 48, 72, 32, bf16, mvue=True) == "16-bit"  # I % 16
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=False) == "16-bit"
-    assert fp8_gemm.plan_weight_grad("dense", 48, 64, 32, bf16, mvue=True) == "mvue"
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=True) is CUTLASS_FP8
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 36, bf16, mvue=True) is None  # O % 8: the 16-bit gradient
+    assert autotune.fp8_weight_grad_backend("auto", 48, 72, 32, bf16, mvue=True) is None  # I % 16
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=False) is None
+    assert autotune.fp8_weight_grad_backend("dense", 48, 64, 32, bf16, mvue=True) is DENSE  # XLA's fp8 dot of the sample
     assert s24.linear_plan(48, 64, 32, fp8=True)["weight_grad"] == "cutlass (fp8, MVUE)"
-    sparse16["path"] = "exact"  # where the 16-bit planner takes the exact gradient, so does fp8
-    assert fp8_gemm.plan_weight_grad("auto", 48, 64, 32, bf16, mvue=True) == "16-bit"
+    # where the 16-bit planner takes the exact gradient, so does fp8
+    sparse16["path"] = autotune.WeightGradPath(DENSE, mvue=False)
+    assert autotune.fp8_weight_grad_backend("auto", 48, 64, 32, bf16, mvue=True) is None
     assert s24.linear_plan(48, 64, 32, fp8=True)["weight_grad"] == "dense (exact)"
-    assert fp8_gemm.plan_weight_grad("cutlass", 48, 64, 32, bf16, mvue=True) == "cutlass"
+    assert autotune.fp8_weight_grad_backend("cutlass", 48, 64, 32, bf16, mvue=True) is CUTLASS_FP8
     with pytest.raises(RuntimeError, match="n % 16"):
-        fp8_gemm.plan_weight_grad("cutlass", 48, 72, 32, bf16, mvue=True)
+        autotune.fp8_weight_grad_backend("cutlass", 48, 72, 32, bf16, mvue=True)
     gemm_calls, mvue_calls, qt_calls = [], [], []
     real_gemm, real_mvue, real_qt = cf.cutlass_spmm_fp8, cf.fp8_mvue24_compress, cf.fp8_quantize_transpose
     monkeypatch.setattr(cf, "cutlass_spmm_fp8", lambda *a, **k: gemm_calls.append((a[2].shape, k)) or real_gemm(*a, **k))
@@ -532,12 +534,12 @@ def test_fp8_weight_grad_limits_of_the_kernels_grid(fake_ext, monkeypatch):
     assert cf.fp8_weight_grad_supports(32, 64, 4096)
     assert not cf.fp8_weight_grad_supports(32, 64, big)
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(CUTLASS, mvue=True))
     bf16 = jnp.bfloat16
-    assert fp8_gemm.plan_weight_grad("auto", 4096, 64, 32, bf16, mvue=True) == "cutlass"
-    assert fp8_gemm.plan_weight_grad("auto", big, 64, 32, bf16, mvue=True) == "16-bit"
+    assert autotune.fp8_weight_grad_backend("auto", 4096, 64, 32, bf16, mvue=True) is CUTLASS_FP8
+    assert autotune.fp8_weight_grad_backend("auto", big, 64, 32, bf16, mvue=True) is None
     with pytest.raises(RuntimeError, match="at most .* tokens"):
-        fp8_gemm.plan_weight_grad("cutlass", big, 64, 32, bf16, mvue=True)
+        autotune.fp8_weight_grad_backend("cutlass", big, 64, 32, bf16, mvue=True)
 
 
 def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
@@ -548,13 +550,13 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     from jax.sharding import PartitionSpec as P
 
     from jax_sparse24 import sharding as shd
-    from jax_sparse24._src import autotune, reference
+    from jax_sparse24._src import autotune, reference_ops
 
     cpus = jax.devices("cpu")
     if len(cpus) < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     monkeypatch.setattr(ffi, "cuda_kernels_available", lambda: True)
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(CUTLASS, mvue=True))
     mesh = shd.make_mesh("data=8", devices=cpus[:8])
     # token shards of very different magnitudes: a scale taken per shard instead of over the whole
     # tensor would change the quantization of every shard but the largest
@@ -601,7 +603,7 @@ def test_fp8_weight_grad_partitioned_data_parallel(fake_ext, monkeypatch):
     want = np.zeros((64, 32), np.float32)
     for d in range(8):
         xd, gd = x[32 * d:32 * (d + 1)], g[32 * d:32 * (d + 1)]
-        gs = reference.mvue24(jax.random.fold_in(key, d), gd, axis=0)
+        gs = reference_ops.mvue24(jax.random.fold_in(key, d), gd, axis=0)
         want += np.asarray(f8.scaled_matmul(f8.quantize(xd, s_x).T, f8.quantize(gs, s_m), s_x * s_m), np.float32)
     scale = np.abs(want).max()
     np.testing.assert_allclose(dw, want, rtol=0, atol=2 ** -6 * scale)  # bf16 partial sums, psum order

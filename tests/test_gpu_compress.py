@@ -33,7 +33,7 @@ skip_module_without_kernels()
 from jax_sparse24._src import cuda_compress_ops as cc  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
-from jax_sparse24._src import reference  # noqa: E402
+from jax_sparse24._src import reference_ops  # noqa: E402
 from gpu_util import LEGAL_NIBBLES, assert_same_compressed, mask24_np, poisoned, skip_uncompiled  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 
@@ -81,21 +81,6 @@ def _ref(a):
 
 # ------------------------------------------------------------------------------------------------
 # Bit-exact against CUTLASS's compressor.
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
-def test_prune24_compress_bit_exact(shape, dtype):
-    skip_uncompiled(dtype)
-    rng, seed = _rng()
-    x = _x(rng, shape, dtype)
-    xn = np.asarray(x.astype(jnp.float32))
-    for transposed in (False, True):
-        axis = 0 if transposed else 1
-        a = jnp.where(jnp.asarray(mask24_np(xn, axis)), x, jnp.zeros((), dtype))
-        a = a.T if transposed else a
-        got = poisoned(functools.partial(cc.prune24_compress, transposed=transposed))(x)
-        assert_same_compressed(got, _ref(a), f"seed={seed} shape={shape} transposed={transposed}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -216,23 +201,6 @@ def test_mvue24_compress_special_groups_match_mvue_kernel(dtype):
     _assert_mvue_compress_matches_kernel(jnp.asarray(g, dtype), seed, "special groups")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape", SHAPES[:2], ids=SHAPE_IDS[:2])
-def test_soft_threshold24_compress_bit_exact(shape, dtype):
-    """β·S(w) as the S-STE layer computes it: S rounded to w's dtype, scaled in float32, rounded."""
-    skip_uncompiled(dtype)
-    rng, seed = _rng()
-    w = _x(rng, shape, dtype)
-    beta = jnp.float32(rng.uniform(0.5, 2.0))
-    for transposed in (True, False):
-        axis = 0 if transposed else 1
-        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(w)
-        dense = (beta * s.astype(jnp.float32)).astype(dtype)
-        got = poisoned(functools.partial(cc.soft_threshold24_compress, transposed=transposed))(w, beta)
-        assert_same_compressed(got, _ref(dense.T if transposed else dense),
-                               f"seed={seed} shape={shape} transposed={transposed}")
-
-
 # ------------------------------------------------------------------------------------------------
 # Round trips and statistics.
 
@@ -244,8 +212,9 @@ def test_round_trip_through_spmm_identity(dtype):
     rng, seed = _rng()
     r, c = 272, 144  # transposed: A = pruned(x).T is (144, 272): M % 64 != 0, K % 128 != 0
     x = _x(rng, (r, c), dtype)
-    values, meta = jax.jit(functools.partial(cc.prune24_compress, transposed=True))(x)
-    a = np.where(mask24_np(np.asarray(x.astype(jnp.float32)), 0), np.asarray(x.astype(jnp.float32)), 0.0).T
+    keep = mask24_np(np.asarray(x.astype(jnp.float32)), 0)
+    values, meta = jax.jit(functools.partial(cc.masked_compress, transposed=True))(x, jnp.asarray(keep))
+    a = np.where(keep, np.asarray(x.astype(jnp.float32)), 0.0).T
     eye = jnp.eye(r, dtype=dtype)
     d = cs.cutlass_spmm(values, meta, eye, m=c, k=r)  # (K, M) = A.T
     np.testing.assert_array_equal(np.asarray(d.astype(jnp.float32)).T, a, err_msg=f"seed={seed}")
@@ -278,8 +247,8 @@ def test_mvue24_compress_unbiased_two_per_group(dtype):
     # the sample variance, which is 0 for an element that is rarely kept and never drawn in n
     # tries (that made this test fail on the H100 with z = 1/half_ulp exactly) — plus the
     # dtype's rounding of g / p (a fixed bias per configuration).
-    a_abs = np.abs(gf.T).reshape(o, t // 4, 4) + reference.MVUE_EPS
-    p = np.asarray(reference.mvue24_inclusion_probabilities(jnp.asarray(a_abs, jnp.float32)), np.float64)
+    a_abs = np.abs(gf.T).reshape(o, t // 4, 4) + reference_ops.MVUE_EPS
+    p = np.asarray(reference_ops.mvue24_inclusion_probabilities(jnp.asarray(a_abs, jnp.float32)), np.float64)
     p = p.reshape(o, t)
     half_ulp = 2.0**-8 if jnp.dtype(dtype) == jnp.dtype(jnp.bfloat16) else 2.0**-11
     std = np.abs(gf.T) * np.sqrt((1.0 / p - 1.0) / n) + half_ulp * np.abs(gf.T)
@@ -318,18 +287,16 @@ def test_inside_fori_loop_matches_direct_call():
 def test_errors_at_trace_time():
     x = jnp.ones((128, 120), jnp.bfloat16)
     with pytest.raises(ValueError, match="k % 16"):
-        cc.prune24_compress(x)  # K = 120
+        cc.masked_compress(x, jnp.ones(x.shape, bool))  # K = 120
     assert cc.compress_supports(x, transposed=True) and not cc.compress_supports(x)
     with pytest.raises(ValueError, match="multiples of 8"):
-        cc.prune24_compress(jnp.ones((100, 128), jnp.bfloat16))
+        cc.masked_compress(jnp.ones((100, 128), jnp.bfloat16), jnp.ones((100, 128), bool))
     with pytest.raises(ValueError, match="bfloat16 or float16"):
-        cc.prune24_compress(jnp.ones((128, 128), jnp.float32))
+        cc.masked_compress(jnp.ones((128, 128), jnp.float32), jnp.ones((128, 128), bool))
     with pytest.raises(ValueError, match="mask must have"):
         cc.masked_compress(jnp.ones((128, 128), jnp.bfloat16), jnp.ones((128, 64), bool))
     with pytest.raises(ValueError, match="k % 16"):
         cc.masked_compress_both(jnp.ones((128, 136), jnp.bfloat16), jnp.ones((128, 136), bool))
-    with pytest.raises(ValueError, match="scalar"):
-        cc.soft_threshold24_compress(jnp.ones((128, 128), jnp.bfloat16), jnp.ones((2,), jnp.float32))
     with pytest.raises(ValueError, match="single PRNG key"):
         cc.mvue24_compress(jax.random.split(jax.random.key(0), 2), jnp.ones((128, 128), jnp.bfloat16))
 
@@ -341,8 +308,8 @@ def test_handler_validates_on_its_own():
     good = (jax.ShapeDtypeStruct(vs, jnp.bfloat16), jax.ShapeDtypeStruct(ms, jnp.uint8))
     bad_values = (jax.ShapeDtypeStruct((vs[0], vs[1] - 8), jnp.bfloat16), good[1])
     bad_meta = (good[0], jax.ShapeDtypeStruct((ms[0] + 64, ms[1]), jnp.uint8))
-    call = lambda outs, *args, t=0: jax.block_until_ready(  # noqa: E731
-        jax.ffi.ffi_call("jax_sparse24_prune24_compress", outs)(*args, transposed=np.int64(t)))
+    call = lambda outs, x, t=0: jax.block_until_ready(  # noqa: E731
+        jax.ffi.ffi_call("jax_sparse24_masked_compress", outs)(x, jnp.ones(x.shape, bool), transposed=np.int64(t)))
     call(good, x)
     with pytest.raises(Exception, match="values must have shape"):
         call(bad_values, x)
@@ -350,9 +317,6 @@ def test_handler_validates_on_its_own():
         call(bad_meta, x)
     with pytest.raises(Exception, match="multiples of 8"):
         call(good, jnp.ones((124, 256), jnp.bfloat16))
-    with pytest.raises(Exception, match="beta must be a float32 scalar"):
-        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_soft_threshold24_compress", good)(
-            x, jnp.ones((3,), jnp.float32), transposed=np.int64(0)))
     with pytest.raises(Exception, match="key must be uint32"):
         jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_mvue24_compress", good)(
             jnp.ones((5,), jnp.uint32), x, transposed=np.int64(0)))
@@ -429,7 +393,7 @@ def _assert_lt_matches(got, dense, what):
 @pytest.mark.parametrize("shape", LT_SHAPES, ids=LT_IDS)
 def test_cusparselt_layout_equals_cusparselt_compressor(shape, dtype):
     """Every fused compressor with layout='cusparselt' against cusparseLtSpMMACompress of the dense op
-    result (_assert_lt_matches; prune, mask and MVUE of inputs without zeros have two nonzeros in
+    result (_assert_lt_matches; magnitude masks and MVUE of inputs without zeros have two nonzeros in
     every group, so their bytes are compared), into poisoned buffers."""
     skip_uncompiled(dtype)
     _skip_no_cusparselt()
@@ -437,7 +401,6 @@ def test_cusparselt_layout_equals_cusparselt_compressor(shape, dtype):
     x = _x(rng, shape, dtype, special=False)
     xn = np.asarray(x.astype(jnp.float32))
     what = f"seed={seed} shape={shape}"
-    beta = jnp.float32(rng.uniform(0.5, 2.0))
     key = jax.random.key(seed % 2**31)
     mask = cm.transposable_mask24_cuda(x)
     wm = jnp.where(mask, x, jnp.zeros((), dtype))
@@ -445,20 +408,17 @@ def test_cusparselt_layout_equals_cusparselt_compressor(shape, dtype):
         axis = 0 if transposed else 1
         orient = (lambda a: a.T) if transposed else (lambda a: a)
         kw = dict(transposed=transposed, layout="cusparselt")
-        pruned = jnp.where(jnp.asarray(mask24_np(xn, axis)), x, jnp.zeros((), dtype))
-        full = _assert_lt_matches(poisoned(functools.partial(cc.prune24_compress, **kw))(x), orient(pruned),
-                                  f"{what} prune transposed={transposed}")
-        assert full == 1.0, f"{what}: prune left a group with fewer than two nonzeros"
+        keep = jnp.asarray(mask24_np(xn, axis))
+        pruned = jnp.where(keep, x, jnp.zeros((), dtype))
+        full = _assert_lt_matches(poisoned(functools.partial(cc.masked_compress, **kw))(x, keep), orient(pruned),
+                                  f"{what} magnitude mask transposed={transposed}")
+        assert full == 1.0, f"{what}: the magnitude mask left a group with fewer than two nonzeros"
         _assert_lt_matches(poisoned(functools.partial(cc.masked_compress, **kw))(x, mask), orient(wm),
                            f"{what} mask transposed={transposed}")
         mv = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, x)
         full = _assert_lt_matches(poisoned(functools.partial(cc.mvue24_compress, **kw))(key, x), orient(mv),
                                   f"{what} mvue transposed={transposed}")
         assert full == 1.0, f"{what}: MVUE left a group with fewer than two nonzeros"
-        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(x)
-        soft = (beta * s.astype(jnp.float32)).astype(dtype)
-        _assert_lt_matches(poisoned(functools.partial(cc.soft_threshold24_compress, **kw))(x, beta), orient(soft),
-                           f"{what} soft transposed={transposed}")
     got_t, got_d = poisoned(functools.partial(cc.masked_compress_both, layout="cusparselt"))(x, mask)
     _assert_lt_matches(got_t, wm.T, what + " both/transposed")
     _assert_lt_matches(got_d, wm, what + " both/direct")
@@ -500,15 +460,16 @@ def test_cusparselt_fused_compress_check_passes_on_layer_shapes():
 
 def test_cusparselt_layout_errors():
     x = jnp.ones((128, 96), jnp.bfloat16)
+    ones = jnp.ones(x.shape, bool)
     with pytest.raises(ValueError, match="m % 64 == 0 and k % 32 == 0"):
-        cc.prune24_compress(x, transposed=True, layout="cusparselt")  # m = 96
+        cc.masked_compress(x, ones, transposed=True, layout="cusparselt")  # m = 96
     with pytest.raises(ValueError, match="layout must be one of"):
-        cc.prune24_compress(x, layout="cublas")
+        cc.masked_compress(x, ones, layout="cublas")
     assert cc.compress_supports(x, layout="cusparselt") and not cc.compress_supports(x, transposed=True,
                                                                                      layout="cusparselt")
     out = (jax.ShapeDtypeStruct((128 * 96,), jnp.uint8),)  # values only: too short
     with pytest.raises(Exception, match="cuSPARSELt layout"):
-        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_prune24_compress_lt", out)(x, transposed=np.int64(0)))
+        jax.block_until_ready(jax.ffi.ffi_call("jax_sparse24_masked_compress_lt", out)(x, ones, transposed=np.int64(0)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -656,28 +617,22 @@ def _assert_same_compressed_nan_ok(got, ref, what):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_fused_compressors_special_values(dtype):
-    """NaN, ±inf, ±0, subnormals and ties: prune24_compress keeps what reference.mask24 (CPU) keeps,
-    soft_threshold24_compress compresses β·S of the element-wise kernel (itself checked against the
-    reference in test_gpu_mask_kernels.py), mvue24_compress equals the element-wise MVUE kernel."""
+    """NaN, ±inf, ±0, subnormals and ties: masked_compress of reference_ops.mask24's (CPU) mask keeps those
+    values as CUTLASS's compressor does, mvue24_compress equals the element-wise MVUE kernel."""
     skip_uncompiled(dtype)
     rng, seed = _rng()
     shape = (144, 272)
     x = _x_special(rng, shape, dtype)
     cpu = jax.devices("cpu")[0]
-    beta = jnp.float32(1.5)
     for transposed in (False, True):
         axis = 0 if transposed else 1
         what = f"seed={seed} transposed={transposed}"
         with jax.default_device(cpu):
-            keep = np.asarray(reference.mask24(jax.device_put(x, cpu), axis))
+            keep = np.asarray(reference_ops.mask24(jax.device_put(x, cpu), axis))
         nf = ~np.isfinite(np.asarray(x.astype(jnp.float32)))
         a = jnp.where(jnp.asarray(keep), x, jnp.zeros((), dtype))
-        got = poisoned(functools.partial(cc.prune24_compress, transposed=transposed))(x)
-        _assert_same_compressed_nan_ok(got, _ref(a.T if transposed else a), what + " prune")
-        s, _ = jax.jit(lambda w: cm.soft_threshold24_cuda(w, axis=axis))(x)
-        dense = (beta * s.astype(jnp.float32)).astype(dtype)
-        got = poisoned(functools.partial(cc.soft_threshold24_compress, transposed=transposed))(x, beta)
-        _assert_same_compressed_nan_ok(got, _ref(dense.T if transposed else dense), what + " soft")
+        got = poisoned(functools.partial(cc.masked_compress, transposed=transposed))(x, jnp.asarray(keep))
+        _assert_same_compressed_nan_ok(got, _ref(a.T if transposed else a), what + " magnitude mask")
         key = jax.random.key(seed % 2**31)
         mv = jax.jit(lambda k, g: cm.mvue24_cuda(k, g, axis=axis))(key, x)
         got = poisoned(functools.partial(cc.mvue24_compress, transposed=transposed))(key, x)

@@ -3,7 +3,7 @@
 Run on the H100: ``pytest -m gpu tests/test_gpu_fp8.py -v``. Skipped without a GPU/extension, and
 per test where the extension has no fp8 kernels.
 
-Oracles (the single definition of the math is ``jax_sparse24._src.fp8``):
+Oracles (the single definition of the math is ``jax_sparse24._src.fp8_math``):
 
 * ``fp8_masked_compress`` against CUTLASS's own compressor on float8_e4m3fn applied to the reference
   quantization, ``cutlass_compress(quantize(x ⊙ mask, s))`` — **bit for bit** (values and metadata,
@@ -44,7 +44,7 @@ import jax_sparse24 as s24  # noqa: E402
 from jax_sparse24._src import cuda_fp8_ops as cf  # noqa: E402
 from jax_sparse24._src import cuda_mask_ops as cm  # noqa: E402
 from jax_sparse24._src import cuda_spmm_ops as cs  # noqa: E402
-from jax_sparse24._src import fp8 as f8  # noqa: E402
+from jax_sparse24._src import fp8_math as f8  # noqa: E402
 from gpu_util import assert_same_compressed, gpu, mask24_np, poisoned, quantize_on_cpu  # noqa: E402
 from gpu_util import fresh_rng as _rng  # noqa: E402
 
@@ -184,37 +184,6 @@ def test_cutlass_spmm_fp8_every_config(shape):
         d = poisoned(functools.partial(cf.cutlass_spmm_fp8, m=m, k=k, config=config))(values, meta, b, alpha)
         name = "default" if config == -1 else cf.cutlass_configs_fp8()[config]
         _check_gemm(d, a, b, alpha, f"seed={seed} shape={shape} config={name}")
-
-
-# cuSPARSELt's fp8 2:4 GEMM (an experimental path beside CUTLASS's): multiples of 32, its own compressor.
-LT_GEMM_SHAPES = [(256, 128, 128), (288, 160, 160), (1024, 544, 512), (384, 256, 3072)]
-
-
-@pytest.mark.parametrize("scale_mode", ["none", "vector"])
-@pytest.mark.parametrize("shape", LT_GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_cusparselt_spmm_fp8_matches_float64(shape, scale_mode):
-    """Every scale mode against float64, twice with different scales (a stale or ignored scale shows)."""
-    from jax_sparse24._src import cuda_cusparselt_ops as lt
-
-    if not lt.cusparselt_available():
-        pytest.skip(f"cuSPARSELt unavailable: {lt.cusparselt_error()}")
-    m, n, k = shape
-    rng, seed = _rng()
-    a = _nonzero_fp8(rng, (m, k), 8.0)
-    a = jnp.where(jnp.asarray(mask24_np(np.asarray(a.astype(jnp.float32)), axis=1)), a, jnp.zeros((), FP8))
-    b = _nonzero_fp8(rng, (n, k), 8.0)
-    c = jax.jit(functools.partial(lt.cusparselt_compress, m=m, n=n, k=k, a_layout=lt.A_MK, b_layout=lt.B_NK))(a)
-    gemm = poisoned(functools.partial(lt.cusparselt_spmm_fp8, m=m, n=n, k=k, scale_mode=scale_mode))
-    for alpha in (jnp.float32(rng.uniform(1e-4, 1e-2)), jnp.float32(rng.uniform(1.0, 4.0))):
-        try:
-            d = jax.block_until_ready(gemm(c, b, alpha))  # a refusal surfaces when the call runs
-        except Exception as e:  # noqa: BLE001 - the library refusing a scale mode is a skip, nothing else
-            if scale_mode != "none" and "NOT_SUPPORTED" in str(e):
-                pytest.skip(f"cuSPARSELt {lt.cusparselt_version()} refuses scale_mode={scale_mode!r} for fp8: {e}")
-            raise
-        # "none": two roundings (the product to bfloat16, then times alpha)
-        _check_gemm(d, a, b, alpha, f"seed={seed} shape={shape} mode={scale_mode} alpha={float(alpha)}",
-                    roundings=2 if scale_mode == "none" else 1)
 
 
 def test_fp8_compress_then_gemm_round_trip():

@@ -444,7 +444,7 @@ def test_sparse24dense_every_method_differentiates_on_gpu(method):
         def f(p):
             vv = {**v, "params": p}
             if method == "srste":  # the transposable mask from the kernel, in the differentiated program
-                vv["sparsity"] = s24.nn.refresh_masks(p, v["sparsity"])[0]
+                vv["sparsity"] = s24.masks.refresh_masks(p, v["sparsity"])[0]
             return (layer.apply(vv, xx) ** 2).sum()
 
         return jax.jit(jax.grad(f))(v["params"])
@@ -548,7 +548,7 @@ def test_auto_prepared_weight_takes_cusparselt_where_the_table_says(monkeypatch)
 
 
 def test_nn_prepare_on_gpu_matches_the_per_call_path():
-    """nn.prepare under jit with backend='cutlass' layers: same loss and gradients as without it."""
+    """preparation.prepare under jit with backend='cutlass' layers: same loss and gradients as without it."""
     import jax_sparse24 as s24
     from flax import linen as nn
 
@@ -562,11 +562,11 @@ def test_nn_prepare_on_gpu_matches_the_per_call_path():
     x = jnp.asarray(rng.normal(size=(2, 128, 256)), jnp.bfloat16)
     m = Two()
     v = m.init(jax.random.key(seed % 2**31), x)
-    prep = jax.jit(lambda v, x: s24.nn.prepare(m, v, x, reuse=2))(v, x)
+    prep = jax.jit(lambda v, x: s24.preparation.prepare(m, v, x, reuse=2))(v, x)
     assert all(set(layer["weight"]) == {"forward", "input_grad"} for layer in prep.values()), seed
 
     def loss(p, prep):
-        vv = {**v, "params": p, **({s24.nn.PREPARED: prep} if prep is not None else {})}
+        vv = {**v, "params": p, **({s24.preparation.PREPARED: prep} if prep is not None else {})}
         return (m.apply(vv, x).astype(jnp.float32) ** 2).sum()
 
     f = jax.jit(jax.value_and_grad(loss))
@@ -576,7 +576,7 @@ def test_nn_prepare_on_gpu_matches_the_per_call_path():
     # loss is the loss of the model with those kernels.
     p2 = jax.tree_util.tree_map_with_path(
         lambda path, leaf: 2 * leaf if jax.tree_util.keystr(path).endswith("['kernel']") else leaf, v["params"])
-    prep2 = jax.jit(lambda v, x: s24.nn.prepare(m, v, x, reuse=2))({**v, "params": p2}, x)
+    prep2 = jax.jit(lambda v, x: s24.preparation.prepare(m, v, x, reuse=2))({**v, "params": p2}, x)
     np.testing.assert_array_equal(np.asarray(jax.jit(loss)(v["params"], prep2)), np.asarray(jax.jit(loss)(p2, None)),
                                   f"seed={seed} prepared from 2W")
 
@@ -626,7 +626,7 @@ def test_nn_prepare_batched_equals_per_layer_on_gpu():
     v = m.init(jax.random.key(seed % 2**31), x)
     preps, hlos = {}, {}
     for batch in (False, True, "auto"):
-        f = jax.jit(lambda v, x, b=batch: s24.nn.prepare(m, v, x, reuse=2, batch=b))
+        f = jax.jit(lambda v, x, b=batch: s24.preparation.prepare(m, v, x, reuse=2, batch=b))
         hlos[batch] = f.lower(v, x).compile().as_text()
         preps[batch] = f(v, x)
     assert 'custom_call_target="jax_sparse24_masked_compress_many' not in hlos[False]
@@ -644,7 +644,7 @@ def test_nn_prepare_batched_equals_per_layer_on_gpu():
     assert set(preps[True]["h_0"]["qkv"]["weight"]) == {"forward", "input_grad"}
 
     def loss(p, prep):
-        return (m.apply({**v, "params": p, s24.nn.PREPARED: prep}, x).astype(jnp.float32) ** 2).sum()
+        return (m.apply({**v, "params": p, s24.preparation.PREPARED: prep}, x).astype(jnp.float32) ** 2).sum()
 
     g = jax.jit(jax.value_and_grad(loss))
     for a, b in zip(jax.tree.leaves(g(v["params"], preps[False])), jax.tree.leaves(g(v["params"], preps[True]))):
@@ -767,13 +767,13 @@ def test_kernels_inside_shard_map_on_one_gpu():
     import jax_sparse24 as s24
     from jax.sharding import PartitionSpec as P
 
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     rng, seed = _rng()
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
     x = jnp.asarray(rng.standard_normal((256, 128)), jnp.bfloat16)
     w = jnp.asarray(0.1 * rng.standard_normal((128, 64)), jnp.bfloat16)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
     key = jax.random.key(int(rng.integers(1 << 30)))
 
     def grads(x, fp8):
@@ -846,7 +846,7 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
     from jax.sharding import PartitionSpec as P
 
     from jax_sparse24 import sharding as shd
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     n = len(jax.devices())
     if n < 2:
@@ -859,7 +859,7 @@ def test_fsdp_packed_weight_gather_equals_dense_gather_on_gpus(backend, fp8):
     mesh = shd.make_mesh(f"fsdp={n}")
     x = jnp.asarray(rng.standard_normal((512 * n, 256)), jnp.bfloat16)
     w = jnp.asarray(0.1 * rng.standard_normal((256, 128 * n)), jnp.bfloat16)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
 
     def loss(x, w, m):
         y = s24.sparse24_linear(x, w, m, transposable=True, backend=backend, fp8=fp8, check_mask=False)

@@ -8,7 +8,8 @@ import pytest
 from flax import linen as nn
 
 import jax_sparse24 as s24
-from jax_sparse24.nn import Sparse24Dense, apply_masks, masks_for_params, refresh_masks
+from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.masks import apply_sparsity, masks_for_params, refresh_masks
 
 
 def _x(shape=(6, 16), seed=0):
@@ -136,7 +137,7 @@ def test_refresh_masks_per_layer_periods():
         assert float(rate) == pytest.approx(flips / total if total else 0.0)
 
 
-def test_masks_for_params_and_apply_masks_in_a_model():
+def test_masks_for_params_and_apply_sparsity_in_a_model():
     class MLP(nn.Module):
         @nn.compact
         def __call__(self, x):
@@ -149,7 +150,7 @@ def test_masks_for_params_and_apply_masks_in_a_model():
     masks = masks_for_params(v["params"], v["sparsity"])
     assert masks["up"]["kernel"].shape == (16, 16) and masks["down"]["kernel"].shape == (16, 8)
     assert masks["head"]["kernel"] is None and masks["up"]["bias"] is None
-    pruned = apply_masks(v["params"], v["sparsity"])
+    pruned = apply_sparsity(v["params"], v["sparsity"])
     np.testing.assert_array_equal(np.asarray(pruned["down"]["kernel"] != 0), np.asarray(v["sparsity"]["down"]["mask"]))
     np.testing.assert_array_equal(np.asarray(pruned["head"]["kernel"]), np.asarray(v["params"]["head"]["kernel"]))
     new, rate = refresh_masks(v["params"], v["sparsity"])
@@ -271,7 +272,7 @@ class _TwoLayer(nn.Module):
 
 @pytest.mark.parametrize("method", ["srste", "ste", "soft"])
 def test_prepare_gives_the_same_loss_and_gradients(method):
-    from jax_sparse24.nn import PREPARED, prepare
+    from jax_sparse24.preparation import PREPARED, prepare
 
     m = _TwoLayer(method)
     x = _x((3, 8, 16))
@@ -294,7 +295,7 @@ def test_prepare_gives_the_same_loss_and_gradients(method):
 def test_prepared_collection_is_what_the_layers_use():
     """A preparation from other params drives the forward (it is read, not recomputed); a stale one
     therefore computes with the old weights — rebuild it whenever params change."""
-    from jax_sparse24.nn import PREPARED, prepare
+    from jax_sparse24.preparation import PREPARED, prepare
 
     m = _TwoLayer("srste")
     x = _x((3, 8, 16))
@@ -307,7 +308,7 @@ def test_prepared_collection_is_what_the_layers_use():
 
 
 def test_prepare_skips_dense_layers_and_the_prepare_pass_is_dropped_by_xla():
-    from jax_sparse24.nn import prepare
+    from jax_sparse24.preparation import prepare
 
     x = _x((3, 8, 16))
     for method, sparse in (("dense", None), ("srste", False)):
@@ -342,7 +343,7 @@ def _ste_mlp_params(seed=0):
 
 def test_kernel_flip_rate_is_the_mask24_flip_rate_over_the_layers():
     """ste/soft layers: the masks the layers compute (2:4 along in) before and after an update."""
-    from jax_sparse24.nn import kernel_flip_rate
+    from jax_sparse24.masks import kernel_flip_rate
 
     old = _ste_mlp_params()
     new = jax.tree_util.tree_map(lambda a: a + 0.05 * jnp.asarray(
@@ -370,7 +371,7 @@ def test_kernel_flip_rate_is_the_mask24_flip_rate_over_the_layers():
 def test_kernel_flip_rate_from_kernel_masks():
     """The old masks (kernel_masks, 1 byte per entry) in place of the old params give the same rate;
     kernel_masks holds just the layers' bool masks, and refuses what kernel_flip_rate refuses."""
-    from jax_sparse24.nn import kernel_flip_rate, kernel_masks
+    from jax_sparse24.masks import kernel_flip_rate, kernel_masks
 
     old = _ste_mlp_params()
     new = jax.tree_util.tree_map(lambda a: a + 0.05 * jnp.asarray(
@@ -392,7 +393,7 @@ def test_kernel_flip_rate_from_kernel_masks():
 
 
 def test_kernel_flip_rate_stacked_kernels_and_errors():
-    from jax_sparse24.nn import kernel_flip_rate
+    from jax_sparse24.masks import kernel_flip_rate
 
     k0 = _x((3, 8, 4), seed=1)
     k1 = k0 + 0.5 * _x((3, 8, 4), seed=2)

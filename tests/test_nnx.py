@@ -185,7 +185,7 @@ def test_refresh_masks_per_layer_periods_in_place(skip_idle):
     fresh_b = np.asarray(s24.mask24(_get(model.b.kernel), axis=0))
     assert (fresh_a != old_a).any() and (fresh_b != old_b).any()
     f = nnx.jit(lambda model, step: refresh_masks(model, step=step, skip_idle=skip_idle))
-    jaxpr = str(jax.make_jaxpr(lambda k, m, st: s24.nn.refresh_masks({"a": {"kernel": k}}, {"a": {
+    jaxpr = str(jax.make_jaxpr(lambda k, m, st: s24.masks.refresh_masks({"a": {"kernel": k}}, {"a": {
         "transposable_mask": m, "mask_every": 2}}, step=st, skip_idle=skip_idle))(
         _get(model.a.kernel), _get(model.a.mask), jnp.asarray(4)))
     assert ("cond[" in jaxpr) == skip_idle
@@ -205,7 +205,7 @@ def test_refresh_masks_per_layer_periods_in_place(skip_idle):
                 "b": {"mask": jnp.asarray(old_b), "mask_every": 3}}
     _set(model.a.mask, old_a)
     _set(model.b.mask, old_b)
-    new, linen_rate = s24.nn.refresh_masks(params, sparsity, step=None)
+    new, linen_rate = s24.masks.refresh_masks(params, sparsity, step=None)
     rate = refresh_masks(model)  # step=None: every layer
     np.testing.assert_array_equal(np.asarray(_get(model.a.mask)), np.asarray(new["a"]["transposable_mask"]))
     np.testing.assert_array_equal(np.asarray(_get(model.b.mask)), np.asarray(new["b"]["mask"]))
@@ -258,7 +258,7 @@ def test_masked_decay_takes_nnx_state_and_dict_masks():
 
 
 def test_masked_decay_with_a_linen_model_under_to_nnx():
-    """The issue's case: linen Sparse24Dense through nnx.bridge.ToNNX, masks from s24.nn.masks_for_params."""
+    """The issue's case: linen Sparse24Dense through nnx.bridge.ToNNX, masks from s24.masks.masks_for_params."""
 
     class MLP(nn.Module):
         @nn.compact
@@ -270,7 +270,7 @@ def test_masked_decay_with_a_linen_model_under_to_nnx():
     nnx.bridge.lazy_init(model, x)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     sparsity = nnx.to_pure_dict(nnx.state(model, nnx.Not(nnx.Param)))
-    masks = s24.nn.masks_for_params(params, sparsity)  # a plain dict
+    masks = s24.masks.masks_for_params(params, sparsity)  # a plain dict
     tx = optax.chain(s24.optim.masked_decay(0.1), optax.sgd(1.0))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     grads = nnx.grad(lambda m: ((m(x) - y) ** 2).mean())(model)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jax_sparse24 as s24
-from jax_sparse24._src import reference
+from jax_sparse24._src import reference_ops
 
 DTYPES = [jnp.float32, jnp.bfloat16, jnp.float16]
 
@@ -130,7 +130,7 @@ def _np_inclusion(a):
 def test_mvue_inclusion_probabilities():
     rng = np.random.default_rng(0)
     a = rng.uniform(0.01, 3.0, size=(50, 4))
-    got = np.asarray(reference.mvue24_inclusion_probabilities(jnp.asarray(a, jnp.float32)))
+    got = np.asarray(reference_ops.mvue24_inclusion_probabilities(jnp.asarray(a, jnp.float32)))
     want = np.stack([_np_inclusion(r) for r in a])
     np.testing.assert_allclose(got, want, rtol=1e-5)
     np.testing.assert_allclose(got.sum(-1), 2.0, rtol=1e-5)  # exactly two kept per group
@@ -236,7 +236,7 @@ def test_errors_raise_at_trace_time():
 
 def _opaque_kernel(name, x, **kwargs):
     """Stand-in for a CUDA custom call: the reference behind ``pure_callback`` (no derivative)."""
-    ref = functools.partial(getattr(reference, name.removesuffix("_cuda")), **kwargs)
+    ref = functools.partial(getattr(reference_ops, name.removesuffix("_cuda")), **kwargs)
 
     def call(*args):
         shapes = jax.eval_shape(ref, *args)
@@ -248,12 +248,12 @@ def _opaque_kernel(name, x, **kwargs):
 def test_ops_differentiable_through_the_kernel_branch(monkeypatch):
     """On one GPU the op lowers to a custom call that has no JVP; gradients must still come from
     the reference (this failed for the S-STE layer on a single H100 before the fix)."""
-    from jax_sparse24._src import ffi, ops as ops_mod, sharding
+    from jax_sparse24._src import ffi, ops as ops_mod, partitioning
 
     # As on a GPU: the kernel branch is the one traced and differentiated.
     monkeypatch.setattr(ffi, "per_platform", lambda ref, cuda, *a, **kw: (cuda or ref)(*a))
     monkeypatch.setattr(ops_mod, "_kernel", _opaque_kernel)
-    monkeypatch.setattr(sharding, "_single_device", lambda: True)
+    monkeypatch.setattr(partitioning, "_single_device", lambda: True)
     w = jax.random.normal(jax.random.key(0), (8, 12))
 
     def loss(w):
@@ -261,8 +261,8 @@ def test_ops_differentiable_through_the_kernel_branch(monkeypatch):
         return (s * s).sum() + (w * s24.mask24(w, axis=0)).sum() + (w[:, :8] * s24.transposable_mask24(w[:, :8])).sum()
 
     def loss_ref(w):
-        s, m = reference.soft_threshold24(w, axis=0)
-        return (s * s).sum() + (w * reference.mask24(w, axis=0)).sum() + (w[:, :8] * reference.transposable_mask24(w[:, :8])).sum()
+        s, m = reference_ops.soft_threshold24(w, axis=0)
+        return (s * s).sum() + (w * reference_ops.mask24(w, axis=0)).sum() + (w[:, :8] * reference_ops.transposable_mask24(w[:, :8])).sum()
 
     np.testing.assert_allclose(jax.grad(loss)(w), jax.grad(loss_ref)(w), rtol=1e-6)
     # The layers that differentiate through the ops: S-STE (soft) and STE.

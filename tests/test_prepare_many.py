@@ -1,4 +1,4 @@
-"""Batched weight preparation: ``masked_compress_many`` and ``nn.prepare`` running the
+"""Batched weight preparation: ``masked_compress_many`` and ``preparation.prepare`` running the
 compressions of all layers together, on the CPU.
 
 The many-tensor kernel itself is checked bit for bit against the one-tensor kernel on the GPU
@@ -20,13 +20,14 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from jax_sparse24 import nn as s24nn
-from jax_sparse24._src import autotune, prepared_weight
+from jax_sparse24 import preparation as s24prep
+from jax_sparse24._src import autotune, backends, prepared_weight
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_spmm_ops as cs
-from jax_sparse24._src import sharding as _sh
-from jax_sparse24.nn import PREPARED, Sparse24Dense
+from jax_sparse24._src import partitioning as _sh
+from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.preparation import PREPARED
 
 BF16, F16 = jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)
 
@@ -117,9 +118,9 @@ def stubs(monkeypatch):
 
     def plan(backend, tokens, i, o, dtype, transposable, reuse=None, batched=False):
         PLANNED_BATCHED.append(batched)
-        return PLANS[(i, o)]
+        return tuple(backends.get(name) for name in PLANS[(i, o)])
 
-    monkeypatch.setattr(autotune, "weight_gemms_plan", plan)
+    monkeypatch.setattr(autotune, "weight_gemms_backends", plan)
     monkeypatch.setattr(lt, "fused_compress_ok", lambda m, n, k, dtype, b_layout=lt.B_NK: jnp.dtype(dtype) == BF16)
     monkeypatch.setattr(lt, "cusparselt_compressed_size", lambda m, n, k, dtype, a, b: m * k * 9 // 8)
     monkeypatch.setattr(lt, "cusparselt_compress", _fake_lt_library)
@@ -181,14 +182,14 @@ def _assert_same_tree(a, b):
 
 def test_batched_prepare_is_the_per_layer_prepare_bit_for_bit(device):
     m, v, x = _net()
-    per_layer = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=False))(v, x)
+    per_layer = jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=False))(v, x)
     n_single = len(device.calls)
     assert not device.many_calls() and n_single > 10
     # the planner is told how the weights will be prepared (a batched pass costs less per weight)
     assert PLANNED_BATCHED and not any(PLANNED_BATCHED)
     PLANNED_BATCHED.clear()
     device.calls.clear()
-    batched = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=True))(v, x)
+    batched = jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=True))(v, x)
     assert PLANNED_BATCHED and all(PLANNED_BATCHED)
     _assert_same_tree(batched, per_layer)
     # every format of PLANS is there
@@ -206,14 +207,14 @@ def test_batched_prepare_is_the_per_layer_prepare_bit_for_bit(device):
     # of unknown sharding under jit -> per layer)
     PLANNED_BATCHED.clear()
     calls = len(device.calls)
-    jax.jit(lambda v, x: s24nn.prepare(m, v, x))(v, x)
+    jax.jit(lambda v, x: s24prep.prepare(m, v, x))(v, x)
     ran_batched = any(c[0].endswith("_many") for c in device.calls[calls:])
     assert PLANNED_BATCHED and set(PLANNED_BATCHED) == {ran_batched}
 
 
 def test_batched_prepare_groups_by_dtype_format_and_direction(device):
     m, v, x = _net()
-    s24nn.prepare(m, v, x, batch=True)
+    s24prep.prepare(m, v, x, batch=True)
     many = sorted(device.many_calls())
     # (target, cuSPARSELt layout, tensors): bfloat16 and float16 never share a launch, directions neither
     assert many == sorted([("jax_sparse24_masked_compress_many", False, 6),   # bf16 CUTLASS both: qkv, fc x3
@@ -231,10 +232,10 @@ def test_batched_prepare_on_the_cpu_lowering_equals_per_layer(stubs):
     """The real non-CUDA lowering (placeholders for the compressed operands, W̃ where a GEMM is
     dense): the same tree either way, eager and under jit."""
     m, v, x = _net()
-    per_layer = s24nn.prepare(m, v, x, batch=False)
-    _assert_same_tree(s24nn.prepare(m, v, x, batch=True), per_layer)
-    _assert_same_tree(jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=True))(v, x), per_layer)
-    _assert_same_tree(jax.jit(lambda v, x: s24nn.prepare(m, v, x))(v, x), per_layer)
+    per_layer = s24prep.prepare(m, v, x, batch=False)
+    _assert_same_tree(s24prep.prepare(m, v, x, batch=True), per_layer)
+    _assert_same_tree(jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=True))(v, x), per_layer)
+    _assert_same_tree(jax.jit(lambda v, x: s24prep.prepare(m, v, x))(v, x), per_layer)
 
 
 def test_prepared_weights_drive_the_model_the_same(device):
@@ -242,7 +243,7 @@ def test_prepared_weights_drive_the_model_the_same(device):
     m, v, x = _net()
     outs = []
     for batch in (False, True):
-        prep = s24nn.prepare(m, v, x, batch=batch)
+        prep = s24prep.prepare(m, v, x, batch=batch)
         outs.append(jax.jit(lambda v, p, x: m.apply({**v, PREPARED: p}, x))(v, prep, x))
     np.testing.assert_array_equal(np.asarray(outs[0]), np.asarray(outs[1]))
 
@@ -287,9 +288,9 @@ def test_lifted_transforms_and_shared_layers(device, monkeypatch):
     m = _Scanned()
     x = jnp.ones((2, 8, 32), jnp.float32)
     v = m.init(jax.random.key(0), x)
-    per_layer = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=False))(v, x)
+    per_layer = jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=False))(v, x)
     device.calls.clear()
-    batched = jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=True))(v, x)
+    batched = jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=True))(v, x)
     _assert_same_tree(batched, per_layer)
     assert jax.tree.map(jnp.shape, batched["scan"]["fc"]["weight"]["forward"]) == {"values": (3, 32, 16),
                                                                                     "meta": (3, 64, 16)}
@@ -303,15 +304,15 @@ def test_batch_auto_follows_what_is_known_about_the_sharding(device):
     on each device (``unpartitioned_batch_ok``): eager arrays on one device are."""
     m, v, x = _net()
     if jax.device_count() > 1:
-        jax.jit(lambda v, x: s24nn.prepare(m, v, x))(v, x)  # automatic sharding: nothing known while tracing
+        jax.jit(lambda v, x: s24prep.prepare(m, v, x))(v, x)  # automatic sharding: nothing known while tracing
         assert not device.many_calls()
-    s24nn.prepare(m, v, x)
+    s24prep.prepare(m, v, x)
     assert device.many_calls()
     device.calls.clear()
-    jax.jit(lambda v, x: s24nn.prepare(m, v, x, batch=True))(v, x)
+    jax.jit(lambda v, x: s24prep.prepare(m, v, x, batch=True))(v, x)
     assert device.many_calls()
     with pytest.raises(ValueError, match="batch must be 'auto', True or False"):
-        s24nn.prepare(m, v, x, batch=1)
+        s24prep.prepare(m, v, x, batch=1)
 
 
 @pytest.mark.skipif(len(jax.devices("cpu")) < 8, reason="needs 8 host devices (tests/conftest.py)")

@@ -1,6 +1,6 @@
 """Property-based tests (hypothesis) of the reference 2:4 ops: random shapes, dtypes and special
 values (NaN, ±inf, ±0, subnormals, ties) against independent NumPy oracles of the documented rule
-(reference.py module docstring), and the bad-input errors.
+(reference_ops.py module docstring), and the bad-input errors.
 
 The oracles work on the exact float64 values of the inputs (ml_dtypes conversions, no flush-to-zero),
 so they are independent of XLA's CPU arithmetic. The hypothesis profile (tests/conftest.py) is
@@ -21,7 +21,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import jax_sparse24 as s24
-from jax_sparse24._src import reference
+from jax_sparse24._src import reference_ops
 
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 TINY32 = float(np.finfo(np.float32).tiny)
@@ -38,11 +38,11 @@ SHAPES_ND = [(8, 4), (4, 8), (2, 4, 4)]
 
 # The reference ops jitted (static axis): one compilation per (shape, dtype, axis) instead of one
 # per primitive, which keeps the many small examples fast. Eager calls are tested in test_ops.py.
-_mask24 = jax.jit(reference.mask24, static_argnames="axis")
-_nm_mask = jax.jit(reference.nm_mask, static_argnames=("n", "m", "axis"))
-_soft = jax.jit(reference.soft_threshold24, static_argnames="axis")
-_mvue = jax.jit(reference.mvue24, static_argnames="axis")
-_transposable = jax.jit(reference.transposable_mask24)
+_mask24 = jax.jit(reference_ops.mask24, static_argnames="axis")
+_nm_mask = jax.jit(reference_ops.nm_mask, static_argnames=("n", "m", "axis"))
+_soft = jax.jit(reference_ops.soft_threshold24, static_argnames="axis")
+_mvue = jax.jit(reference_ops.mvue24, static_argnames="axis")
+_transposable = jax.jit(reference_ops.transposable_mask24)
 
 
 def _values(finite_max=float(np.finfo(np.float32).max)):
@@ -120,7 +120,7 @@ def _np_soft(x, axis):
 
 
 def _patterns():
-    return reference.transposable_patterns().astype(bool)  # (90, 16), canonical order
+    return reference_ops.transposable_patterns().astype(bool)  # (90, 16), canonical order
 
 
 def _blocks(a):
@@ -197,10 +197,10 @@ def test_public_ops_equal_reference(data):
     x, _ = data.draw(arrays(shapes=[(8, 8)]))
     axis = data.draw(st.sampled_from([0, 1]))
     xj = jnp.asarray(x)
-    np.testing.assert_array_equal(np.asarray(s24.mask24(xj, axis=axis)), np.asarray(reference.mask24(xj, axis)))
-    np.testing.assert_array_equal(np.asarray(s24.transposable_mask24(xj)), np.asarray(reference.transposable_mask24(xj)))
+    np.testing.assert_array_equal(np.asarray(s24.mask24(xj, axis=axis)), np.asarray(reference_ops.mask24(xj, axis)))
+    np.testing.assert_array_equal(np.asarray(s24.transposable_mask24(xj)), np.asarray(reference_ops.transposable_mask24(xj)))
     y, m = s24.soft_threshold24(xj, axis=axis)
-    yr, mr = reference.soft_threshold24(xj, axis)
+    yr, mr = reference_ops.soft_threshold24(xj, axis)
     np.testing.assert_array_equal(np.asarray(m), np.asarray(mr))
     np.testing.assert_array_equal(_f32(y), _f32(yr))
 
@@ -283,7 +283,7 @@ def test_mvue24_structure(data, seed):
     tol = {"f32": 1e-4, "bf16": 2e-2, "f16": 4e-3}[name]
     ok = nz & (np.abs(fx).max(-1, keepdims=True) < 1e30) & (np.abs(fx) >= TINY32)
     if ok.any():
-        p = _np_inclusion(np.abs(fx) + reference.MVUE_EPS)
+        p = _np_inclusion(np.abs(fx) + reference_ops.MVUE_EPS)
         want = (fx / p).astype(DTYPES[name]).astype(np.float64)
         np.testing.assert_allclose(fo[ok], want[ok], rtol=tol, atol=0)
     # Non-finite groups do not touch the others: same key, bad groups zeroed -> same finite groups.
@@ -303,10 +303,10 @@ def test_mvue24_structure(data, seed):
 def test_wrong_axis_size_is_a_clear_error(size, op):
     x = jnp.ones((size, 4))
     call = {
-        "mask24": lambda: reference.mask24(x, axis=0),
-        "soft": lambda: reference.soft_threshold24(x, axis=0),
-        "mvue": lambda: reference.mvue24(jax.random.key(0), x, axis=0),
-        "nm": lambda: reference.nm_mask(x, 2, 4, axis=0),
+        "mask24": lambda: reference_ops.mask24(x, axis=0),
+        "soft": lambda: reference_ops.soft_threshold24(x, axis=0),
+        "mvue": lambda: reference_ops.mvue24(jax.random.key(0), x, axis=0),
+        "nm": lambda: reference_ops.nm_mask(x, 2, 4, axis=0),
     }[op]
     with pytest.raises(ValueError, match=rf"axis 0 must be divisible by 4.*\({size}, 4\)"):
         call()
@@ -374,13 +374,13 @@ def test_special_value_examples():
 def test_axis_none_warns_for_rank_2_and_not_otherwise():
     x2, x1 = jnp.ones((4, 8)), jnp.ones((8,))
     for call in (lambda x: s24.mask24(x), lambda x: s24.nm_mask(x, 2, 4), lambda x: s24.soft_threshold24(x),
-                 lambda x: reference.mask24(x), lambda x: s24.soft_threshold_beta(x)):
+                 lambda x: reference_ops.mask24(x), lambda x: s24.soft_threshold_beta(x)):
         with pytest.warns(FutureWarning, match=r"\(in, out\).*axis=0.*future version will require `axis`"):
             out = call(x2)
         # The old default (last axis) is kept while deprecated.
         m = out[1] if isinstance(out, tuple) else out
         if m.dtype == jnp.bool_:
-            np.testing.assert_array_equal(np.asarray(m), np.asarray(reference.mask24(x2, axis=-1)))
+            np.testing.assert_array_equal(np.asarray(m), np.asarray(reference_ops.mask24(x2, axis=-1)))
     import warnings
 
     with warnings.catch_warnings():

@@ -12,13 +12,15 @@ from flax import linen as nn
 
 import jax_sparse24 as s24
 from jax_sparse24 import nn as snn
+from jax_sparse24 import masks as s24masks
+from jax_sparse24 import preparation as s24prep
 from jax_sparse24._src import prepared_weight as _pw
 from jax_sparse24.optim import magnitude_masks, masked_decay
 from jax_sparse24.training import SparseTrainState
 
 L, D, H = 3, 16, 32
 NAMES = [f"h_{i}" for i in range(L)]
-SCAN_AXES = {"params": 0, snn.SPARSITY: 0, snn.PREPARED: 0, snn.FP8_META: 0}
+SCAN_AXES = {"params": 0, s24masks.SPARSITY: 0, s24prep.PREPARED: 0, snn.FP8_META: 0}
 
 
 class Block(nn.Module):
@@ -72,18 +74,18 @@ def test_scanned_matches_unrolled_loss_and_grads():
     unrolled, scanned = _models(method="soft")
     x = _x()
     v = jax.jit(unrolled.init)(jax.random.key(0), x)
-    vs = snn.stack_layers(v, NAMES, "h")
+    vs = s24masks.stack_layers(v, NAMES, "h")
     assert jax.tree.map(jnp.shape, jax.eval_shape(scanned.init, jax.random.key(0), x)) == jax.tree.map(jnp.shape, vs)
     loss = lambda m, var: lambda p: jnp.mean(m.apply({**var, "params": p}, x) ** 2)  # noqa: E731
     lu, gu = jax.jit(jax.value_and_grad(loss(unrolled, v)))(v["params"])
     ls, gs = jax.jit(jax.value_and_grad(loss(scanned, vs)))(vs["params"])
     np.testing.assert_allclose(lu, ls, rtol=1e-5)
-    _close(snn.stack_layers(gu, NAMES, "h"), gs, rtol=1e-4, atol=1e-6)
+    _close(s24masks.stack_layers(gu, NAMES, "h"), gs, rtol=1e-4, atol=1e-6)
     # rematerialised blocks (nn.remat inside the scan, jax.checkpoint's "dots" policy): the same
     lr, gr = jax.jit(jax.value_and_grad(loss(Stack(scan=True, kw=scanned.kw, remat=True), vs)))(vs["params"])
     np.testing.assert_allclose(lr, ls, rtol=1e-6)
     _close(gr, gs, rtol=1e-5, atol=1e-7)
-    _close(snn.unstack_layers(vs, "h", NAMES), v, rtol=0, atol=0)  # the round trip is exact
+    _close(s24masks.unstack_layers(vs, "h", NAMES), v, rtol=0, atol=0)  # the round trip is exact
 
 
 def test_mvue_key_per_layer():
@@ -117,10 +119,10 @@ def test_mvue_key_per_layer():
 
 @functools.partial(jax.jit, static_argnames="skip_idle")
 def _refresh_traced(p, s, step, skip_idle=True):
-    return snn.refresh_masks(p, s, step=step, skip_idle=skip_idle)
+    return s24masks.refresh_masks(p, s, step=step, skip_idle=skip_idle)
 
 
-_refresh_all = jax.jit(lambda p, s: snn.refresh_masks(p, s, step=None))
+_refresh_all = jax.jit(lambda p, s: s24masks.refresh_masks(p, s, step=None))
 
 
 def _refresh(p, s, step, skip_idle=True):
@@ -133,18 +135,18 @@ def test_refresh_stacked_equals_per_layer():
     v = jax.jit(unrolled.init)(jax.random.key(0), _x())
     # new kernels: the masks change
     params = jax.tree.map(lambda a: a + 0.5 * jax.random.normal(jax.random.key(9), a.shape), v["params"])
-    stacked_params, stacked_sp = snn.stack_layers(params, NAMES, "h"), snn.stack_layers(v["sparsity"], NAMES, "h")
+    stacked_params, stacked_sp = s24masks.stack_layers(params, NAMES, "h"), s24masks.stack_layers(v["sparsity"], NAMES, "h")
     for step in (None, 2, 3):
         su, ru = _refresh(params, v["sparsity"], step)
         ss, rs = _refresh(stacked_params, stacked_sp, step)
-        _close(snn.stack_layers(su, NAMES, "h"), ss, rtol=0, atol=0)
+        _close(s24masks.stack_layers(su, NAMES, "h"), ss, rtol=0, atol=0)
         np.testing.assert_allclose(ru, rs, rtol=1e-6)
         assert (float(rs) > 0) == (step != 3)
         if step is not None:  # skip_idle=False (no conditional): the same
             _close(ss, _refresh(stacked_params, stacked_sp, step, skip_idle=False)[0], rtol=0, atol=0)
         # per-layer flip rates: one per layer of the stack, those of the unrolled layers
-        per = snn.layer_flip_rates(stacked_sp, ss)
-        per_u = snn.layer_flip_rates(v["sparsity"], su)
+        per = s24masks.layer_flip_rates(stacked_sp, ss)
+        per_u = s24masks.layer_flip_rates(v["sparsity"], su)
         assert set(per) == {"h/fc", "h/proj"} and per["h/fc"].shape == (L,)
         for name in ("fc", "proj"):
             np.testing.assert_allclose(per[f"h/{name}"], [per_u[f"h_{i}/{name}"] for i in range(L)], rtol=1e-6)
@@ -159,11 +161,11 @@ def test_refresh_stacked_per_layer_periods():
     sp = jax.tree.map(lambda a: a, v["sparsity"])
     sp["h"]["fc"]["mask_every"] = jnp.array([1, 2, 3], jnp.int32)
     params = jax.tree.map(lambda a: a + jax.random.normal(jax.random.key(9), a.shape), v["params"])
-    new, _ = snn.refresh_masks(params, sp, step=2)
+    new, _ = s24masks.refresh_masks(params, sp, step=2)
     changed = [not np.array_equal(new["h"]["fc"]["transposable_mask"][i], sp["h"]["fc"]["transposable_mask"][i])
                for i in range(L)]
     assert changed == [True, True, False]
-    assert snn.mask_periods(sp) == (1, 2, 3)
+    assert s24masks.mask_periods(sp) == (1, 2, 3)
     with pytest.raises(ValueError, match="mask_every=0"):
         sp["h"]["fc"]["mask_every"] = jnp.array([1, 0, 3], jnp.int32)
         SparseTrainState.create(apply_fn=scanned.apply, params=params, tx=optax.sgd(0.1), sparsity=sp)
@@ -181,12 +183,12 @@ def test_stacked_masks_are_per_layer():
     for i in range(L):
         np.testing.assert_array_equal(mm["h"]["fc"]["kernel"][i], s24.mask24(k[i], axis=0))
         np.testing.assert_array_equal(mt["h"]["fc"]["kernel"][i], m[i])
-    # masks_for_params / apply_masks / sparse_weights / kernel_masks: per layer, stacked
-    masks = snn.masks_for_params(v["params"], v["sparsity"])
+    # masks_for_params / apply_sparsity / sparse_weights / kernel_masks: per layer, stacked
+    masks = s24masks.masks_for_params(v["params"], v["sparsity"])
     np.testing.assert_array_equal(masks["h"]["fc"]["kernel"], m)
-    np.testing.assert_array_equal(snn.apply_masks(v["params"], v["sparsity"])["h"]["fc"]["kernel"],
+    np.testing.assert_array_equal(s24masks.apply_sparsity(v["params"], v["sparsity"])["h"]["fc"]["kernel"],
                                   jnp.where(m, k, 0))
-    km = snn.kernel_masks(v["params"], paths=["h/fc"])["h"]["fc"]["kernel"]
+    km = s24masks.kernel_masks(v["params"], paths=["h/fc"])["h"]["fc"]["kernel"]
     np.testing.assert_array_equal(km, mm["h"]["fc"]["kernel"])
     # masked_decay with stacked masks decays exactly the pruned entries of each layer
     tx = masked_decay(1.0)
@@ -199,12 +201,12 @@ def test_sparse_weights_soft_stacked():
     unrolled, scanned = _models(method="soft")
     x = _x()
     v = jax.jit(unrolled.init)(jax.random.key(0), x)
-    vs = snn.stack_layers(v, NAMES, "h")
+    vs = s24masks.stack_layers(v, NAMES, "h")
     paths_u = [f"h_{i}/{n}" for i in range(L) for n in ("fc", "proj")]
-    wu, mu = jax.jit(lambda p, s: snn.sparse_weights(p, s, method="soft", paths=paths_u))(v["params"], v["sparsity"])
-    ws, ms = jax.jit(lambda p, s: snn.sparse_weights(p, s, method="soft", paths=["h/fc", "h/proj"]))(
+    wu, mu = jax.jit(lambda p, s: s24masks.sparse_weights(p, s, method="soft", paths=paths_u))(v["params"], v["sparsity"])
+    ws, ms = jax.jit(lambda p, s: s24masks.sparse_weights(p, s, method="soft", paths=["h/fc", "h/proj"]))(
         vs["params"], vs["sparsity"])
-    _close(snn.stack_layers(wu, NAMES, "h"), ws, rtol=1e-6)
+    _close(s24masks.stack_layers(wu, NAMES, "h"), ws, rtol=1e-6)
     np.testing.assert_array_equal(ms["h"]["fc"]["kernel"],
                                   jnp.stack([mu[f"h_{i}"]["fc"]["kernel"] for i in range(L)]))
 
@@ -233,14 +235,14 @@ def test_train_state_scanned_matches_unrolled():
         return state, losses, flips
 
     su, lu, fu = run(unrolled, v["params"], v["sparsity"])
-    ss, ls, fs = run(scanned, snn.stack_layers(v["params"], NAMES, "h"), snn.stack_layers(v["sparsity"], NAMES, "h"))
+    ss, ls, fs = run(scanned, s24masks.stack_layers(v["params"], NAMES, "h"), s24masks.stack_layers(v["sparsity"], NAMES, "h"))
     np.testing.assert_allclose(lu, ls, rtol=1e-4)
     np.testing.assert_allclose(fu, fs, rtol=1e-4, atol=1e-6)
     assert max(fs) > 0 and ls[-1] < ls[0]
-    _close(snn.stack_layers(su.params, NAMES, "h"), ss.params, rtol=1e-3, atol=1e-5)
-    _close(snn.stack_layers(su.sparsity, NAMES, "h"), ss.sparsity, rtol=0, atol=0)
+    _close(s24masks.stack_layers(su.params, NAMES, "h"), ss.params, rtol=1e-3, atol=1e-5)
+    _close(s24masks.stack_layers(su.sparsity, NAMES, "h"), ss.sparsity, rtol=0, atol=0)
     # the whole train state converts (params, masks, Adam's moments)
-    _close(snn.stack_layers(su, NAMES, "h").opt_state, ss.opt_state, rtol=1e-3, atol=1e-5)
+    _close(s24masks.stack_layers(su, NAMES, "h").opt_state, ss.opt_state, rtol=1e-3, atol=1e-5)
     # prune_to_masks on stacked masks
     pruned = ss.prune_to_masks()
     m = ss.sparsity["h"]["proj"]["transposable_mask"]
@@ -248,7 +250,7 @@ def test_train_state_scanned_matches_unrolled():
 
 
 def test_prepare_scanned_equals_unprepared_in_one_call(monkeypatch):
-    """nn.prepare on a scanned model: one prepare_many call for every layer of the stack; the
+    """preparation.prepare on a scanned model: one prepare_many call for every layer of the stack; the
     micro-batch passes with the stacked prepared collection give the unprepared loss and gradients."""
     _, scanned = _models(backend="dense", mvue=False)
     x = _x()
@@ -256,19 +258,19 @@ def test_prepare_scanned_equals_unprepared_in_one_call(monkeypatch):
     calls = []
     real = _pw.prepare_many
     monkeypatch.setattr(_pw, "prepare_many", lambda plans, **kw: calls.append(len(plans)) or real(plans, **kw))
-    prepared = jax.jit(lambda v: snn.prepare(scanned, v, x, reuse=2))(v)
+    prepared = jax.jit(lambda v: s24prep.prepare(scanned, v, x, reuse=2))(v)
     assert calls == [2 * L]  # fc and proj of every layer, together
     assert jax.tree.map(jnp.shape, prepared)["h"]["fc"]["weight"]["masked"] == (L, D, H)
     kfc, mfc = v["params"]["h"]["fc"]["kernel"], v["sparsity"]["h"]["fc"]["transposable_mask"]
     np.testing.assert_array_equal(prepared["h"]["fc"]["weight"]["masked"], jnp.where(mfc, kfc, 0))
     loss = lambda var: lambda p: jnp.mean(scanned.apply({**var, "params": p}, x) ** 2)  # noqa: E731
     l0, g0 = jax.jit(jax.value_and_grad(loss(v)))(v["params"])
-    l1, g1 = jax.jit(jax.value_and_grad(loss({**v, snn.PREPARED: prepared})))(v["params"])
+    l1, g1 = jax.jit(jax.value_and_grad(loss({**v, s24prep.PREPARED: prepared})))(v["params"])
     np.testing.assert_allclose(l0, l1, rtol=1e-6)
     _close(g0, g1, rtol=1e-5, atol=1e-7)
     # batch=False: each layer on its own, inside the scan body (one traced call)
     calls.clear()
-    p2 = snn.prepare(scanned, v, x, batch=False)
+    p2 = s24prep.prepare(scanned, v, x, batch=False)
     assert calls and set(calls) == {1}  # (nn.scan may trace its body more than once)
     _close(prepared, p2, rtol=0, atol=0)
     # SparseTrainState.prepare: the same collection
@@ -311,13 +313,13 @@ def test_fp8_delayed_state_stacked():
 def test_stack_unstack_errors():
     tree = {"params": {"h_0": {"k": jnp.ones(2)}, "h_1": {"k": jnp.ones(3)}}}
     with pytest.raises(ValueError, match="differ in structure or shapes"):
-        snn.stack_layers(tree, ["h_0", "h_1"], "h")
+        s24masks.stack_layers(tree, ["h_0", "h_1"], "h")
     with pytest.raises(ValueError, match="already in the scanned layout"):
-        snn.stack_layers({"params": {"h": {"k": jnp.ones((2, 2))}}}, ["h_0", "h_1"], "h")
+        s24masks.stack_layers({"params": {"h": {"k": jnp.ones((2, 2))}}}, ["h_0", "h_1"], "h")
     with pytest.raises(ValueError, match="already in the unrolled layout"):
-        snn.unstack_layers(tree, "h", ["h_0", "h_1"])
+        s24masks.unstack_layers(tree, "h", ["h_0", "h_1"])
     with pytest.raises(ValueError, match="leading axis of 3"):
-        snn.unstack_layers({"h": {"k": jnp.ones((2, 2))}}, "h", ["a", "b", "c"])
+        s24masks.unstack_layers({"h": {"k": jnp.ones((2, 2))}}, "h", ["a", "b", "c"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -444,7 +446,7 @@ def test_nnx_scanned_layers():
     rate = refresh_masks(blocks, step=2)
     for i in range(L):
         np.testing.assert_array_equal(blocks.fc.mask[...][i], s24.transposable_mask24(new_k[i]))
-    per = snn.layer_flip_rates(old, nnx.to_pure_dict(nnx.state(blocks, Sparse24Mask)))
+    per = s24masks.layer_flip_rates(old, nnx.to_pure_dict(nnx.state(blocks, Sparse24Mask)))
     assert per["fc"].shape == (L,)
     np.testing.assert_allclose(float(rate), float(np.mean(per["fc"])), rtol=1e-6)
 
@@ -456,10 +458,10 @@ def test_prepare_needs_the_collection_scanned():
     class M(nn.Module):
         @nn.compact
         def __call__(self, x):
-            f = nn.scan(Block, length=L, variable_axes={"params": 0, snn.SPARSITY: 0}, split_rngs={"params": True})
+            f = nn.scan(Block, length=L, variable_axes={"params": 0, s24masks.SPARSITY: 0}, split_rngs={"params": True})
             return f(name="h")(x, None)[0]
 
     m, x = M(), _x()
     v = jax.eval_shape(m.init, jax.random.key(0), x)
     with pytest.raises(ValueError, match="add 'sparse24_prepared' to the transform's variable collections"):
-        jax.eval_shape(lambda v: snn.prepare(m, v, x), v)
+        jax.eval_shape(lambda v: s24prep.prepare(m, v, x), v)

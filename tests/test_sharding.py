@@ -20,8 +20,9 @@ from jax.sharding import PartitionSpec as P
 
 import jax_sparse24 as s24
 from jax_sparse24 import sharding as shd
-from jax_sparse24._src import reference
-from jax_sparse24.nn import Sparse24Dense, refresh_masks
+from jax_sparse24._src import reference_ops
+from jax_sparse24.nn import Sparse24Dense
+from jax_sparse24.masks import refresh_masks
 
 CPUS = jax.devices("cpu")
 pytestmark = pytest.mark.skipif(len(CPUS) < 8, reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
@@ -42,7 +43,7 @@ def test_mvue_shard_map_without_vma_checks_draws_per_device():
                                     out_specs=P("data"), check_vma=check))(key, g)
         shards = np.asarray(out).reshape(8, 8, 16)
         assert len({s.tobytes() for s in shards}) == 8, f"check_vma={check}: shards drew the same sample"
-        want = [np.asarray(reference.mvue24(jax.random.fold_in(key, d), jnp.asarray(block), 0)) for d in range(8)]
+        want = [np.asarray(reference_ops.mvue24(jax.random.fold_in(key, d), jnp.asarray(block), 0)) for d in range(8)]
         np.testing.assert_allclose(shards, np.stack(want), rtol=1e-6, atol=1e-6)
 
 
@@ -70,7 +71,7 @@ def test_kernel_ops_inside_shard_map_type_like_the_reference(monkeypatch):
     monkeypatch.setattr(jax.ffi, "ffi_call", fake_ffi_call)
     mesh = _mesh("data=4")
     x, w = _rand((128, 64), 1), 0.1 * _rand((64, 32), 2)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
     key = jax.random.key(0)
 
     def fp8_step(x):
@@ -164,35 +165,11 @@ def _assert_no_full_gather(jitted, args, shapes):
 # ----------------------------------------------------------------------------------------------
 
 _MASK_OPS = {
-    "mask24_in": (lambda x: s24.mask24(x, axis=0), lambda x: reference.mask24(x, 0)),
-    "mask24_out": (lambda x: s24.mask24(x, axis=-1), lambda x: reference.mask24(x, -1)),
-    "transposable": (s24.transposable_mask24, reference.transposable_mask24),
-    "soft": (lambda x: s24.soft_threshold24(x, axis=0), lambda x: reference.soft_threshold24(x, 0)),
+    "mask24_in": (lambda x: s24.mask24(x, axis=0), lambda x: reference_ops.mask24(x, 0)),
+    "mask24_out": (lambda x: s24.mask24(x, axis=-1), lambda x: reference_ops.mask24(x, -1)),
+    "transposable": (s24.transposable_mask24, reference_ops.transposable_mask24),
+    "soft": (lambda x: s24.soft_threshold24(x, axis=0), lambda x: reference_ops.soft_threshold24(x, 0)),
 }
-
-
-def test_partition_callback_stats_count_a_compile_and_profile_it(partitioner_runs):
-    """The partitioner callbacks of a compile are counted per rule (the call and the tracing of the
-    per-shard function), and a profile set with profile_partition_callbacks sees them."""
-    import cProfile
-
-    from jax_sparse24._src import sharding as _shd
-
-    mesh = _mesh("data=2,model=4")
-    sh = NamedSharding(mesh, P("data", "model"))
-    x = _rand((32, 48), 1)  # a shape no other test compiles: the callbacks run again
-    before = _shd.partition_callback_stats()
-    prof = cProfile.Profile()
-    _shd.profile_partition_callbacks(prof)
-    try:
-        jax.jit(lambda x: s24.mask24(x, axis=0), in_shardings=sh, out_shardings=sh).lower(x).compile()
-    finally:
-        _shd.profile_partition_callbacks(None)
-    after = _shd.partition_callback_stats()
-    grew = {r for r, (n, _) in after.items() if n > before.get(r, (0, 0.0))[0]}
-    assert any(r.endswith(" (trace)") for r in grew) and any(not r.endswith(" (trace)") for r in grew), grew
-    assert all(after[r][1] >= before.get(r, (0, 0.0))[1] for r in grew)
-    assert prof.getstats(), "the profile saw no callback"
 
 
 @pytest.mark.parametrize("spec", [P("data", "model"), P(None, ("data", "model"))])
@@ -222,11 +199,11 @@ def test_mask_ops_vmap_and_grad_sharded():
     x = _rand((4, 8, 16), 2)
     sh = NamedSharding(mesh, P("data", None, "model"))
     f = jax.jit(jax.vmap(lambda x: s24.mask24(x, axis=0)), in_shardings=sh, out_shardings=sh)
-    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(jax.vmap(lambda x: reference.mask24(x, 0))(x)))
+    np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(jax.vmap(lambda x: reference_ops.mask24(x, 0))(x)))
     w = _rand((32, 16), 3)
     loss = lambda w, st: jnp.sum(st(w, 0)[0] ** 2)  # noqa: E731
     g = jax.jit(jax.grad(lambda w: loss(w, s24.soft_threshold24)), in_shardings=NamedSharding(mesh, P("data", "model")))(w)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(lambda w: loss(w, reference.soft_threshold24))(w)),
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(lambda w: loss(w, reference_ops.soft_threshold24))(w)),
                                rtol=1e-6)
 
 
@@ -251,7 +228,7 @@ def test_mvue_blocks_auto_equals_shard_map_equals_per_block_reference():
     def emulate(key, g):
         blocks = g.reshape(2, 16, 4, 4).transpose(0, 2, 1, 3).reshape(8, 16, 4)
         keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(8))
-        out = jax.vmap(lambda k, b: reference.mvue24(k, b, 0))(keys, blocks)
+        out = jax.vmap(lambda k, b: reference_ops.mvue24(k, b, 0))(keys, blocks)
         return out.reshape(2, 4, 16, 4).transpose(0, 2, 1, 3).reshape(32, 16)
 
     emu = np.asarray(emulate(key, g))
@@ -259,7 +236,7 @@ def test_mvue_blocks_auto_equals_shard_map_equals_per_block_reference():
     np.testing.assert_allclose(np.asarray(expl), emu, rtol=1e-6, atol=1e-6)
     # Unsharded: the plain key (the single-device result).
     rep = jax.jit(lambda k, g: s24.mvue24(k, g, axis=0), in_shardings=NamedSharding(mesh, P()))(key, g)
-    np.testing.assert_allclose(np.asarray(rep), np.asarray(jax.jit(reference.mvue24, static_argnums=2)(key, g, 0)),
+    np.testing.assert_allclose(np.asarray(rep), np.asarray(jax.jit(reference_ops.mvue24, static_argnums=2)(key, g, 0)),
                                rtol=1e-6, atol=1e-6)
 
 
@@ -279,7 +256,7 @@ _LAYOUTS = {  # mesh, x spec, (w1, b1, w2, b2) specs
 def _linear_problem():
     x, w1, w2 = _rand((T, D), 10), 0.2 * _rand((D, F), 11), 0.1 * _rand((F, D), 12)
     b1, b2 = 0.1 * _rand((F,), 13), 0.1 * _rand((D,), 14)
-    m1, m2 = reference.transposable_mask24(w1), reference.transposable_mask24(w2)
+    m1, m2 = reference_ops.transposable_mask24(w1), reference_ops.transposable_mask24(w2)
 
     def loss(params, masks, x):
         (w1, b1, w2, b2), (m1, m2) = params, masks
@@ -313,7 +290,7 @@ def test_linear_auto_forward_and_grads(partitioner, layout):
 def test_linear_forward_shardings():
     mesh = _mesh("data=2,model=4")
     x, w = _rand((16, 32), 20), _rand((32, 64), 21)
-    m = reference.mask24(w, 0)
+    m = reference_ops.mask24(w, 0)
     # check_mask=False: a traced mask's device check adds its own reduction (an all-reduce of one count)
     lin = lambda x, w, m: s24.sparse24_linear(x, w, m, check_mask=False)  # noqa: E731
     ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
@@ -333,14 +310,14 @@ def test_linear_mvue_weight_grad_data_parallel():
     """∇W = Σ_shards xᵀ·MVUE(∇y) with each data shard drawing from fold_in(key, shard)."""
     mesh = _mesh("data=8")
     x, w, c = _rand((64, 16), 30), _rand((16, 8), 31), _rand((64, 8), 32)
-    m, key = reference.mask24(w, 0), jax.random.key(3)
+    m, key = reference_ops.mask24(w, 0), jax.random.key(3)
     loss = lambda w, x: jnp.sum(s24.sparse24_linear(x, w, m, key=key, backend="dense") * c)  # noqa: E731  (∇y = c)
     dw = jax.jit(jax.grad(loss), in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))))(w, x)
 
     @jax.jit
     def emulate(x, c):
         keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(8))
-        gs = jax.vmap(lambda k, c: reference.mvue24(k, c, 0))(keys, c.reshape(8, 8, 8))
+        gs = jax.vmap(lambda k, c: reference_ops.mvue24(k, c, 0))(keys, c.reshape(8, 8, 8))
         return jnp.einsum("dti,dto->io", x.reshape(8, 8, 16), gs)
 
     emu = emulate(x, c)
@@ -433,7 +410,7 @@ def _train_step(params, sparsity, opt_state, x, y, step):
         return jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    masks = s24.nn.masks_for_params(params, sparsity)
+    masks = s24.masks.masks_for_params(params, sparsity)
     updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
     params = optax.apply_updates(params, updates)
     sparsity, flips = refresh_masks(params, sparsity, step=step)
@@ -506,7 +483,7 @@ def test_mlp_train_step_shard_map_data_parallel():
             return jax.lax.pmean(jnp.mean((model.apply({"params": p, "sparsity": sparsity}, x) - y) ** 2), "data")
 
         loss, grads = jax.value_and_grad(loss_fn)(params)  # replicated params: grads come back summed
-        masks = s24.nn.masks_for_params(params, sparsity)
+        masks = s24.masks.masks_for_params(params, sparsity)
         updates, opt_state = _TX.update(grads, opt_state, params, masks=masks)
         params = optax.apply_updates(params, updates)
         sparsity, flips = refresh_masks(params, sparsity, step=0)
@@ -525,7 +502,7 @@ def test_mlp_train_step_shard_map_data_parallel():
 def test_error_contraction_shard_not_multiple_of_4(partitioner):
     mesh = _mesh("model=8")
     x, w = _rand((16, 48), 50), _rand((48, 8), 51)  # in=48 over 8 devices: 6 per device
-    m = reference.mask24(w, 0)
+    m = reference_ops.mask24(w, 0)
     f = jax.jit(lambda x, w, m: s24.sparse24_linear(x, w, m),
                 in_shardings=(NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model", None)),
                               NamedSharding(mesh, P("model", None))))
@@ -571,16 +548,16 @@ def test_prepared_gemm_rules_data_parallel(backend):
     """The prepared GEMMs take the compressed operand of either backend (CUTLASS's two 2-D arrays,
     cuSPARSELt's one byte buffer) replicated, with the tokens sharded: per-shard GEMMs, no psum, and
     the same values as unsharded (the reference lowering here; the GPU runs the kernels)."""
-    from jax_sparse24._src import prepared_weight
-    from jax_sparse24._src import sharding as _sh
+    from jax_sparse24._src import backends, prepared_weight
+    from jax_sparse24._src import partitioning as _sh
 
-    rule = _sh.gemm_rule("forward", prepared=backend)
+    rule = backends.get(backend).sharding_rule("forward", prepared=True)
     extra = rule.operands[3:]
     assert extra == ((("pv0", "pv1"), ("pm0", "pm1")) if backend == "cutlass" else (("pb",),))
     assert {"i", "o", *(d for dims in extra for d in dims)} <= set(rule.replicated) and rule.contract == ()
     mesh = _mesh("data=8")
     x, w = _rand((64, 32), 30), _rand((32, 48), 31)
-    m = reference.mask24(w, 0) & reference.mask24(w, 1)
+    m = reference_ops.mask24(w, 0) & reference_ops.mask24(w, 1)
     entry = ({"values": jnp.zeros((48, 16)), "meta": jnp.zeros((48, 4), jnp.uint8)} if backend == "cutlass"
              else {"cusparselt": jnp.zeros((48 * 32 * 9 // 8,), jnp.uint8)})  # never read off CUDA
     ns = lambda *s: NamedSharding(mesh, P(*s))  # noqa: E731
@@ -604,10 +581,10 @@ def test_prepared_gemm_rules_data_parallel(backend):
                     in_shardings=(nt("data"), nt(None, "model"), nt(None, "model"), rep_tp))
         y = f(b, w, m, entry)
         np.testing.assert_allclose(np.asarray(y), np.asarray(want), rtol=2e-5, atol=2e-5)
-    with pytest.raises(ValueError, match="prepared must be 'cutlass' or 'cusparselt'"):
-        _sh.gemm_rule("forward", prepared="packed")
+    with pytest.raises(ValueError, match="the 'dense' backend has no prepared operand"):
+        backends.get("dense").sharding_rule("forward", prepared=True)
     with pytest.raises(ValueError, match="applies to 'forward' and 'input_grad'"):
-        _sh.gemm_rule("weight_grad", prepared="cutlass")
+        backends.get("cutlass").sharding_rule("weight_grad", prepared=True)
 
 
 @pytest.mark.parametrize("local_kernel", ["sparse", "mvue_dense"])
@@ -620,12 +597,12 @@ def test_mvue_weight_grad_kernel_sees_local_shapes_tensor_parallel(monkeypatch, 
     from jax_sparse24._src import cuda_compress_ops as cc
     from jax_sparse24._src import cuda_mask_ops as cmo
     from jax_sparse24._src import cuda_spmm_ops as cs
-    from jax_sparse24._src import autotune, ffi, gemm
+    from jax_sparse24._src import autotune, backends, ffi, gemm
 
     if ffi.extension() is None:
         pytest.skip(f"needs the built extension (shape checks): {ffi.extension_error()}")
     calls = []
-    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: "cutlass")
+    monkeypatch.setattr(autotune, "weight_grad_path", lambda *a: autotune.WeightGradPath(backends.CUTLASS, mvue=True))
     monkeypatch.setattr(cs, "cutlass_configs_kn", lambda: ("k1",))
     # global O = 128 is supported; the 16-wide shards are only where local_kernel == "sparse"
     monkeypatch.setattr(cs, "cutlass_supports_kn", lambda m, n, k, dt: local_kernel == "sparse" or m >= 128)
@@ -688,7 +665,7 @@ def test_linear_fp8_sparse_gemms_partitioned(monkeypatch, layout, partitioner_ru
         # model axis the bf16 partial sums flip fp8 roundings of ∇y, which such skew amplifies past the
         # tolerance: the skew is for the data-parallel layout only.)
         x = x * jnp.asarray(np.repeat(2.0 ** np.arange(-4, 4), tokens // 8)[:, None], jnp.float32)
-    m1, m2 = reference.transposable_mask24(w1), reference.transposable_mask24(w2)
+    m1, m2 = reference_ops.transposable_mask24(w1), reference_ops.transposable_mask24(w2)
 
     def loss(params, x):
         w1, w2 = params
@@ -756,7 +733,7 @@ def test_fsdp_weight_reaches_the_compressor_packed(monkeypatch, fp8, gather, par
     mesh = _mesh("fsdp=4")
     dtype = jnp.float32 if fp8 else jnp.bfloat16
     x, w = _rand((256, F), 60).astype(dtype), (0.2 * _rand((F, F), 61)).astype(dtype)  # both GEMMs' A: (F, F)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
 
     def loss(w, x):
         y = s24.sparse24_linear(x, w, m, transposable=True, fp8=fp8, backend="cutlass")
@@ -816,7 +793,7 @@ def test_fp8_delayed_scaling_sharded():
 
     mesh = _mesh("data=2,model=4")
     x, w = _rand((64, 32), 50), 0.2 * _rand((32, 128), 51)
-    m = reference.transposable_mask24(w)
+    m = reference_ops.transposable_mask24(w)
     meta = f8.init_meta(4)
     meta["input_amax_history"] = meta["input_amax_history"].at[1].set(2.0)
 

@@ -1,4 +1,4 @@
-"""Sparse24Array (compressed values + 2-bit metadata), to_sparse, matmul and linear."""
+"""Sparse24Array (compressed values + 2-bit metadata), to_sparse and matmul."""
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +56,7 @@ def test_transpose_and_axis0():
     assert t.T.shape == sw.shape
 
 
-def test_matmul_and_linear():
+def test_matmul_dense_and_sparse_operands():
     x = _x((5, 12), seed=4)
     w = _x((12, 8), seed=5)
     b = _x((8,), seed=6)
@@ -66,7 +66,7 @@ def test_matmul_and_linear():
     np.testing.assert_allclose(np.asarray(x @ sw), np.asarray(x @ dense), rtol=1e-5)
     sa = s24.to_sparse(x.T @ x)  # (12, 12), groups along the contraction (last) axis
     np.testing.assert_allclose(np.asarray(s24.matmul(sa, w)), np.asarray(sa.todense() @ w), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(s24.linear(x, sw, b)), np.asarray(x @ dense + b), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(s24.matmul(x, sw) + b), np.asarray(x @ dense + b), rtol=1e-5)
 
 
 def test_pytree_jit_and_vmap():
@@ -92,7 +92,7 @@ def test_pytree_jit_and_vmap():
         (lambda: s24.to_sparse(jnp.ones((3, 4, 8)), layout="cutlass"), "layout='cutlass' needs"),
         (lambda: s24.matmul(jnp.ones((2, 8)), s24.to_sparse(jnp.ones((8, 4)))), "groups along axis 1"),
         (lambda: s24.matmul(s24.to_sparse(jnp.ones((8, 8))), s24.to_sparse(jnp.ones((8, 8)), axis=0)), "at most one"),
-        (lambda: s24.linear(jnp.ones((2, 4)), s24.to_sparse(jnp.ones((8, 4)), axis=0)), "must equal"),
+        (lambda: s24.matmul(jnp.ones((2, 4)), s24.to_sparse(jnp.ones((8, 4)), axis=0)), "contraction sizes differ"),
     ],
 )
 def test_bad_input(call, match):

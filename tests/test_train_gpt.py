@@ -21,7 +21,7 @@ sys.path[:0] = [str(ROOT / "benchmarks" / "harness"), str(ROOT / "examples")]
 import gpt_checkpoints  # noqa: E402
 import gpt_experiment  # noqa: E402
 import train_gpt  # noqa: E402
-from jax_sparse24 import nn as s24nn  # noqa: E402
+from jax_sparse24.masks import masks_for_params  # noqa: E402
 
 # A model small enough to compile and train in a few seconds on two CPU cores.
 TINY = ["--size", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32",
@@ -667,10 +667,12 @@ def params_after_steps(recipe: str, *flags, steps: int = 3):
 
 @pytest.fixture
 def prepare_calls(monkeypatch):
-    """The keyword arguments of every ``s24nn.prepare`` call the train steps trace."""
+    """The keyword arguments of every ``jax_sparse24.preparation.prepare`` call the train steps trace."""
+    from jax_sparse24 import preparation
+
     calls = []
-    real = s24nn.prepare
-    monkeypatch.setattr(s24nn, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = preparation.prepare
+    monkeypatch.setattr(preparation, "prepare", lambda *a, **k: calls.append(k) or real(*a, **k))
     return calls
 
 
@@ -1062,7 +1064,7 @@ def test_finetune_start(tmp_path, capsys):
         assert go(start, f"{start}12", "--stop-at", 12) == 0
     exp, a = load("weights12", 12)
     assert exp.switch_step == 12 and exp.sparse_at(11, 0) and not exp.sparse_at(12, 0)
-    masks = s24nn.masks_for_params(a["params"], a["sparsity"])
+    masks = masks_for_params(a["params"], a["sparsity"])
     n_pruned = 0
 
     def sparse_kernel_mask(keys):
@@ -1105,7 +1107,7 @@ def test_finetune_start(tmp_path, capsys):
     assert go("masked", "past", "--resume") == 0
     _, s = load("straight", 24, "masked")
     # pruned once, not at every dense step: the fine-tune grew the pruned weights back
-    end_masks = s24nn.masks_for_params(s["params"], s["sparsity"])
+    end_masks = masks_for_params(s["params"], s["sparsity"])
     for p in exp.sparse_paths:
         w, m = (np.asarray(gpt_experiment.subtree(t, p)["kernel"]) for t in (s["params"], end_masks))
         assert (w[~m] != 0).mean() > 0.5, p

@@ -68,9 +68,9 @@ def _hand_step(model, tx, *, sparse=None, key=jax.random.key(1)):
         loss_fn = lambda p: _loss(model.apply({"params": p, "sparsity": sparsity}, x,  # noqa: E731
                                               rngs={"mvue": jax.random.fold_in(key, step)}, **kw), y)
         grads = jax.grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params, masks=s24.nn.masks_for_params(params, sparsity))
+        updates, opt_state = tx.update(grads, opt_state, params, masks=s24.masks.masks_for_params(params, sparsity))
         params = optax.apply_updates(params, updates)
-        sparsity, flip = s24.nn.refresh_masks(params, sparsity, step=step + 1)
+        sparsity, flip = s24.masks.refresh_masks(params, sparsity, step=step + 1)
         return params, sparsity, opt_state, flip
 
     return jax.jit(step_fn, static_argnums=6)
@@ -150,7 +150,7 @@ def test_refresh_outside_the_step_matches_the_in_step_refresh():
     x, y = _data()
     ref = _state(TwoPeriods(), tx)
     state = _state(TwoPeriods(), tx)
-    periods = s24.nn.mask_periods(state.sparsity)
+    periods = s24.masks.mask_periods(state.sparsity)
     assert periods == (2, 3)
     refresh = jax.jit(lambda s: s.refresh_masks())
     ref_flips, flips, due = [], [], []
@@ -159,7 +159,7 @@ def test_refresh_outside_the_step_matches_the_in_step_refresh():
         ref_flips.append(float(ref.flip_rate))
         state, _ = _step_no_refresh(state, x, y)
         assert float(state.flip_rate) == 0.0
-        due.append(s24.nn.refresh_due(periods, i + 1))
+        due.append(s24.masks.refresh_due(periods, i + 1))
         if due[-1]:
             state = refresh(state)
         flips.append(float(state.flip_rate))
@@ -179,9 +179,9 @@ def test_refresh_masks_without_skip_idle_keeps_layers_not_due():
     x, _ = _data()
     v = model.init(jax.random.key(0), x)
     params = jax.tree.map(lambda k: k + 0.3 * jax.random.normal(jax.random.key(5), k.shape), v["params"])
-    no_cond = jax.jit(lambda p, sp, st: s24.nn.refresh_masks(p, sp, step=st, skip_idle=False))
+    no_cond = jax.jit(lambda p, sp, st: s24.masks.refresh_masks(p, sp, step=st, skip_idle=False))
     for step in range(7):
-        a, fa = s24.nn.refresh_masks(params, v["sparsity"], step=step)
+        a, fa = s24.masks.refresh_masks(params, v["sparsity"], step=step)
         b, fb = no_cond(params, v["sparsity"], step)
         _assert_tree_equal(a, b)
         assert float(fa) == float(fb)
@@ -192,13 +192,13 @@ def test_refresh_masks_without_skip_idle_keeps_layers_not_due():
 
 def test_mask_periods_and_refresh_due():
     v = TwoPeriods().init(jax.random.key(0), _data()[0])
-    assert s24.nn.mask_periods(v["sparsity"]) == (2, 3)
-    assert s24.nn.mask_periods({}) == () and not s24.nn.refresh_due((), 4)
-    assert [s24.nn.refresh_due((2, 3), s) for s in range(1, 7)] == [False, True, True, True, False, True]
+    assert s24.masks.mask_periods(v["sparsity"]) == (2, 3)
+    assert s24.masks.mask_periods({}) == () and not s24.masks.refresh_due((), 4)
+    assert [s24.masks.refresh_due((2, 3), s) for s in range(1, 7)] == [False, True, True, True, False, True]
     with pytest.raises(ValueError, match="outside jit"):
-        jax.jit(lambda sp: s24.nn.mask_periods(sp))(v["sparsity"])
+        jax.jit(lambda sp: s24.masks.mask_periods(sp))(v["sparsity"])
     stacked = {"blocks": {"transposable_mask": jnp.ones((3, 8, 4), bool), "mask_every": jnp.array([4, 6, 4])}}
-    assert s24.nn.mask_periods(stacked) == (4, 6)  # a stack of layers: one period each
+    assert s24.masks.mask_periods(stacked) == (4, 6)  # a stack of layers: one period each
 
 
 def test_masked_decay_gets_the_layer_masks():
@@ -489,7 +489,7 @@ def test_prune_to_masks_of_layers_without_stored_masks(method):
     for _ in range(3):
         state = _static_step(state, x, y, True)
     paths = [("up",), "down"]  # tuples or "a/b" strings
-    new, masks = s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths=paths)
+    new, masks = s24.masks.sparse_weights(state.params, state.sparsity, method=method, paths=paths)
     for name in ("up", "down"):
         w, m = state.params[name]["kernel"], masks[name]["kernel"]
         if method == "ste":
@@ -526,14 +526,14 @@ def test_prune_to_masks_of_layers_without_stored_masks(method):
     with pytest.raises(ValueError, match="method and paths together"):
         state.prune_to_masks(method=method)
     with pytest.raises(ValueError, match="no kernel at nope"):
-        s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths=["nope"])
+        s24.masks.sparse_weights(state.params, state.sparsity, method=method, paths=["nope"])
     with pytest.raises(ValueError, match="must be 'srste', 'ste' or 'soft'"):
-        s24.nn.sparse_weights(state.params, state.sparsity, method="dense", paths=paths)
+        s24.masks.sparse_weights(state.params, state.sparsity, method="dense", paths=paths)
     with pytest.raises(ValueError, match="list of layer paths"):
-        s24.nn.sparse_weights(state.params, state.sparsity, method=method, paths="up")
+        s24.masks.sparse_weights(state.params, state.sparsity, method=method, paths="up")
     if method == "soft":
         with pytest.raises(ValueError, match="no S-STE beta for up"):
-            s24.nn.sparse_weights(state.params, {}, method="soft", paths=["up"])
+            s24.masks.sparse_weights(state.params, {}, method="soft", paths=["up"])
 
 
 def test_create_checks_the_masks_it_is_given():

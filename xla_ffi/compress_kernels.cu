@@ -1,11 +1,9 @@
 // Fused 2:4 compressors: read a dense (R, C) row-major bf16/fp16 array once and write the CUTLASS
 // SM90 compressed operand (values + metadata, compress_layout.h) of the sparse GEMM directly.
 //
-//   Sparse24Prune24Compress    (a) magnitude 2:4 prune (mask24: ties -> lower index) + compress
 //   Sparse24MaskCompress       (b) x * mask + compress (one direction)
 //   Sparse24MaskCompressBoth   (b) x * mask + compress of BOTH x^T and x in one pass (transposable mask)
 //   Sparse24Mvue24Compress     (c) MVUE 2:4 (same Philox draws as Sparse24Mvue24) + compress
-//   Sparse24SoftThreshold24Compress (d) beta * soft_threshold24(x) (S-STE, beta on the device) + compress
 //   Sparse24MaskCompressMany   (b) for up to 64 (x, mask) pairs of one dtype in one launch (one
 //                              direction or both): the prepared weights of a whole model per step
 //   Sparse24PackedCompress     (e) a weight in the packed encoding (jax_sparse24/_src/packed24.py:
@@ -34,8 +32,8 @@
 // half-warp) and stage only the metadata. Padding of the metadata (M to 64 rows, K to 128 columns)
 // is written from zero-filled out-of-range patches (nibble 0x4, as CUTLASS + fix-up).
 //
-// All handlers are command-buffer compatible (no allocation, no synchronisation; beta and the key
-// are read on the device).
+// All handlers are command-buffer compatible (no allocation, no synchronisation; the MVUE key is
+// read on the device).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -61,12 +59,10 @@ using mask_kernels::GroupBitsRun;
 using mask_kernels::KeyWords;
 using mask_kernels::LoadGlobal;
 using mask_kernels::MakeKey;
-using mask_kernels::Mask24Keep;
 using mask_kernels::Mvue24Kept2;
 using mask_kernels::Mvue24Pick;
-using mask_kernels::SoftThreshold24;
 
-enum class Op { kPrune, kMask, kMvue, kSoft, kPacked };
+enum class Op { kMask, kMvue, kPacked };
 
 constexpr int kThreads = 256;
 constexpr int kTile = 128;  // rows and columns of x per CTA
@@ -235,7 +231,6 @@ struct TileParams {
   const void* x;       // (rows, cols) row-major; kPacked: packed24's values (rows / 2, cols)
   int64_t rows, cols;  // of the (unpacked) x
   const uint8_t* mask;  // kMask: (rows, cols) bool; kPacked: packed24's bits (rows / 8, cols)
-  const float* beta;    // kSoft: scalar
   const uint32_t* key;  // kMvue: key words
   int nkw;
   void* d_values;  // direct A = x: (rows, cols / 2)
@@ -265,14 +260,14 @@ struct alignas(16) TileSmem {
 // One 128 x 128 tile of x (`tile`: row-major index over p's tile grid) by thread t of a CTA: the
 // body shared by the one-tensor kernel (CompressTileKernel, TileLoop) and the many-tensor one
 // (CompressManyKernel, ManyTileLoop), so both write the same bits. `sync()` is the CTA barrier
-// (__syncthreads on the device, a std::barrier in the host emulation); key and beta are OP's scalars
-// (kMvue, kSoft), loaded once per CTA. OP's groups run along rows (TRANS) or along columns (DIRECT);
+// (__syncthreads on the device, a std::barrier in the host emulation); key is kMvue's, loaded once
+// per CTA. OP's groups run along rows (TRANS) or along columns (DIRECT);
 // kMask may produce both.
 template <typename T, Op OP, bool DIRECT, bool TRANS, class Sync>
-SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWords& key, float beta,
+SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWords& key,
                           TileSmem<DIRECT, TRANS>& sm, Sync&& sync) {
   static_assert(DIRECT || TRANS, "at least one output");
-  static_assert(OP == Op::kMask || (DIRECT != TRANS), "prune / MVUE / soft threshold / packed choose one output");
+  static_assert(OP == Op::kMask || (DIRECT != TRANS), "MVUE / packed choose one output");
   using E = Elem16<T>;
   uint8_t* s_tval = sm.tval;
   uint8_t* s_tmeta = sm.tmeta;
@@ -420,36 +415,12 @@ SP24_HD void CompressTile(const TileParams& p, int t, int64_t tile, const KeyWor
           const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
           v[q] = E::ToFloat(Get(w, i, j));
         }
-        uint32_t out[4];
-        if constexpr (OP == Op::kPrune) {
-          bool keep[4];
-          Mask24Keep(v, keep);
+        // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
+        if (line + h > 0) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-            out[q] = keep[q] ? Get(w, i, j) : 0u;
-          }
-        } else if constexpr (OP == Op::kSoft) {
-          float y[4];
-          bool keep[4];
-          SoftThreshold24(v, y, keep);
-          // As the S-STE layer: beta * float(round(S(x))), rounded to x's dtype.
-#pragma unroll
-          for (int q = 0; q < 4; ++q) out[q] = E::FromFloat(beta * E::ToFloat(E::FromFloat(y[q])));
-        } else {  // kMvue: drawn, scaled and compressed in one step (w is not rewritten)
-          if (line + h > 0) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) After(v[q], mv_nib[1 - h]);
-          }
-          mv_nib[h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[h]);
+          for (int q = 0; q < 4; ++q) After(v[q], mv_nib[1 - h]);
         }
-        if constexpr (OP != Op::kMvue) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int i = TRANS ? 4 * h + q : line, j = TRANS ? line : 4 * h + q;
-            Set(w, i, j, out[q]);
-          }
-        }
+        mv_nib[h] = MvueCompressGroup<E>(v, rb32[line][h], &mv_pair[h]);
       }
       if constexpr (OP == Op::kMvue) {
         // A drawn lane with g == 0 (a value half 0x0000) needs CompressDrawn: TRANS fixes the
@@ -557,10 +528,8 @@ SP24_HD void TileLoop(const TileParams& p, int t, int64_t block, int64_t grid, T
     key = MakeKey(LoadGlobal(p.key), p.nkw > 1 ? LoadGlobal(p.key + 1) : 0u, p.nkw > 2 ? LoadGlobal(p.key + 2) : 0u,
                   p.nkw > 3 ? LoadGlobal(p.key + 3) : 0u);
   }
-  float beta = 1.0f;
-  if constexpr (OP == Op::kSoft) beta = LoadGlobal(p.beta);
   for (int64_t tile = block; tile < p.tiles; tile += grid) {
-    CompressTile<T, OP, DIRECT, TRANS>(p, t, tile, key, beta, sm, sync);
+    CompressTile<T, OP, DIRECT, TRANS>(p, t, tile, key, sm, sync);
   }
 }
 
@@ -632,7 +601,7 @@ SP24_HD void ManyTileLoop(const ManyParams& mp, int t, int64_t block, int64_t gr
   for (int64_t g = block; g < total; g += grid) {
     while (g >= mp.tile_start[i + 1]) ++i;
     const TileParams p = ManyEntryParams(mp.t[i], mp.lt);
-    CompressTile<T, Op::kMask, DIRECT, TRANS>(p, t, g - mp.tile_start[i], key, 1.0f, sm, sync);
+    CompressTile<T, Op::kMask, DIRECT, TRANS>(p, t, g - mp.tile_start[i], key, sm, sync);
   }
 }
 
@@ -724,7 +693,6 @@ ffi::Error LaunchTyped(cudaStream_t stream, int sm_count, ffi::DataType dt, cons
 
 struct Extra {
   const ffi::AnyBuffer* mask = nullptr;  // kMask: the mask; kPacked: the mask bits
-  const ffi::AnyBuffer* beta = nullptr;
   const ffi::AnyBuffer* key = nullptr;
 };
 
@@ -795,14 +763,6 @@ ffi::Error Validate(const std::string& op, const ffi::AnyBuffer& x, const Extra&
     if (!Aligned(m.untyped_data(), 8)) return InvalidArgument(op + ": bits must be 8-byte aligned");
     p.mask = static_cast<const uint8_t*>(m.untyped_data());
   }
-  if constexpr (OP == Op::kSoft) {
-    const ffi::AnyBuffer& b = *ex.beta;
-    if (b.element_type() != ffi::DataType::F32 || b.element_count() != 1) {
-      return InvalidArgument(op + ": beta must be a float32 scalar, got " + DataTypeName(b.element_type()) +
-                             " of shape " + DimsString(b.dimensions()));
-    }
-    p.beta = static_cast<const float*>(b.untyped_data());
-  }
   if constexpr (OP == Op::kMvue) {
     const ffi::AnyBuffer& k = *ex.key;
     const auto kd = k.dimensions();
@@ -864,11 +824,6 @@ ffi::Error RunOneLt(const char* name, cudaStream_t stream, int32_t device, const
   return Run<OP>(name, stream, device, x, ex, &out, nullptr, nullptr, nullptr, true);
 }
 
-ffi::Error Prune24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
-                               ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
-  return RunOne<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *values, *meta, transposed);
-}
-
 ffi::Error MaskCompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
                             ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta, int64_t transposed) {
   Extra ex;
@@ -900,19 +855,6 @@ ffi::Error Mvue24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffe
   return RunOne<Op::kMvue>("mvue24_compress", stream, device, x, ex, *values, *meta, transposed);
 }
 
-ffi::Error SoftThreshold24CompressImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
-                                       ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> meta,
-                                       int64_t transposed) {
-  Extra ex;
-  ex.beta = &beta;
-  return RunOne<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *values, *meta, transposed);
-}
-
-ffi::Error Prune24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
-                                 ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
-  return RunOneLt<Op::kPrune>("prune24_compress", stream, device, x, Extra{}, *out, transposed);
-}
-
 ffi::Error MaskCompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer mask,
                               ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
   Extra ex;
@@ -939,13 +881,6 @@ ffi::Error Mvue24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuf
   Extra ex;
   ex.key = &key;
   return RunOneLt<Op::kMvue>("mvue24_compress", stream, device, x, ex, *out, transposed);
-}
-
-ffi::Error SoftThreshold24CompressLtImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer beta,
-                                         ffi::Result<ffi::AnyBuffer> out, int64_t transposed) {
-  Extra ex;
-  ex.beta = &beta;
-  return RunOneLt<Op::kSoft>("soft_threshold24_compress", stream, device, x, ex, *out, transposed);
 }
 
 // ---- many tensors in one launch ----
@@ -1062,17 +997,6 @@ ffi::Error MaskCompressManyLtImpl(cudaStream_t stream, int32_t device, ffi::Rema
 }  // namespace compress
 }  // namespace jax_sparse24
 
-// x (R, C) -> values, meta of A = x (transposed=false) or A = x^T (transposed=true).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Prune24Compress, jax_sparse24::compress::Prune24CompressImpl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // x
-                                  .Ret<::xla::ffi::AnyBuffer>()  // values
-                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
-                                  .Attr<int64_t>("transposed"),
-                              {::xla::ffi::Traits::kCmdBufferCompatible});
-
 // x (R, C), mask (R, C) bool -> values, meta of A = x * mask or (x * mask)^T.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24MaskCompress, jax_sparse24::compress::MaskCompressImpl,
                               ::xla::ffi::Ffi::Bind()
@@ -1123,19 +1047,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24Mvue24Compress, jax_sparse24::compress::Mv
                                   .Attr<int64_t>("transposed"),
                               {::xla::ffi::Traits::kCmdBufferCompatible});
 
-// x (R, C), beta float32 scalar -> values, meta of beta * soft_threshold24(x).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::compress::SoftThreshold24CompressImpl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // x
-                                  .Arg<::xla::ffi::AnyBuffer>()  // beta
-                                  .Ret<::xla::ffi::AnyBuffer>()  // values
-                                  .Ret<::xla::ffi::AnyBuffer>()  // meta
-                                  .Attr<int64_t>("transposed"),
-                              {::xla::ffi::Traits::kCmdBufferCompatible});
-
-// The same six compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
+// The same four compressors writing cuSPARSELt's compressed operand (compress_layout.h LtMetaNibble):
 // one uint8 buffer (m * k * 9 / 8 bytes) per direction instead of the values, meta pair.
 #define SP24_LT_HANDLER(NAME, IMPL, ...)                                                   \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, jax_sparse24::compress::IMPL,                        \
@@ -1144,8 +1056,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24SoftThreshold24Compress, jax_sparse24::com
                                     .Ctx<::xla::ffi::DeviceOrdinal>() __VA_ARGS__,         \
                                 {::xla::ffi::Traits::kCmdBufferCompatible});
 
-SP24_LT_HANDLER(Sparse24Prune24CompressLt, Prune24CompressLtImpl,
-                .Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>().Attr<int64_t>("transposed"))
 SP24_LT_HANDLER(Sparse24MaskCompressLt, MaskCompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
@@ -1156,9 +1066,6 @@ SP24_LT_HANDLER(Sparse24PackedCompressLt, PackedCompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 SP24_LT_HANDLER(Sparse24Mvue24CompressLt, Mvue24CompressLtImpl,
-                .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
-                .Attr<int64_t>("transposed"))
-SP24_LT_HANDLER(Sparse24SoftThreshold24CompressLt, SoftThreshold24CompressLtImpl,
                 .Arg<::xla::ffi::AnyBuffer>().Arg<::xla::ffi::AnyBuffer>().Ret<::xla::ffi::AnyBuffer>()
                 .Attr<int64_t>("transposed"))
 #undef SP24_LT_HANDLER

@@ -17,7 +17,7 @@
 //                            operand of the sparse fp8 weight-gradient GEMM (q(x)^T, K = tokens), which
 //                            XLA's own transpose fusions wrote at a fraction of memory speed.
 //
-// Math (the reference is jax_sparse24/_src/fp8.py): q = e4m3(saturate(x * (1 / scale))) where mask is
+// Math (the reference is jax_sparse24/_src/fp8_math.py): q = e4m3(saturate(x * (1 / scale))) where mask is
 // set, else 0, rounded to nearest even; 1 / scale is the correctly rounded float32 reciprocal. The
 // output equals CUTLASS's compressor (+ the all-zero-group fix-up, spmm_cutlass.cu) applied to the
 // dense quantized A: the GPU tests check it bit for bit. The MVUE one equals

@@ -5,7 +5,7 @@
 //   Sparse24TransposableMask24  exact best transposable 2:4 pattern per 4x4 block of (..., R, C)
 //   Sparse24Mvue24              unbiased stochastic 2:4 (MVUE), Philox4x32-7 keyed by a JAX key
 //
-// The math is the one in jax_sparse24/_src/reference.py (DESIGN.md "The math"); the GPU tests
+// The math is the one in jax_sparse24/_src/reference_ops.py (DESIGN.md "The math"); the GPU tests
 // compare against it. All handlers are command-buffer compatible: no host synchronisation, no
 // allocation, the PRNG key is read on the device.
 //

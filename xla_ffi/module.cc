@@ -36,20 +36,15 @@ XLA_FFI_Error* Sparse24Fp8QuantizeTranspose(XLA_FFI_CallFrame* call_frame);
 // spmm_cusparselt.cu
 XLA_FFI_Error* Sparse24CusparseltCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24CusparseltSpmm(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* Sparse24CusparseltSpmmFp8(XLA_FFI_CallFrame* call_frame);
 // compress_kernels.cu
-XLA_FFI_Error* Sparse24Prune24Compress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressBoth(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24PackedCompress(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24PackedCompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Mvue24Compress(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* Sparse24SoftThreshold24Compress(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* Sparse24Prune24CompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressBothLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24Mvue24CompressLt(XLA_FFI_CallFrame* call_frame);
-XLA_FFI_Error* Sparse24SoftThreshold24CompressLt(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressMany(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* Sparse24MaskCompressManyLt(XLA_FFI_CallFrame* call_frame);
 }
@@ -84,19 +79,14 @@ NB_MODULE(_sparse24_ffi, m) {
     d["jax_sparse24_fp8_quantize_transpose"] = Capsule(Sparse24Fp8QuantizeTranspose);
     d["jax_sparse24_cusparselt_compress"] = Capsule(Sparse24CusparseltCompress);
     d["jax_sparse24_cusparselt_spmm"] = Capsule(Sparse24CusparseltSpmm);
-    d["jax_sparse24_cusparselt_spmm_fp8"] = Capsule(Sparse24CusparseltSpmmFp8);
-    d["jax_sparse24_prune24_compress"] = Capsule(Sparse24Prune24Compress);
     d["jax_sparse24_masked_compress"] = Capsule(Sparse24MaskCompress);
     d["jax_sparse24_masked_compress_both"] = Capsule(Sparse24MaskCompressBoth);
     d["jax_sparse24_packed_compress"] = Capsule(Sparse24PackedCompress);
     d["jax_sparse24_packed_compress_lt"] = Capsule(Sparse24PackedCompressLt);
     d["jax_sparse24_mvue24_compress"] = Capsule(Sparse24Mvue24Compress);
-    d["jax_sparse24_soft_threshold24_compress"] = Capsule(Sparse24SoftThreshold24Compress);
-    d["jax_sparse24_prune24_compress_lt"] = Capsule(Sparse24Prune24CompressLt);
     d["jax_sparse24_masked_compress_lt"] = Capsule(Sparse24MaskCompressLt);
     d["jax_sparse24_masked_compress_both_lt"] = Capsule(Sparse24MaskCompressBothLt);
     d["jax_sparse24_mvue24_compress_lt"] = Capsule(Sparse24Mvue24CompressLt);
-    d["jax_sparse24_soft_threshold24_compress_lt"] = Capsule(Sparse24SoftThreshold24CompressLt);
     d["jax_sparse24_masked_compress_many"] = Capsule(Sparse24MaskCompressMany);
     d["jax_sparse24_masked_compress_many_lt"] = Capsule(Sparse24MaskCompressManyLt);
     return d;

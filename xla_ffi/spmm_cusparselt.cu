@@ -13,11 +13,6 @@
 // cusparseLtMatmulSearch, which synchronises; XLA never captures these calls in a command buffer):
 //   Sparse24CusparseltCompress: a (dense, 2:4 along K) -> compressed (opaque uint8 bytes)
 //   Sparse24CusparseltSpmm:     compressed, b -> d (N, M)
-//   Sparse24CusparseltSpmmFp8:  compressed, b, scales (float32) -> d (N, M) bfloat16, A and B
-//                               float8_e4m3fn (dtype code 2); attribute scale_mode: 0 = none (host
-//                               alpha 1: the caller scales), 1 = alpha vector (scales (M,): d = alpha[m]
-//                               * (A B)). Not offered: cuSPARSELt's per-tensor A/B scale pointers
-//                               (SCALAR_32F): 0.8.0 on the H100 accepted them and ignored the scales.
 // State: one cuSPARSELt handle per device; one plan per (device, m, n, k, dtype, a_layout, b_layout),
 // created once under a mutex (at trace time through CusparseltCompressedSize, or on first use) and
 // kept for the life of the process; the algorithm is chosen once by cusparseLtMatmulSearch on the
@@ -71,10 +66,7 @@ constexpr int kSparsity50 = 0;      // CUSPARSELT_SPARSITY_50_PERCENT
 constexpr int kCompute32F = 2;      // CUSPARSE_COMPUTE_32F
 constexpr int kAlgDefault = 0;      // CUSPARSELT_MATMUL_ALG_DEFAULT
 constexpr int kAttrAlgConfigId = 0; // CUSPARSELT_MATMUL_ALG_CONFIG_ID
-constexpr int kAttrAlphaVector = 5; // CUSPARSELT_MATMUL_ALPHA_VECTOR_SCALING (cusparseLtMatmulDescAttribute_t)
-constexpr int kScaleNone = 0, kScaleAlphaVector = 1;  // our scale_mode
-// dtype codes: 0 bfloat16, 1 float16 (in = out); 2 float8_e4m3fn in, bfloat16 out (scaled per PlanKey::scale_mode)
-constexpr int kDtypeE4m3 = 2;
+// dtype codes: 0 bfloat16, 1 float16 (in = out)
 constexpr uint32_t kAlignment = 16; // bytes
 
 struct Api {
@@ -87,7 +79,6 @@ struct Api {
                                      int, int);
   Status (*MatmulDescriptorInit)(const Handle*, MatmulDescr*, int, int, const MatDescr*, const MatDescr*,
                                  const MatDescr*, const MatDescr*, int);
-  Status (*MatmulDescSetAttribute)(const Handle*, MatmulDescr*, int, const void*, size_t);
   Status (*MatmulAlgSelectionInit)(const Handle*, AlgSel*, const MatmulDescr*, int);
   Status (*MatmulAlgGetAttribute)(const Handle*, const AlgSel*, int, void*, size_t);
   Status (*MatmulGetWorkspace)(const Handle*, const Plan*, size_t*);
@@ -136,7 +127,6 @@ bool TryOpen(const std::string& path) {
   ok &= Sym(lib, "cusparseLtDenseDescriptorInit", &api.DenseDescriptorInit, &missing);
   ok &= Sym(lib, "cusparseLtStructuredDescriptorInit", &api.StructuredDescriptorInit, &missing);
   ok &= Sym(lib, "cusparseLtMatmulDescriptorInit", &api.MatmulDescriptorInit, &missing);
-  ok &= Sym(lib, "cusparseLtMatmulDescSetAttribute", &api.MatmulDescSetAttribute, &missing);
   ok &= Sym(lib, "cusparseLtMatmulAlgSelectionInit", &api.MatmulAlgSelectionInit, &missing);
   ok &= Sym(lib, "cusparseLtMatmulAlgGetAttribute", &api.MatmulAlgGetAttribute, &missing);
   ok &= Sym(lib, "cusparseLtMatmulGetWorkspace", &api.MatmulGetWorkspace, &missing);
@@ -224,10 +214,9 @@ struct PlanKey {
   int device;
   int64_t m, n, k;
   int dtype, a_layout, b_layout;
-  int scale_mode = 0;  // fp8 plans only (kScale*)
   bool operator<(const PlanKey& o) const {
-    return std::tie(device, m, n, k, dtype, a_layout, b_layout, scale_mode) <
-           std::tie(o.device, o.m, o.n, o.k, o.dtype, o.a_layout, o.b_layout, o.scale_mode);
+    return std::tie(device, m, n, k, dtype, a_layout, b_layout) <
+           std::tie(o.device, o.m, o.n, o.k, o.dtype, o.a_layout, o.b_layout);
   }
 };
 
@@ -263,8 +252,8 @@ ffi::Error HandleLocked(int device, const Handle** out) {
 }
 
 ffi::Error CheckShape(int64_t m, int64_t n, int64_t k, int dtype, int a_layout, int b_layout) {
-  if (dtype != 0 && dtype != 1 && dtype != kDtypeE4m3) {
-    return InvalidArgument("cusparselt: dtype must be bfloat16, float16 or float8_e4m3fn");
+  if (dtype != 0 && dtype != 1) {
+    return InvalidArgument("cusparselt: dtype must be bfloat16 or float16");
   }
   if (a_layout != 0 && a_layout != 1) return InvalidArgument("cusparselt: a_layout must be 0 ((M, K)) or 1 ((K, M))");
   if (b_layout != 0 && b_layout != 1) return InvalidArgument("cusparselt: b_layout must be 0 ((N, K)) or 1 ((K, N))");
@@ -289,9 +278,7 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
   }
   auto e = std::make_unique<PlanEntry>();
   const Handle* h = *handle;
-  const bool fp8 = key.dtype == kDtypeE4m3;
-  const cudaDataType type = key.dtype == 0 ? CUDA_R_16BF : (fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16F);
-  const cudaDataType out_type = fp8 ? CUDA_R_16BF : type;
+  const cudaDataType type = key.dtype == 0 ? CUDA_R_16BF : CUDA_R_16F;
   const int64_t m = key.m, n = key.n, k = key.k;
   // A: layout 0 = (M, K) row-major = col-major K x M (ld K), opA = T; layout 1 = (K, M) row-major =
   // col-major M x K (ld M), opA = N.
@@ -307,16 +294,10 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
   SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->b, b_rows, b_cols, b_rows, kAlignment, type, kOrderCol),
                 "cusparseLtDenseDescriptorInit (B)");
   // C = D: (N, M) row-major = col-major M x N (ld M).
-  SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->c, m, n, m, kAlignment, out_type, kOrderCol),
+  SP24_LT_CHECK(g_api.DenseDescriptorInit(h, &e->c, m, n, m, kAlignment, type, kOrderCol),
                 "cusparseLtDenseDescriptorInit (C/D)");
   SP24_LT_CHECK(g_api.MatmulDescriptorInit(h, &e->matmul, op_a, op_b, &e->a, &e->b, &e->c, &e->c, kCompute32F),
                 "cusparseLtMatmulDescriptorInit");
-  if (fp8 && key.scale_mode == kScaleAlphaVector) {
-    // alpha becomes a device vector of m floats (per row of op(A)): the fp8 scales s_a * s_b
-    const int32_t on = 1;
-    SP24_LT_CHECK(g_api.MatmulDescSetAttribute(h, &e->matmul, kAttrAlphaVector, &on, sizeof(on)),
-                  "cusparseLtMatmulDescSetAttribute (ALPHA_VECTOR_SCALING)");
-  }
   SP24_LT_CHECK(g_api.MatmulAlgSelectionInit(h, &e->alg, &e->matmul, kAlgDefault), "cusparseLtMatmulAlgSelectionInit");
   SP24_LT_CHECK(g_api.MatmulPlanInit(h, &e->plan, &e->matmul, &e->alg), "cusparseLtMatmulPlanInit");
   SP24_LT_CHECK(g_api.MatmulGetWorkspace(h, &e->plan, &e->workspace), "cusparseLtMatmulGetWorkspace");
@@ -330,7 +311,6 @@ ffi::Error GetPlan(const PlanKey& key, const Handle** handle, PlanEntry** entry)
 int DtypeCode(ffi::DataType t) {
   if (t == ffi::DataType::BF16) return 0;
   if (t == ffi::DataType::F16) return 1;
-  if (t == ffi::DataType::F8E4M3FN) return kDtypeE4m3;
   return -1;
 }
 
@@ -353,7 +333,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
                         ffi::Result<ffi::AnyBuffer> out, int64_t m, int64_t n, int64_t k, int64_t a_layout,
                         int64_t b_layout) {
   const int dtype = DtypeCode(a.element_type());
-  if (dtype < 0) return InvalidArgument(std::string("cusparselt_compress: a must be bfloat16, float16 or float8_e4m3fn, got ") +
+  if (dtype < 0) return InvalidArgument(std::string("cusparselt_compress: a must be bfloat16 or float16, got ") +
                                         DataTypeName(a.element_type()));
   const bool a_mk = a_layout == 0;
   if (!Is2D(a.dimensions(), a_mk ? m : k, a_mk ? k : m)) {
@@ -381,8 +361,7 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int3
   return ffi::Error::Success();
 }
 
-// The GEMM of a plan on checked operands. alpha: a host float (16-bit plans, and fp8 plans with scale_mode
-// none) or a device vector of m floats (fp8 plans with the alpha vector).
+// The GEMM of a plan on checked operands. alpha: a host float.
 ffi::Error RunPlan(cudaStream_t stream, ffi::ScratchAllocator& scratch, int32_t device, const PlanKey& key,
                    ffi::AnyBuffer compressed, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer>& d, const void* alpha) {
   DeviceGuard guard;
@@ -442,7 +421,7 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
                     ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n, int64_t k, int64_t a_layout,
                     int64_t b_layout) {
   const int dtype = DtypeCode(b.element_type());
-  if (dtype < 0 || dtype == kDtypeE4m3 || d->element_type() != b.element_type()) {
+  if (dtype < 0 || d->element_type() != b.element_type()) {
     return InvalidArgument(std::string("cusparselt_spmm: b and d must both be bfloat16 or both float16, got ") +
                            DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
   }
@@ -450,32 +429,6 @@ ffi::Error SpmmImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t 
   const float alpha = 1.0f;
   return RunPlan(stream, scratch, device, PlanKey{device, m, n, k, dtype, int(a_layout), int(b_layout)}, compressed,
                  b, d, &alpha);
-}
-
-ffi::Error SpmmFp8Impl(cudaStream_t stream, ffi::ScratchAllocator scratch, int32_t device, ffi::AnyBuffer compressed,
-                       ffi::AnyBuffer b, ffi::AnyBuffer scales, ffi::Result<ffi::AnyBuffer> d, int64_t m, int64_t n,
-                       int64_t k, int64_t a_layout, int64_t b_layout, int64_t scale_mode) {
-  if (b.element_type() != ffi::DataType::F8E4M3FN || d->element_type() != ffi::DataType::BF16) {
-    return InvalidArgument(std::string("cusparselt_spmm_fp8: b must be float8_e4m3fn and d bfloat16, got ") +
-                           DataTypeName(b.element_type()) + " and " + DataTypeName(d->element_type()));
-  }
-  if (scale_mode != kScaleNone && scale_mode != kScaleAlphaVector) {
-    return InvalidArgument("cusparselt_spmm_fp8: scale_mode must be 0 (none) or 1 (alpha vector)");
-  }
-  const int64_t want = scale_mode == kScaleAlphaVector ? m : 1;
-  if (scales.element_type() != ffi::DataType::F32 || scales.dimensions().size() != 1 ||
-      scales.dimensions()[0] != want) {
-    return InvalidArgument("cusparselt_spmm_fp8: scales must be a float32 vector of " + std::to_string(want) +
-                           " elements for scale_mode " + std::to_string(scale_mode) + ", got " +
-                           DataTypeName(scales.element_type()) + " " + DimsString(scales.dimensions()));
-  }
-  SP24_RETURN_IF_ERROR(CheckB("cusparselt_spmm_fp8", b, d, m, n, k, b_layout));
-  PlanKey key{device, m, n, k, kDtypeE4m3, int(a_layout), int(b_layout)};
-  key.scale_mode = int(scale_mode);
-  const float one = 1.0f;
-  const float* sp = static_cast<const float*>(scales.untyped_data());
-  if (scale_mode == kScaleAlphaVector) return RunPlan(stream, scratch, device, key, compressed, b, d, sp);
-  return RunPlan(stream, scratch, device, key, compressed, b, d, &one);
 }
 
 }  // namespace
@@ -553,20 +506,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmm, jax_sparse24::lt::SpmmImpl
                                   .Attr<int64_t>("k")
                                   .Attr<int64_t>("a_layout")
                                   .Attr<int64_t>("b_layout"));
-
-// compressed A (float8_e4m3fn, cuSPARSELt's bytes), b (float8_e4m3fn), scales (float32, per scale_mode) -> d (n, m) bf16.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Sparse24CusparseltSpmmFp8, jax_sparse24::lt::SpmmFp8Impl,
-                              ::xla::ffi::Ffi::Bind()
-                                  .Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<::xla::ffi::ScratchAllocator>()
-                                  .Ctx<::xla::ffi::DeviceOrdinal>()
-                                  .Arg<::xla::ffi::AnyBuffer>()  // compressed
-                                  .Arg<::xla::ffi::AnyBuffer>()  // b
-                                  .Arg<::xla::ffi::AnyBuffer>()  // scales
-                                  .Ret<::xla::ffi::AnyBuffer>()  // d
-                                  .Attr<int64_t>("m")
-                                  .Attr<int64_t>("n")
-                                  .Attr<int64_t>("k")
-                                  .Attr<int64_t>("a_layout")
-                                  .Attr<int64_t>("b_layout")
-                                  .Attr<int64_t>("scale_mode"));

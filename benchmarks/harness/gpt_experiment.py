@@ -28,6 +28,8 @@ import optax
 from jax_sparse24 import distill as s24distill
 from jax_sparse24 import fp8 as s24fp8
 from jax_sparse24 import nn as s24nn
+from jax_sparse24 import masks as s24masks
+from jax_sparse24 import preparation as s24prep
 from jax_sparse24 import optim as s24optim
 from jax_sparse24.training import SparseTrainState
 
@@ -377,7 +379,7 @@ def init_state(exp: Experiment, seed: int):
     dummy = jnp.zeros((1, exp.cfg.block_size), jnp.int32)
     variables = exp.model.init(jax.random.key(seed), dummy)
     params = variables["params"]
-    sparsity = variables.get(s24nn.SPARSITY, {})
+    sparsity = variables.get(s24masks.SPARSITY, {})
     state = {
         "step": jnp.zeros((), jnp.int32),
         "params": params,
@@ -397,19 +399,19 @@ def subtree(tree, path):
 
 def refreshes_masks(exp: Experiment) -> bool:
     """Whether the recipe's layers keep masks that the loop refreshes every ``--mask-every`` steps
-    (srste: ``jax_sparse24.nn.refresh_masks`` in ``gpt_runtime.Runtime.run_step``)."""
+    (srste: ``jax_sparse24.masks.refresh_masks`` in ``gpt_runtime.Runtime.run_step``)."""
     return exp.cfg.method == "srste" and bool(exp.sparse_paths)
 
 
 def measures_flips(exp: Experiment) -> bool:
     """Whether the loop measures the flip rate across an update on logging steps (ste, soft and
-    ast: masks recomputed from the kernels every call; ``jax_sparse24.nn.kernel_masks`` before the
+    ast: masks recomputed from the kernels every call; ``jax_sparse24.masks.kernel_masks`` before the
     update, ``kernel_flip_rate`` after it, in ``gpt_runtime.Runtime.run_step``)."""
     return exp.cfg.method in ("ste", "soft") and bool(exp.sparse_paths)
 
 
 def prepares_weights(exp: "Experiment") -> bool:
-    """Whether the train step prepares the 2:4 weights once per step (``jax_sparse24.nn.prepare``:
+    """Whether the train step prepares the 2:4 weights once per step (``jax_sparse24.preparation.prepare``:
     masks and compressions of every layer computed together, batched, before the forward/backward,
     and read by every GEMM of the step): ``--prepare-weights always``, or ``on`` with ``--grad-accum``
     > 1 (then once instead of once per micro-batch). Only for 2:4 ``Sparse24Dense`` layers without
@@ -466,7 +468,7 @@ def make_train_step(exp: Experiment, sparse: Optional[bool], tokens_per_device: 
             # forward/backward; every GEMM of the step (of every micro-batch) reads it. XLA keeps
             # only the preparation of this pass (the forward feeds nothing).
             # (s24nn.prepare on the model, what SparseTrainState.prepare does with apply_fn)
-            st = st.replace(prepared=s24nn.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
+            st = st.replace(prepared=s24prep.prepare(exp.model, st.variables(), micro[0][:, :-1], sparse=sparse,
                                                    tokens=tokens_per_device, reuse=accum) or None)
         if accum == 1:
             (_, (loss, kd)), (grads, new_meta) = grad_fn(params, tokens, st)
@@ -540,7 +542,7 @@ def make_eval_step(exp: Experiment, sparse: Optional[bool]):
 
     def eval_step(state, tokens):
         sparsity = state["sparsity"]
-        variables = {"params": state["params"], s24nn.SPARSITY: sparsity} if sparsity else {"params": state["params"]}
+        variables = {"params": state["params"], s24masks.SPARSITY: sparsity} if sparsity else {"params": state["params"]}
         if "fp8_meta" in state:  # delayed fp8 scaling: evaluation reads the state (its update is dropped)
             variables[s24nn.FP8_META] = state["fp8_meta"]
         logits = exp.model.apply(variables, tokens[:, :-1], sparse=sparse)

@@ -23,7 +23,7 @@ from flax import linen as nn
 
 import model
 from jax_sparse24.distill import Sparse24LowRankDense, student_params_from_dense
-from jax_sparse24.nn import stack_layers, unstack_layers
+from jax_sparse24.masks import stack_layers, unstack_layers
 
 #: GPTConfig.fp8_dense: whose fp8 dense layer a dense fp8 model uses
 FP8_DENSE_IMPLS = ("sparse24", "flax")

@@ -182,13 +182,13 @@ def _leaf_spec(path, leaf, mesh) -> P:
     spec = P(*tp)
     where = "/".join(keys)
     try:
-        shd._check_leaf(where, shape, spec, mesh, name, lead)
+        shd.check_leaf_sharding(where, shape, spec, mesh, name, lead)
     except ValueError as e:
         raise CLIError(f"--mesh: tensor parallel over 'model' ({model} devices) does not fit layer {where}: "
                        f"{str(e).split(': ', 1)[1]}") from None
     if mesh.shape.get("fsdp", 1) > 1:
         spec = shd.fsdp_spec(shape, spec, mesh, axis="fsdp", leaf_name=name, lead=lead)
-        shd._check_leaf(where, shape, spec, mesh, name, lead)
+        shd.check_leaf_sharding(where, shape, spec, mesh, name, lead)
     return spec
 
 
@@ -256,16 +256,16 @@ class Runtime:
         self.flip_every = int(exp.hp.get("flip_every", 1)) if measures_flips(exp) else 0
         params_sh, sparsity_sh = self.state_shardings["params"], self.state_shardings["sparsity"]
         # srste: the layers due at the state's step (the number of updates applied), no conditional
-        self._refresh = jax.jit(lambda p, sp, step: s24.nn.refresh_masks(p, sp, step=step, skip_idle=False),
+        self._refresh = jax.jit(lambda p, sp, step: s24.masks.refresh_masks(p, sp, step=step, skip_idle=False),
                                 in_shardings=(params_sh, sparsity_sh, self._repl),
                                 out_shardings=(sparsity_sh, self._repl))
         # ste/soft/ast: the sparse layers' 2:4 masks before a logging step's update, compared after it (two
         # magnitude masks of every sparse weight per step cost ~2% of a GPT-2-medium step on the H100:
         # ste kernel time per step 43.9 -> 43.0 ms without; so on logging steps only)
-        self._kernel_masks = jax.jit(lambda p: s24.nn.kernel_masks(p, paths=exp.sparse_paths),
+        self._kernel_masks = jax.jit(lambda p: s24.masks.kernel_masks(p, paths=exp.sparse_paths),
                                      in_shardings=(params_sh,))
         self._flip_rate = jax.jit(
-            lambda m, p: s24.nn.kernel_flip_rate(m, p, paths=exp.sparse_paths).astype(jnp.float32),
+            lambda m, p: s24.masks.kernel_flip_rate(m, p, paths=exp.sparse_paths).astype(jnp.float32),
             out_shardings=self._repl)
 
     def put(self, tokens):
@@ -322,7 +322,7 @@ class Runtime:
         program) does the forward, backward and update; around it, on the steps that need it, the
         host runs what the step leaves out so that it has no conditional (a GPU step with one
         waits for the host to read its predicate): srste's mask refresh after the update when a
-        layer is due (``jax_sparse24.nn.refresh_due``; the refresh's flip rate is the step's
+        layer is due (``jax_sparse24.masks.refresh_due``; the refresh's flip rate is the step's
         ``"flip"``), and for ste/soft/ast on logging steps (every ``flip_every``) the flip rate
         across the update (the masks taken before it, compared after it). Other steps' ``"flip"``
         is NaN.
@@ -333,7 +333,7 @@ class Runtime:
         state, metrics = train(state, tokens)
         if measure:
             metrics = dict(metrics, flip=self._flip_rate(old_masks, state["params"]))
-        if s24.nn.refresh_due(self.mask_periods, step + 1):
+        if s24.masks.refresh_due(self.mask_periods, step + 1):
             sparsity, flip = self._refresh(state["params"], state["sparsity"], state["step"])
             state, metrics = dict(state, sparsity=sparsity), dict(metrics, flip=flip)
         return state, metrics
@@ -415,7 +415,7 @@ def kernel_plan(rt: "Runtime") -> dict:
         kernel = subtree(params, path)["kernel"]  # (in, out), or (L, in, out) in a scanned stack
         # the GEMMs' operand: the stored shard gathered over fsdp (FSDP gathers each layer's weight)
         sh = subtree(shardings, path)["kernel"]
-        spec = P(*(tuple(a for a in shd._axes(e) if a != "fsdp") or None for e in sh.spec))
+        spec = P(*(tuple(a for a in ((e,) if isinstance(e, str) else e or ()) if a != "fsdp") or None for e in sh.spec))
         i, o = NamedSharding(sh.mesh, spec).shard_shape(kernel.shape)[-2:]
         plan.setdefault("x".join(map(str, kernel.shape[-2:])), s24.linear_plan(
             tokens, i, o, cfg.dtype, backend=cfg.backend, transposable=cfg.transposable and cfg.method == "srste",

@@ -84,7 +84,7 @@ linear layers Megatron-style over ``model`` (column-parallel ``qkv``/``fc``, row
 
 ``--grad-accum N`` splits each step's batch into N micro-batches (a ``lax.scan`` inside the step;
 gradients averaged, each micro-batch its own MVUE key): the same update with 1/N of the activation
-memory. The 2:4 weights are then prepared once per step (``jax_sparse24.nn.prepare``: masks, soft
+memory. The 2:4 weights are then prepared once per step (``jax_sparse24.preparation.prepare``: masks, soft
 threshold, compression) and shared by the micro-batches; ``--prepare-weights off`` redoes that work
 per micro-batch (same math, for comparison). ``--prepare-weights always`` prepares once per step at
 ``--grad-accum 1`` too: one batched pass over the weights writes the operands of the forward and the
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "the measured table; cutlass / cusparselt force the sparse kernels (GPU)")
     bench.add_argument("--prepare-weights", choices=("on", "off", "always"), default=None,
                        help="on: with --grad-accum > 1, mask and compress each 2:4 weight once per step instead of "
-                            "once per micro-batch (jax_sparse24.nn.prepare, all layers batched; same math); always: "
+                            "once per micro-batch (jax_sparse24.preparation.prepare, all layers batched; same math); always: "
                             "once per step at any --grad-accum, before the forward/backward, instead of in each GEMM "
                             "call; off: in each GEMM call. Not for dense models, --fp8 or dense phases. Default: per "
                             "size (always at gpt2 and gpt2-medium, on elsewhere: gpt_experiment.SIZE_DEFAULTS)")

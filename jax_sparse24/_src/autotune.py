@@ -18,7 +18,8 @@ next to this file, made by ``benchmarks/make_autotune_table.py``):
   :func:`weight_gemms_plan` is that choice for both GEMMs of a layer;
 * MVUE weight gradient (:func:`choose_weight_grad`, the table's ``entries_kn``): the fused MVUE +
   compress + sparse GEMM against XLA's exact dense ``xᵀ·∇y``; :func:`weight_grad_path` says which
-  path ``gemm.weight_grad_mvue`` takes (``"exact"``: ``auto`` where no sparse path wins);
+  path ``gemm.weight_grad_mvue`` takes (:class:`WeightGradPath`; the exact gradient with ``auto`` where no
+  sparse path wins); :func:`fp8_weight_grad_backend` the fp8 one;
 * fp8 (``fp8=True``, no measured table): the sparse fp8 kernel wherever it can run, else XLA's fp8 dot;
 * :func:`cutlass_config` / :func:`lookup_weight_grad`: the CUTLASS configuration the table names.
 
@@ -31,13 +32,16 @@ import functools
 import json
 import math
 import os
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from jax_sparse24._src import backends, cuda_spmm_ops, ffi
 from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, DENSE, REFERENCE, Backend
 
-__all__ = ["BACKENDS", "AUTO", "GEMMS", "resolve", "fp8_backends_for", "has_fp8_backend", "kernel_config", "MIN_GAIN",
+__all__ = ["BACKENDS", "AUTO", "GEMMS", "resolve", "check_request", "fp8_refusal", "fp8_backends_for", "has_fp8_backend",
+           "dense_for", "WeightGradPath", "fp8_weight_grad_backend", "FP8_WGRAD_TOKEN_ALIGN", "exact_weight_grad_label",
+           "weight_gemms_backends", "kernel_config", "MIN_GAIN",
            "PREPARE_COST_SHARE", "CUSPARSELT_RADIUS", "WGRAD_TOKEN_ALIGN", "lookup", "lookup_weight_grad",
            "amortized_speedup", "cutlass_config", "choose", "choose_weight_grad", "weight_grad_path",
            "weight_gemms_plan"]
@@ -109,7 +113,7 @@ def amortized_speedup(m: int, n: int, k: int, dtype, reuse: int, *, backend: str
     with the compression paid on every call, the time per call is
     ``1/s_g + share · (n_table / n) · (1/s_c - 1/s_g) / reuse`` (in units of the dense GEMM):
     the compression of a prepared weight costs :data:`PREPARE_COST_SHARE` of a per-call one
-    (``batched``: prepared together with other layers, ``nn.prepare``'s default), and it does not
+    (``batched``: prepared together with other layers, ``preparation.prepare``'s default), and it does not
     grow with the tokens ``n`` while the GEMM does. ``backend``: ``"cutlass"`` or ``"cusparselt"``
     (operand from our fused compressor). ``None`` without a table entry (or without a cuSPARSELt
     measurement).
@@ -164,11 +168,6 @@ def lookup_weight_grad(m: int, n: int, k: int, dtype):
         return None
     names = cuda_spmm_ops.cutlass_configs_kn()
     return e["speedup_with_compress"], (names.index(e["config"]) if e["config"] in names else -1)
-
-
-def _cutlass_ok(m: int, n: int, k: int, dtype) -> bool:
-    """CUTLASS runs the forward / input-gradient GEMM D(m×n) = A(m×k)·B(k×n) here (extension and shape)."""
-    return bool(CUTLASS.can_run(m, n, k, dtype))
 
 
 #: ``auto`` takes a sparse path only where the table's speedup exceeds this: run-to-run noise of a
@@ -236,7 +235,7 @@ def resolve(backend: str, gemm: str, m: int, n: int, k: int, dtype=None, *, reus
         return _requested(backends.get(backend), gemm, m, n, k, dtype)
     if gemm == "weight_grad":
         return _auto_weight_grad(m, n, k, dtype)
-    if not (_cutlass_ok(m, n, k, dtype) and ffi.cuda_kernels_available()):
+    if not (CUTLASS.can_run(m, n, k, dtype) and ffi.cuda_kernels_available()):
         return DENSE
     e = _nearest_entry(m, n, k, dtype)
     if e is None:
@@ -254,9 +253,9 @@ def _requested(b: Backend, gemm: str, m: int, n: int, k: int, dtype) -> Backend:
     if b is CUTLASS and gemm == "weight_grad" and ffi.extension() is not None \
             and not CUTLASS.weight_grad_kernels_built():
         return DENSE  # a minimal build has no weight-gradient configuration: the dense path, as with auto
-    ok = _cutlass_ok(m, n, k, dtype) if b is CUTLASS and gemm != "weight_grad" else b.can_run(m, n, k, dtype, gemm=gemm)
-    if not ok:
-        raise RuntimeError(f"backend={b.name!r}: {b.can_run(m, n, k, dtype, gemm=gemm).reason}")
+    verdict = b.can_run(m, n, k, dtype, gemm=gemm)
+    if not verdict:
+        raise RuntimeError(f"backend={b.name!r}: {verdict.reason}")
     return b
 
 
@@ -266,7 +265,7 @@ def _auto_weight_grad(m: int, n: int, k: int, dtype) -> Backend:
         return DENSE
     if not CUTLASS.weight_grad_kernels_built():
         return DENSE  # a minimal build has no weight-gradient configuration
-    if not CUTLASS.supports_weight_grad(m, n, k, dtype):
+    if not CUTLASS.supports(m, n, k, dtype, gemm="weight_grad"):
         return DENSE
     e = _nearest_entry_kn(m, n, k, dtype)
     if e is None:
@@ -278,27 +277,38 @@ def _auto_weight_grad(m: int, n: int, k: int, dtype) -> Backend:
 
 
 def fp8_backends_for(backend: str) -> tuple[Backend, ...]:
-    """The fp8 backends a request may resolve to (``auto``: every registered sparse fp8 backend)."""
+    """The fp8 backends a request may resolve to (``auto``: every registered sparse fp8 backend);
+    ValueError (:func:`fp8_refusal`) for a backend without an fp8 variant."""
     if backend == AUTO:
         return tuple(b for b in backends.registered() if b.fp8)
-    requested = backends.get(backend)
-    if not requested.sparse:
-        return (requested,)
-    try:
-        return (backends.get(backend, fp8=True),)
-    except KeyError:
-        usable = [AUTO] + [name for name in backends.names() if has_fp8_backend(name) or not backends.get(name).sparse]
-        raise ValueError(f"fp8=True: backend={backend!r} has no fp8 path in this version; use "
-                         f"{', '.join(repr(u) for u in usable[:-1])} or {usable[-1]!r}") from None
+    reason = fp8_refusal(backend)
+    if reason is not None:
+        raise ValueError(reason)
+    return (backends.get(backend).fp8_variant(),)
 
 
 def has_fp8_backend(name: str) -> bool:
-    """Whether the backend ``name`` has a registered fp8 backend of its own."""
-    try:
-        backends.get(name, fp8=True)
-    except KeyError:
-        return False
-    return True
+    """Whether the backend ``name`` has an fp8 variant (:meth:`~jax_sparse24._src.backends.base.Backend.fp8_variant`)."""
+    return backends.get(name).fp8_variant() is not None
+
+
+def fp8_refusal(backend: str) -> str | None:
+    """Why ``fp8=True`` cannot take the request ``backend`` (a backend without an fp8 variant), else None."""
+    if backend == AUTO or has_fp8_backend(backend):
+        return None
+    usable = [AUTO] + [name for name in backends.names() if has_fp8_backend(name)]
+    return (f"fp8=True: backend={backend!r} has no fp8 path in this version; use "
+            f"{', '.join(repr(u) for u in usable[:-1])} or {usable[-1]!r}")
+
+
+def check_request(backend, op: str, *, fp8: bool = False) -> None:
+    """The one check of a ``backend=`` request: one of :data:`BACKENDS`, and with ``fp8`` one that has an
+    fp8 path (:func:`fp8_refusal`); ValueError naming ``op`` and the constraint."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    reason = fp8_refusal(backend) if fp8 else None
+    if reason is not None:
+        raise ValueError(f"{op}: {reason}")
 
 
 def _resolve_fp8(backend: str, gemm: str, m: int, n: int, k: int) -> Backend:
@@ -343,29 +353,94 @@ def choose_weight_grad(backend: str, m: int, n: int, k: int, dtype) -> str:
 WGRAD_TOKEN_ALIGN = 16
 
 
-def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> str:
+class WeightGradPath(NamedTuple):
+    """How :func:`~jax_sparse24._src.gemm.weight_grad_mvue` computes ``∇W``: ``backend`` runs it, on the
+    MVUE sample of ``∇y`` when ``mvue`` (its fused MVUE + sparse GEMM where it has one, else the MVUE op
+    then XLA's GEMM), else XLA's exact ``xᵀ·∇y``."""
+
+    backend: Backend
+    mvue: bool
+
+    @property
+    def label(self) -> str:
+        """How :func:`~jax_sparse24._src.linear.linear_plan` names it: ``"dense (exact)"`` or ``"<name> (MVUE)"``."""
+        return f"{self.backend.name} (MVUE)" if self.mvue else f"{self.backend.name} (exact)"
+
+
+def exact_weight_grad_label(backend: str) -> str:
+    """How :func:`~jax_sparse24._src.linear.linear_plan` names the exact weight gradient (no MVUE key) of
+    the request ``backend``: ``"reference"`` for ``reference``, else ``"dense (exact)"``."""
+    return REFERENCE.name if backend == REFERENCE.name else WeightGradPath(DENSE, mvue=False).label
+
+
+def weight_grad_path(backend: str, o: int, i: int, t: int, dtype) -> WeightGradPath:
     """How :func:`~jax_sparse24._src.gemm.weight_grad_mvue` computes ``∇W (I, O)`` from ``t`` tokens:
-    ``"cutlass"`` / ``"cusparselt"`` (fused MVUE + sparse GEMM), ``"exact"`` (``auto`` where that
-    sparse path is not measured faster: MVUE exists to feed it, so XLA's exact ``xᵀ·∇y`` is both
-    faster and noise-free) or ``"dense"`` / ``"reference"`` (the MVUE op, then the dense GEMM)."""
+    the MVUE sample on ``cutlass`` / ``cusparselt`` (fused MVUE + sparse GEMM) or on ``dense`` /
+    ``reference`` (the MVUE op, then the dense GEMM); the exact gradient on ``dense`` (``auto`` where
+    the sparse path is not measured faster: MVUE exists to feed it, so XLA's exact ``xᵀ·∇y`` is both
+    faster and noise-free)."""
     chosen = resolve(backend, "weight_grad", o, i, t + (-t) % WGRAD_TOKEN_ALIGN, dtype)
     if not chosen.sparse and backend == AUTO:
-        return "exact"
-    return chosen.name
+        return WeightGradPath(DENSE, mvue=False)
+    return WeightGradPath(chosen, mvue=True)
+
+
+#: Token padding of the sparse fp8 weight-gradient GEMM (its K): the fp8 compressor's K alignment
+#: (the 16-bit weight gradient pads to :data:`WGRAD_TOKEN_ALIGN`).
+FP8_WGRAD_TOKEN_ALIGN = 32
+
+
+def fp8_weight_grad_backend(backend: str, tokens: int, i: int, o: int, dtype, *, mvue: bool) -> Backend | None:
+    """The backend of the fp8 layer's weight gradient, or None for the 16-bit one:
+
+    * a sparse fp8 backend (``CUTLASS_FP8``): the MVUE sample through the fused fp8 compressor and the
+      sparse fp8 GEMM — ``auto`` where the 16-bit planner runs the sparse MVUE gradient
+      (:func:`weight_grad_path`: the sample pays there already, and the
+      fp8 GEMM is the faster of the two) and the fp8 kernel can run; ``cutlass``: wherever it can
+      run (RuntimeError where it cannot);
+    * a backend without kernels (``dense`` / ``reference``): the same sample through XLA's fp8 dot
+      (the sparse path's math, for tests and quality studies);
+    * None: the 16-bit weight gradient of :mod:`jax_sparse24._src.gemm` — without an MVUE key, and
+      with ``auto`` elsewhere. XLA's fp8 dot of ``q(x)ᵀ·q(∇y)`` is not used for the exact
+      gradient: it needs both operands transposed (fp8 GEMMs read K-major operands) and made the
+      fp8 dense LLaMA-7B-shaped step slower than the 16-bit gradient (140.3 against 132.2 ms,
+      ``docs/fp8.md``).
+    """
+    if not mvue:
+        return None
+    tp = tokens + (-tokens) % FP8_WGRAD_TOKEN_ALIGN
+    if backend != AUTO and has_fp8_backend(backend):
+        # the requested backend's fp8 variant: XLA's fp8 dot, or the sparse fp8 backend (RuntimeError naming
+        # the constraint where it cannot run)
+        return resolve(backend, "weight_grad", o, i, tp, fp8=True)
+    path = weight_grad_path(backend, o, i, tokens, dtype)
+    if path.mvue and path.backend.sparse:
+        chosen = resolve(AUTO, "weight_grad", o, i, tp, fp8=True)
+        if chosen.sparse:
+            return chosen
+    return None
+
+
+def weight_gemms_backends(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
+                          reuse: int | None = None, batched: bool = False) -> tuple[Backend, Backend]:
+    """``(forward, input_grad)`` backends of a layer ``(i, o)`` at ``tokens`` rows (:func:`resolve`;
+    ``reuse``: a weight prepared for that many calls, ``batched`` with other layers). Without a
+    transposable mask ``∇x`` is dense (:func:`dense_for`)."""
+    fwd = resolve(backend, "forward", o, tokens, i, dtype, reuse=reuse, batched=batched)
+    dx = (resolve(backend, "input_grad", i, tokens, o, dtype, reuse=reuse, batched=batched) if transposable
+          else dense_for(backend))
+    return fwd, dx
 
 
 def weight_gemms_plan(backend: str, tokens: int, i: int, o: int, dtype, *, transposable: bool,
                       reuse: int | None = None, batched: bool = False):
-    """``(forward, input_grad)`` kernels of a layer ``(i, o)`` at ``tokens`` rows (:func:`choose`;
-    ``reuse``: a weight prepared for that many calls, ``batched`` with other layers). Without a
-    transposable mask ``∇x`` is dense."""
-    fwd = resolve(backend, "forward", o, tokens, i, dtype, reuse=reuse, batched=batched)
-    dx = (resolve(backend, "input_grad", i, tokens, o, dtype, reuse=reuse, batched=batched) if transposable
-          else _dense_for(backend))
+    """The names of :func:`weight_gemms_backends` (:func:`choose` for both GEMMs of a layer)."""
+    fwd, dx = weight_gemms_backends(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse,
+                                    batched=batched)
     return fwd.name, dx.name
 
 
-def _dense_for(backend: str) -> Backend:
+def dense_for(backend: str) -> Backend:
     """The dense backend standing in for ``backend`` where a GEMM cannot be sparse (``∇x`` without a
     transposable mask): ``reference`` for ``reference``, else ``dense``."""
     return REFERENCE if backend == REFERENCE.name else DENSE

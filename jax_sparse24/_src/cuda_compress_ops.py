@@ -14,12 +14,10 @@ Every result is bit-identical to ``cutlass_compress`` of the dense op result (ro
 dtype), e.g. ``mvue24_compress(key, g, transposed=True) == cutlass_compress(mvue24_cuda(key, g,
 axis=0).T)`` (same Philox draws as the element-wise MVUE kernel).
 
-* :func:`prune24_compress`          magnitude 2:4 prune (``mask24``, ties to the lower index);
 * :func:`masked_compress`           ``x * mask`` (mask 2:4 along the compressed axis);
 * :func:`masked_compress_both`      ``x * mask`` compressed as both ``A = (x*mask).T`` and
   ``A = x*mask`` in one pass (transposable mask: the forward and input-gradient operands of W);
 * :func:`mvue24_compress`           unbiased MVUE 2:4 sample;
-* :func:`soft_threshold24_compress` ``β · soft_threshold24(x)`` (S-STE), β a float32 scalar array;
 * :func:`masked_compress_many`      :func:`masked_compress` / :func:`masked_compress_both` of many
   ``(x, mask)`` pairs of one dtype in one launch per :data:`MAX_TENSORS_PER_LAUNCH` pairs (the
   prepared weights of a whole model per optimizer step: one small launch per layer is latency-bound);
@@ -40,6 +38,8 @@ select them with ``lax.platform_dependent`` (:func:`jax_sparse24._src.ffi.per_pl
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,19 +59,39 @@ __all__ = [
     "masked_compress_many",
     "packed_compress",
     "mvue24_compress",
-    "prune24_compress",
-    "soft_threshold24_compress",
 ]
 
-_T_PRUNE = "jax_sparse24_prune24_compress"
 _T_MASK = "jax_sparse24_masked_compress"
 _T_MASK_BOTH = "jax_sparse24_masked_compress_both"
 _T_MVUE = "jax_sparse24_mvue24_compress"
-_T_SOFT = "jax_sparse24_soft_threshold24_compress"
 _T_MASK_MANY = "jax_sparse24_masked_compress_many"
 _T_PACKED = "jax_sparse24_packed_compress"
+
+
+class _Layout(NamedTuple):
+    """An output layout of the compressors: the FFI handlers' name ``suffix``, the arrays of one operand
+    (CUTLASS's values and meta, or cuSPARSELt's one buffer: ``out_types(m, k, dtype)``) and the
+    operand's extra alignment ``(m, k)`` (None: CUTLASS's alone), named ``title`` in errors."""
+
+    suffix: str
+    out_types: Callable
+    align: tuple[int, int] | None
+    title: str
+
+
+def _cutlass_out_types(m: int, k: int, dtype):
+    values_shape, meta_shape = _spmm.cutlass_compressed_shapes(m, k, dtype)
+    return (jax.ShapeDtypeStruct(values_shape, dtype), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
+
+
+def _lt_out_types(m: int, k: int, dtype):
+    return (jax.ShapeDtypeStruct((lt_compressed_bytes(m, k),), jnp.uint8),)
+
+
+_LAYOUTS = {"cutlass": _Layout("", _cutlass_out_types, None, "CUTLASS"),
+            "cusparselt": _Layout("_lt", _lt_out_types, (64, 32), "cuSPARSELt")}
 #: Output layouts: CUTLASS's (values, meta) pair, or cuSPARSELt's single buffer (handler name + "_lt").
-LAYOUTS = ("cutlass", "cusparselt")
+LAYOUTS = tuple(_LAYOUTS)
 #: Outputs of :func:`masked_compress_many`: both operands (:func:`masked_compress_both`), or
 #: ``A = (x*mask).T`` / ``A = x*mask`` alone (:func:`masked_compress` with ``transposed=True`` / ``False``).
 DIRECTIONS = ("both", "transposed", "direct")
@@ -81,7 +101,7 @@ MAX_TENSORS_PER_LAUNCH = 64
 
 
 def _target(name: str, layout: str) -> str:
-    return name + "_lt" if layout == "cusparselt" else name
+    return name + _LAYOUTS[layout].suffix
 
 
 def _check_layout(layout, op: str) -> str:
@@ -115,9 +135,10 @@ def _reason(x, transposed: bool, layout: str = "cutlass") -> str | None:
         _spmm.cutlass_compressed_shapes(m, k, dtype)
     except ValueError as e:
         return f"the compressed operand A = {'x.T' if transposed else 'x'} (m={m}, k={k}): {e}"
-    if layout == "cusparselt" and (m % 64 or k % 32):
-        return (f"cuSPARSELt's layout of A = {'x.T' if transposed else 'x'} needs m % 64 == 0 and k % 32 == 0, "
-                f"got m={m}, k={k}")
+    align, title = _LAYOUTS[layout].align, _LAYOUTS[layout].title
+    if align is not None and (m % align[0] or k % align[1]):
+        return (f"{title}'s layout of A = {'x.T' if transposed else 'x'} needs m % {align[0]} == 0 and "
+                f"k % {align[1]} == 0, got m={m}, k={k}")
     return None
 
 
@@ -130,10 +151,7 @@ def compress_supports(x, *, transposed: bool = False, layout: str = "cutlass") -
 
 def _out_types(x, transposed: bool, layout: str = "cutlass"):
     m, k = _operand_shape(np.shape(x), transposed)
-    if layout == "cusparselt":
-        return (jax.ShapeDtypeStruct((lt_compressed_bytes(m, k),), jnp.uint8),)
-    values_shape, meta_shape = _spmm.cutlass_compressed_shapes(m, k, jnp.result_type(x))
-    return (jax.ShapeDtypeStruct(values_shape, jnp.result_type(x)), jax.ShapeDtypeStruct(meta_shape, jnp.uint8))
+    return _LAYOUTS[layout].out_types(m, k, jnp.result_type(x))
 
 
 def _check(x, transposed: bool, op: str, layout: str = "cutlass"):
@@ -145,7 +163,7 @@ def _check(x, transposed: bool, op: str, layout: str = "cutlass"):
 
 def _result(outs, layout: str):
     """(values, meta) for CUTLASS's layout; the one uint8 buffer for cuSPARSELt's."""
-    return outs[0] if layout == "cusparselt" else tuple(outs)
+    return tuple(outs) if len(outs) > 1 else outs[0]
 
 
 def _check_mask(mask, x, op: str):
@@ -157,28 +175,19 @@ def _check_mask(mask, x, op: str):
     return mask
 
 
-def prune24_compress(x, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``x * mask24(x)`` (2:4 magnitude prune along the compressed K axis) in one pass.
+def masked_compress(x, mask, *, transposed: bool = False, layout: str = "cutlass"):
+    """Compress ``x * mask`` (``mask`` 2:4 along the compressed axis) in one pass over ``x`` and ``mask``.
+
+    A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
 
     Args:
-      x: (R, C) bfloat16/float16.
-      transposed: compress ``A = pruned(x).T`` (groups along axis 0) instead of ``A = pruned(x)``.
+      x: (R, C) bfloat16/float16; ``mask`` its mask (bool, or nonzero = kept).
+      transposed: compress ``A = (x*mask).T`` (groups along axis 0) instead of ``A = x*mask``.
       layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
 
     Returns:
       ``(values, meta)`` of A (:func:`~jax_sparse24._src.cuda_spmm_ops.cutlass_compressed_shapes`), or
       for ``layout="cusparselt"`` one uint8 array of :func:`lt_compressed_bytes`.
-    """
-    x = _check(x, transposed, "prune24_compress", layout)
-    return _result(_ffi.ffi_call(_target(_T_PRUNE, layout), _out_types(x, transposed, layout), x,
-                                 transposed=np.int64(bool(transposed))), layout)
-
-
-def masked_compress(x, mask, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``x * mask`` (``mask`` 2:4 along the compressed axis) in one pass over ``x`` and ``mask``.
-
-    A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
-    Returns what :func:`prune24_compress` returns for ``layout``.
     """
     op = "masked_compress"
     x = _check(x, transposed, op, layout)
@@ -203,10 +212,8 @@ def masked_compress_both(x, mask, *, layout: str = "cutlass"):
     mask = _check_mask(mask, x, op)
     out_types = _out_types(x, True, layout) + _out_types(x, False, layout)
     outs = _ffi.ffi_call(_target(_T_MASK_BOTH, layout), out_types, x, mask)
-    if layout == "cusparselt":
-        return outs[0], outs[1]
-    vt, mt, vd, md = outs
-    return (vt, mt), (vd, md)
+    n = len(out_types) // 2  # arrays per operand
+    return _result(outs[:n], layout), _result(outs[n:], layout)
 
 
 def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cutlass"):
@@ -218,7 +225,7 @@ def packed_compress(values, bits, *, transposed: bool = False, layout: str = "cu
     its rows). Bit for bit ``masked_compress(*unpack24(values, bits), transposed=transposed,
     layout=layout)``: ``transposed=True`` gives ``A = Wᵀ`` (the forward GEMM's operand, groups along
     ``R``); ``False`` gives ``A = W``, whose groups run along ``C`` (the input gradient's: ``W`` needs
-    a transposable mask). Returns what :func:`prune24_compress` returns for ``layout``.
+    a transposable mask). Returns what :func:`masked_compress` returns for ``layout``.
     """
     op = "packed_compress"
     values, bits = jnp.asarray(values), jnp.asarray(bits)
@@ -250,27 +257,6 @@ def mvue24_compress(key, x, *, transposed: bool = True, layout: str = "cutlass")
     except ValueError as e:
         raise ValueError(str(e).replace("mvue24_cuda", op)) from None
     return _result(_ffi.ffi_call(_target(_T_MVUE, layout), _out_types(x, transposed, layout), words, x,
-                                 transposed=np.int64(bool(transposed))), layout)
-
-
-def soft_threshold24_compress(x, beta, *, transposed: bool = False, layout: str = "cutlass"):
-    """Compress ``β · soft_threshold24(x)`` (S-STE) in one pass.
-
-    Bit-identical to compressing ``(beta * soft_threshold24(x)[0].astype(float32)).astype(x.dtype)``
-    (the S-STE layer's weight): the soft threshold is rounded to x's dtype before the scale.
-
-    Args:
-      x: (R, C) bfloat16/float16 weight.
-      beta: float32 scalar (array; read on the device).
-      transposed: groups along axis 0 (``A = (β·S(x)).T``, e.g. W (I, O) -> forward operand).
-      layout: ``"cutlass"`` or ``"cusparselt"`` (module docstring).
-    """
-    op = "soft_threshold24_compress"
-    x = _check(x, transposed, op, layout)
-    if np.size(beta) != 1:
-        raise ValueError(f"{op}: beta must be a scalar, got shape {tuple(np.shape(beta))}")
-    beta = jnp.asarray(beta, jnp.float32).reshape(())
-    return _result(_ffi.ffi_call(_target(_T_SOFT, layout), _out_types(x, transposed, layout), x, beta,
                                  transposed=np.int64(bool(transposed))), layout)
 
 
@@ -351,7 +337,7 @@ def masked_compress_many(xs, masks, *, direction: str = "both", layout: str = "c
         flat = iter(_ffi.ffi_call(_target(_T_MASK_MANY, layout), out_types, *operands,
                                   direct=np.int64(direction != "transposed"),
                                   transposed=np.int64(direction != "direct")))
-        per_operand = 1 if layout == "cusparselt" else 2
+        per_operand = len(_out_types(part[0][0], True, layout))
         for _ in part:
             results = [_result([next(flat) for _ in range(per_operand)], layout) for _ in _direction_flags(direction)]
             out.append(tuple(results) if direction == "both" else results[0])

@@ -334,22 +334,16 @@ def cusparselt_plans():
     return list(_ffi.require_extension().cusparselt_plans())
 
 
-#: The fp8 plans' dtype code: float8_e4m3fn A and B, bfloat16 out (``xla_ffi/spmm_cusparselt.cu``).
-_FP8_CODE = 2
-
-
 def _code(dtype) -> int:
     d = jnp.dtype(dtype)
-    if d == jnp.dtype(jnp.float8_e4m3fn):
-        return _FP8_CODE
     if d not in _DTYPE_CODES:
-        raise ValueError(f"cusparselt: bfloat16, float16 and float8_e4m3fn only, got {d}")
+        raise ValueError(f"cusparselt: bfloat16 and float16 only, got {d}")
     return _DTYPE_CODES[d]
 
 
-def _check_dims(op, m, n, k, a_layout, b_layout, align=ALIGN):
-    if min(m, n, k) <= 0 or m % align or n % align or k % align:
-        raise ValueError(f"{op}: m, n, k must be positive multiples of {align}, got m={m}, n={n}, k={k}")
+def _check_dims(op, m, n, k, a_layout, b_layout):
+    if min(m, n, k) <= 0 or m % ALIGN or n % ALIGN or k % ALIGN:
+        raise ValueError(f"{op}: m, n, k must be positive multiples of {ALIGN}, got m={m}, n={n}, k={k}")
     if a_layout not in (A_MK, A_KM) or b_layout not in (B_NK, B_KN):
         raise ValueError(f"{op}: a_layout must be A_MK/A_KM and b_layout B_NK/B_KN, got {a_layout}, {b_layout}")
 
@@ -364,7 +358,7 @@ def cusparselt_compress(a, *, m: int, n: int, k: int, a_layout: int, b_layout: i
 
     Args:
       a: (m, k) for ``A_MK`` or (k, m) for ``A_KM``, bfloat16/float16, at most 2 nonzeros per group
-        of 4 along k; or float8_e4m3fn (m, k) with ``A_MK``, ``B_NK`` for :func:`cusparselt_spmm_fp8`.
+        of 4 along k.
       m, n, k, a_layout, b_layout: the plan (n and b_layout too: cuSPARSELt's compressed form belongs
         to a plan).
 
@@ -407,54 +401,6 @@ def cusparselt_spmm(compressed, b, *, m: int, n: int, k: int, a_layout: int, b_l
                          f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
     return _ffi.ffi_call("jax_sparse24_cusparselt_spmm", jax.ShapeDtypeStruct((n, m), dtype), compressed, b,
                          **_attrs(m, n, k, a_layout, b_layout))
-
-
-#: cuSPARSELt's 8-bit descriptors need rows, columns and leading dimensions in multiples of 32.
-FP8_ALIGN = 32
-
-#: How :func:`cusparselt_spmm_fp8` applies the scales (the extension's ``scale_mode``).
-FP8_SCALE_MODES = {"none": 0, "vector": 1}
-
-
-def cusparselt_spmm_fp8(compressed, b, alpha, *, m: int, n: int, k: int, scale_mode: str = "none"):
-    """``d (n, m) = (b (n, k) @ A.T) · alpha`` in bfloat16 with float8_e4m3fn operands: A (m, k) given by
-    :func:`cusparselt_compress` of its float8_e4m3fn values (``a_layout=A_MK, b_layout=B_NK``, the same
-    m, n, k), b (n, k) float8_e4m3fn, float32 accumulation.
-
-    Args:
-      alpha: float32 scalar (read on the device: the per-tensor ``s_a·s_b``); with
-        ``scale_mode="vector"`` also an (m,) vector, one factor per output column.
-      scale_mode: how alpha reaches the GEMM. ``"none"``: the GEMM writes the unscaled product in
-        bfloat16 and XLA multiplies by alpha after (two roundings; XLA may fuse the multiply into the
-        consumer); ``"vector"``: cuSPARSELt's alpha vector, which cuSPARSELt 0.8.0 and 0.8.1 refuse for
-        fp8 (CUSPARSE_STATUS_NOT_SUPPORTED, raised as an error). Its per-tensor A/B scale pointers are not
-        offered: 0.8.0 on the H100 accepted them and ignored the scales (``scripts/probe_fp8.py``).
-
-    An experimental path (``scripts/probe_fp8.py`` compares it with the CUTLASS fp8 GEMM); the fp8
-    layers use :func:`jax_sparse24._src.cuda_fp8_ops.cutlass_spmm_fp8`.
-    """
-    op = "cusparselt_spmm_fp8"
-    m, n, k = int(m), int(n), int(k)
-    _check_dims(op, m, n, k, A_MK, B_NK, align=FP8_ALIGN)
-    if scale_mode not in FP8_SCALE_MODES:
-        raise ValueError(f"{op}: scale_mode must be one of {sorted(FP8_SCALE_MODES)}, got {scale_mode!r}")
-    if tuple(np.shape(b)) != (n, k) or jnp.result_type(b) != jnp.float8_e4m3fn:
-        raise ValueError(f"{op}: `b` must be float8_e4m3fn of shape {(n, k)}, got {jnp.result_type(b)} {np.shape(b)}")
-    alpha = jnp.asarray(alpha)
-    shapes = ((), (m,)) if scale_mode == "vector" else ((),)
-    if alpha.dtype != jnp.float32 or alpha.shape not in shapes:
-        want = f"float32 scalar or ({m},) vector" if scale_mode == "vector" else "float32 scalar"
-        raise ValueError(f"{op}: `alpha` must be a {want} (scale_mode={scale_mode!r}), got {alpha.dtype} {alpha.shape}")
-    size = cusparselt_compressed_size(m, n, k, jnp.float8_e4m3fn, A_MK, B_NK)
-    if tuple(np.shape(compressed)) != (size,) or jnp.result_type(compressed) != jnp.uint8:
-        raise ValueError(f"{op}: `compressed` must be uint8 of shape ({size},) (cusparselt_compress of the same "
-                         f"plan), got {jnp.result_type(compressed)} {np.shape(compressed)}")
-    scales = jnp.broadcast_to(alpha, (m,)) if scale_mode == "vector" else jnp.ones((1,), jnp.float32)
-    d = _ffi.ffi_call("jax_sparse24_cusparselt_spmm_fp8", jax.ShapeDtypeStruct((n, m), jnp.bfloat16), compressed,
-                      b, scales, **_attrs(m, n, k, A_MK, B_NK), scale_mode=np.int64(FP8_SCALE_MODES[scale_mode]))
-    if scale_mode == "none":
-        d = (d.astype(jnp.float32) * alpha).astype(jnp.bfloat16)
-    return d
 
 
 #: The plans (m, n, k) on which :func:`fused_compress_ok` compares our compressor's bytes with

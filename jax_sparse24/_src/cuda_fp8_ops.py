@@ -1,7 +1,7 @@
 """The fp8 (float8_e4m3fn) 2:4 kernels (CUDA only): fused quantize + mask + compress, and the
 CUTLASS SM90 sparse fp8 GEMM.
 
-Math: :mod:`jax_sparse24._src.fp8` (the single definition). Formulation as for the 16-bit GEMM
+Math: :mod:`jax_sparse24._src.fp8_math` (the single definition). Formulation as for the 16-bit GEMM
 (:mod:`jax_sparse24._src.cuda_spmm_ops`)::
 
     d (N, M) = alpha · (b (N, K) @ A.T)      A (M, K) 2:4 along K, float8_e4m3fn, given compressed
@@ -41,7 +41,7 @@ import numpy as np
 from jax_sparse24._src import cuda_mask_ops, packed24
 from jax_sparse24._src import cuda_spmm_ops as _spmm
 from jax_sparse24._src import ffi as _ffi
-from jax_sparse24._src.fp8 import FP8_DTYPE, GEMM_OUT_DTYPE, check_scale
+from jax_sparse24._src.fp8_math import FP8_DTYPE, GEMM_OUT_DTYPE, check_scale
 
 __all__ = [
     "INPUT_DTYPES",
@@ -186,7 +186,7 @@ def fp8_masked_compress(x, mask, scale, *, transposed: bool = False):
       x: (R, C) bfloat16, float16 or float32.
       mask: (R, C) bool (or 0/1), 2:4 along the compressed axis (C, or R when ``transposed``).
         A group with more than two kept elements keeps its first two (not a 2:4 mask: undefined math).
-      scale: float32 scalar (array, read on the device): ``s`` of :func:`jax_sparse24._src.fp8.quantize`
+      scale: float32 scalar (array, read on the device): ``s`` of :func:`jax_sparse24._src.fp8_math.quantize`
         — the kernel multiplies by the correctly rounded float32 ``1/s``.
       transposed: False: ``A = q(x⊙mask)`` (M = R, K = C); True: ``A = q(x⊙mask).T`` (M = C, K = R),
         read in x's layout (e.g. ``W (I, O)`` -> the forward operand ``q(W̃)ᵀ``).
@@ -251,7 +251,7 @@ def fp8_mvue24_compress(key, g, scale):
       key: a single PRNG key (typed or raw uint32 key data).
       g: (R, C) bfloat16, float16 or float32; R % 32 == 0 and C % 8 == 0.
       scale: float32 scalar (array, read on the device). The sample's values reach up to twice
-        ``max |g|`` (:data:`jax_sparse24._src.fp8.MVUE_SCALE_FACTOR`); larger ones saturate at ±448.
+        ``max |g|`` (:data:`jax_sparse24._src.fp8_math.MVUE_SCALE_FACTOR`); larger ones saturate at ±448.
 
     Returns:
       ``(values, meta)``: values (C, R/2) float8_e4m3fn, meta uint8 of :func:`fp8_compressed_shapes` (C, R).
@@ -271,7 +271,7 @@ def fp8_mvue24_compress(key, g, scale):
 
 def fp8_quantize_transpose(x, scale):
     """``quantize(x, scale).T`` (C, R) float8_e4m3fn in one pass over ``x`` (R, C): bit-identical to
-    :func:`jax_sparse24._src.fp8.quantize` then a transpose.
+    :func:`jax_sparse24._src.fp8_math.quantize` then a transpose.
 
     Args:
       x: (R, C) bfloat16, float16 or float32; R % 16 == 0, C % 8 == 0, R <= :data:`QUANTIZE_TRANSPOSE_MAX_ROWS`.

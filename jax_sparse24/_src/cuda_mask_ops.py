@@ -23,9 +23,7 @@ from jax_sparse24._src import ffi
 
 __all__ = [
     "KERNEL_DTYPES",
-    "supports",
-    "supports_transposable",
-    "supports_mvue",
+    "dtype_supported",
     "mask24_cuda",
     "soft_threshold24_cuda",
     "transposable_mask24_cuda",
@@ -41,14 +39,15 @@ _TARGET_TRANSPOSABLE = "jax_sparse24_transposable_mask24"
 _TARGET_MVUE = "jax_sparse24_mvue24"
 
 
-def _dtype_ok(dtype) -> bool:
+def dtype_supported(dtype) -> bool:
+    """The element-wise kernels take ``dtype`` (:data:`KERNEL_DTYPES`); the shape rules are the wrappers' errors."""
     return jnp.dtype(dtype) in [jnp.dtype(d) for d in KERNEL_DTYPES]
 
 
 def _unsupported_reason(x, axis: int) -> str | None:
     shape = tuple(np.shape(x))
     dtype = jnp.result_type(x)
-    if not _dtype_ok(dtype):
+    if not dtype_supported(dtype):
         return f"x must be float32, bfloat16 or float16, got dtype {dtype} with shape {shape}"
     if len(shape) == 0:
         return "x must have at least 1 dimension, got a scalar"
@@ -62,26 +61,16 @@ def _unsupported_reason(x, axis: int) -> str | None:
     return None
 
 
-def supports(x, axis: int = -1) -> bool:
-    """True when the element-wise kernels (mask24, soft threshold, MVUE) handle ``x`` along ``axis``."""
-    return _unsupported_reason(x, axis) is None
-
-
 def _transposable_reason(x) -> str | None:
     shape = tuple(np.shape(x))
     dtype = jnp.result_type(x)
-    if not _dtype_ok(dtype):
+    if not dtype_supported(dtype):
         return f"x must be float32, bfloat16 or float16, got dtype {dtype} with shape {shape}"
     if len(shape) != 2:
         return f"x must have rank 2, got shape {shape}"
     if shape[0] % 4 or shape[1] % 4:
         return f"both dims must be divisible by 4 (4x4 blocks), got shape {shape}"
     return None
-
-
-def supports_transposable(x) -> bool:
-    """True when the transposable-mask kernel handles ``x`` (2-D, dims divisible by 4, f32/bf16/f16)."""
-    return _transposable_reason(x) is None
 
 
 def _key_words(key):
@@ -103,17 +92,6 @@ def _key_words(key):
             f"mvue24_cuda: a key must have 1 to 4 uint32 words (threefry: 2, rbg: 4), got {data.shape[0]}"
         )
     return data
-
-
-def supports_mvue(key, x, axis: int = -1) -> bool:
-    """True when the MVUE kernel handles ``(key, x, axis)``."""
-    if not supports(x, axis):
-        return False
-    try:
-        _key_words(key)
-    except (ValueError, TypeError):
-        return False
-    return True
 
 
 def _view3(shape, axis: int):

@@ -2,7 +2,7 @@
 
 The extension ``jax_sparse24._sparse24_ffi`` (built from ``xla_ffi/``) hands XLA FFI handlers to
 Python as capsules; they are registered for platform ``"CUDA"`` the first time they are needed.
-Every op has exactly one definition — the reference in ``reference.py`` — and, where a kernel
+Every op has exactly one definition — the reference in ``reference_ops.py`` — and, where a kernel
 exists, a CUDA lowering of the same math. :func:`per_platform` picks between them at lowering
 time with ``lax.platform_dependent``, so a jitted function lowers to the kernel on a GPU and to
 the reference on a CPU from the same trace.
@@ -26,8 +26,10 @@ __all__ = [
     "require_extension",
 ]
 
-#: Set to ``reference`` to never use the CUDA kernels (debugging, A/B comparisons).
+#: Set to :data:`KERNELS_OFF` to never use the CUDA kernels (debugging, A/B comparisons).
 BACKEND_ENV = "JAX_SPARSE24_BACKEND"
+#: The value of :data:`BACKEND_ENV` that turns the CUDA lowerings off: every op lowers to its reference.
+KERNELS_OFF = "reference"
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +74,7 @@ def _gpu_present() -> bool:
 
 def cuda_kernels_available() -> bool:
     """True when the extension is built, a CUDA device is visible and kernels are not disabled."""
-    if os.environ.get(BACKEND_ENV, "").lower() == "reference":
+    if os.environ.get(BACKEND_ENV, "").lower() == KERNELS_OFF:
         return False
     return _gpu_present() and extension() is not None
 

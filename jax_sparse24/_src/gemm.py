@@ -13,8 +13,8 @@ This module runs the GEMMs: which backend each runs is decided by the planner
 (:func:`jax_sparse24._src.autotune.resolve`, :func:`~jax_sparse24._src.autotune.weight_grad_path`), and
 the chosen backend object (:mod:`jax_sparse24._src.backends`) gives the CUDA lowering; GEMMs on a weight
 compressed once for many calls are in :mod:`jax_sparse24._src.prepared_weight`. Each GEMM is one
-custom-partitioned op (:func:`jax_sparse24._src.sharding.partitioned_gemm`, rule
-:func:`~jax_sparse24._src.sharding.gemm_rule`): under ``jit`` + ``NamedSharding`` it runs on the local
+custom-partitioned op (:func:`jax_sparse24._src.partitioning.partitioned_gemm`, rule
+:func:`~jax_sparse24._src.partitioning.gemm_rule`): under ``jit`` + ``NamedSharding`` it runs on the local
 shards (local shapes, so the backend choice and any compression are per shard) with a ``psum`` over a
 sharded contraction axis, instead of having its operands all-gathered.
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, backends, cuda_mask_ops, ffi, ops, packed24, reference, sharding
+from jax_sparse24._src import autotune, cuda_mask_ops, ffi, ops, packed24, reference_ops, partitioning
 from jax_sparse24._src.backends import DENSE, Backend, bool_mask, masked_weight
 from jax_sparse24._src.backends import pad_rows as _pad_rows
 
@@ -73,7 +73,7 @@ def _weight_gemm(chosen: Backend, b2, w, mask, dense, *, m: int, n: int, k: int,
     return ffi.per_platform(dense3, sparse, b2, a, b, barrier=True)
 
 
-@sharding.partitioned_gemm("forward", packed_weight=True)
+@partitioning.partitioned_gemm("forward", packed_weight=True)
 def forward(x2, w, mask, *, backend: str, precision=None):
     dtype = jnp.result_type(x2, w.dtype)
     x2 = x2.astype(dtype)
@@ -87,7 +87,7 @@ def forward(x2, w, mask, *, backend: str, precision=None):
     return _weight_gemm(chosen, x2, w, mask, dense, m=o, n=t, k=i, transposed=True, dtype=dtype)
 
 
-@sharding.partitioned_gemm("input_grad", packed_weight=True)
+@partitioning.partitioned_gemm("input_grad", packed_weight=True)
 def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None):
     dtype = jnp.result_type(g2, w.dtype)
     g2 = g2.astype(dtype)
@@ -102,7 +102,7 @@ def input_grad(g2, w, mask, *, transposable: bool, backend: str, precision=None)
     return _weight_gemm(chosen, g2, w, mask, dense, m=i, n=t, k=o, transposed=False, dtype=dtype)
 
 
-@sharding.partitioned_gemm("weight_grad")
+@partitioning.partitioned_gemm("weight_grad")
 def weight_grad(x2, g2, *, backend: str, precision=None):
     # Dense GEMM (xᵀ·G): the sparse weight-gradient GEMM needs a fused MVUE+compress kernel.
     dtype = jnp.result_type(x2, g2)
@@ -124,7 +124,7 @@ _WGRAD_TOKEN_ALIGN = autotune.WGRAD_TOKEN_ALIGN
 def _mvue_weight_grad_reference(key, x2, g2, precision):
     """``xᵀ·MVUE(∇y)`` in plain jnp (tokens padded to a multiple of 4 with zero rows)."""
     xp, gp = _pad_rows(x2, 4), _pad_rows(g2, 4)
-    return _dot(xp.T, reference.mvue24(key, gp, axis=0), precision)
+    return _dot(xp.T, reference_ops.mvue24(key, gp, axis=0), precision)
 
 
 def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
@@ -149,9 +149,9 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
     t, i = x2.shape
     o = g2.shape[1]
     path = autotune.weight_grad_path(backend, o, i, t, dtype)
-    if path == "exact":
-        return weight_grad(x2, g2, backend=DENSE.name, precision=precision)
-    chosen = backends.get(path)
+    if not path.mvue:
+        return weight_grad(x2, g2, backend=path.backend.name, precision=precision)
+    chosen = path.backend
     if not chosen.sparse:
         gs = ops.mvue24(key, _pad_rows(g2, 4), axis=0)
         return weight_grad(_pad_rows(x2, 4), gs, backend=backend, precision=precision)
@@ -174,14 +174,14 @@ def weight_grad_mvue(key, x2, g2, *, backend: str, precision=None):
 
         cuda_fn = (chosen.mvue_weight_grad(o=o, i=i, tl=tl, tokens=tlp, align=_WGRAD_TOKEN_ALIGN, dtype=dtype,
                                            config=-1 if cfg is None else cfg[1])
-                   if chosen.supports_weight_grad(o, i, tlp, dtype) else mvue_dense)
+                   if chosen.supports(o, i, tlp, dtype, gemm="weight_grad") else mvue_dense)
         return ffi.per_platform(reference_fn, cuda_fn, key, x2, g2)
 
     # Partitioned like the dense weight gradient (tokens contracted: psum over a sharded token axis),
-    # with the key folded with the index of the token shard as the MVUE op does (sharding.mvue_rule),
+    # with the key folded with the index of the token shard as the MVUE op does (partitioning.mvue_rule),
     # so every shard draws its own sample — the same draws as the unfused path.
     typed = jnp.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
     kdims = () if typed else tuple(f"k{j}" for j in range(jnp.ndim(key)))
-    rule = sharding.Rule("sparse24 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o")), (("i", "o"),),
+    rule = partitioning.Rule("sparse24 weight-gradient GEMM (MVUE)", (kdims, ("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", 4),), replicated=kdims, fold_key=(0, 2))
-    return sharding.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)
+    return partitioning.partitioned(rule, local, reference_fn=reference_fn)(key, x2, g2)

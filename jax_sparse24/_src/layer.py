@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_sparse24._src import ops
-from jax_sparse24._src import reference
-from jax_sparse24._src import fp8 as fp8_math
-from jax_sparse24._src.linear import BACKENDS, fp8_dense_linear, sparse24_linear
+from jax_sparse24._src import autotune, ops
+from jax_sparse24._src import reference_ops
+from jax_sparse24._src import fp8_math
+from jax_sparse24._src.linear import fp8_dense_linear, sparse24_linear
 
 #: Training methods of the sparse layers.
 METHODS = ("srste", "ste", "soft", "dense")
@@ -31,13 +31,9 @@ def check_config(owner: str, method: str, backend: str, fp8: bool = False, fp8_s
     ``amax_history_length``."""
     if method not in METHODS:
         raise ValueError(f"{owner}: method must be one of {METHODS}, got {method!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"{owner}: backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fp8, (bool, np.bool_)):
         raise ValueError(f"{owner}: fp8 must be a Python bool, got {fp8!r}")
-    if fp8 and backend == "cusparselt":
-        raise ValueError(f"{owner}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', 'cutlass', "
-                         "'dense' or 'reference'")
+    autotune.check_request(backend, owner, fp8=bool(fp8))
     if fp8_scaling not in fp8_math.SCALINGS:
         raise ValueError(f"{owner}: fp8_scaling must be one of {fp8_math.SCALINGS}, got {fp8_scaling!r}")
     if fp8_scaling == "delayed" and not fp8:
@@ -58,7 +54,7 @@ def init_mask(kernel, transposable: bool):
 
 def init_beta(kernel):
     """The frozen S-STE scale β of an ``(in, out)`` kernel (``soft``)."""
-    return reference.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
+    return reference_ops.soft_threshold_beta(kernel, axis=0).astype(jnp.float32)
 
 
 def soft_weight(w, beta):

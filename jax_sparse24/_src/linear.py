@@ -14,7 +14,7 @@ sparse CUDA kernel or a dense GEMM on the masked weight of the backend object th
 (:func:`jax_sparse24._src.autotune.resolve`, per requested backend and shape; the backends are in
 :mod:`jax_sparse24._src.backends`); on a CPU they are dense ``jnp.dot``. With ``fp8=True`` the forward,
 the input gradient and a sparse (MVUE) weight gradient are :mod:`jax_sparse24._src.fp8_gemm`'s
-(float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8`).
+(float8_e4m3fn operands with per-tensor current scaling, math in :mod:`jax_sparse24._src.fp8_math`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from jax_sparse24._src import autotune, fp8_gemm, gemm, prepared_weight
-from jax_sparse24._src import fp8 as fp8_math
-from jax_sparse24._src import sharding
+from jax_sparse24._src import fp8_math
+from jax_sparse24._src import partitioning
 from jax_sparse24._src.remat import CHECKPOINT_NAME
 from jax_sparse24._src import validation as v
 
@@ -132,7 +132,7 @@ def _linear_bwd(cfg: _Config, res, g):
         amaxes = dict(amaxes, output_grad=fp8_math.amax(g2.astype(jnp.result_type(g2, w))))
         new_meta = fp8_math.meta_update(meta, {"input": s_x, "kernel": s_w, "output_grad": s_g}, amaxes)
     # with Explicit mesh axes the cotangents must carry their primals' shardings
-    dx, dw, db = (sharding.like_primal(c, p) for c, p in ((dx, x), (dw, w), (db, bias)))
+    dx, dw, db = (partitioning.like_primal(c, p) for c, p in ((dx, x), (dw, w), (db, bias)))
     return dx, dw, None, db, None, None, new_meta
 
 
@@ -169,7 +169,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         those two GEMMs. It must come from the *current* ``w`` and ``mask`` (prepare once per
         optimizer step, reuse across the micro-batches of that step); gradients still reach ``w``.
         Not with ``fp8=True`` (ValueError).
-      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8.md): ``x``, ``∇y``
+      fp8: run the forward and input-gradient GEMMs in float8_e4m3fn (docs/fp8_math.md): ``x``, ``∇y``
         and ``W̃ = w ⊙ mask`` quantized with per-tensor current scaling (``s = amax/448``), float32
         accumulation, the scales applied to the accumulator, the GEMM result rounded to bfloat16
         and cast to the compute dtype. On a GPU with the fp8 kernels: the sparse fp8 kernel where
@@ -182,7 +182,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         ``backend``: ``auto``/``cutlass`` as above (``cutlass`` raises where the fp8 kernel cannot
         run), ``dense``/``reference``: XLA's fp8 math (with a key the fp8 MVUE gradient too),
         ``cusparselt``: ValueError. The bias and the straight-through to ``w`` are as without ``fp8``.
-      fp8_meta: with ``fp8=True``, delayed scaling instead of current scaling (docs/fp8.md): the
+      fp8_meta: with ``fp8=True``, delayed scaling instead of current scaling (docs/fp8_math.md): the
         layer's state ``{input,kernel,output_grad}_{scale,amax_history}`` (:func:`jax_sparse24.fp8.init_meta`,
         Flax's fp8 names). ``x``, ``W̃`` and ``∇y`` are quantized with the scales of their amax
         histories, and the *gradient* with respect to ``fp8_meta`` is its new value (the scales used,
@@ -194,7 +194,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         over the mask and a host callback that fails the computation with the same message
         (``jax.errors.JaxRuntimeError``) — no result is returned from a wrong mask. Masks the
         library makes inside a model (``Sparse24Dense``, ``Sparse24Linear``: their ``sparsity``
-        collection, refreshed by :func:`jax_sparse24.nn.refresh_masks`) are trusted and not
+        collection, refreshed by :func:`jax_sparse24.masks.refresh_masks`) are trusted and not
         rechecked. The callback costs a host round trip per call on a GPU (on an H200, the
         ``value_and_grad`` of 12 GPT-2-sized FFN layers ran 2.2x slower with it, of 8 LLaMA-1B-sized
         ones 1.4x: ``benchmarks/bench_mask_check.py``); ``"nan"`` checks a traced mask on the device
@@ -218,10 +218,9 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
     _check_linear_args(op, x, w, bias)
     v.check_divisible(w, 0, 4, op, what="w axis (in)")
     v.check_same_shape(w, mask, op, ("w", "mask"))
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(fp8, (bool, np.bool_)):
         raise ValueError(f"{op}: fp8 must be a Python bool, got {fp8!r}")
+    autotune.check_request(backend, op, fp8=bool(fp8))
     if fp8_meta is not None:
         if not fp8:
             raise ValueError(f"{op}: fp8_meta (delayed scaling) needs fp8=True")
@@ -230,9 +229,6 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         if prepared is not None:
             raise ValueError(f"{op}: fp8=True does not take prepared= weights in this version (the fp8 weight "
                              "operand is quantized and compressed on every call); pass prepared=None")
-        if backend == "cusparselt":
-            raise ValueError(f"{op}: fp8=True has no cuSPARSELt path in this version; use backend 'auto', "
-                             "'cutlass', 'dense' or 'reference'")
     if not (isinstance(check_mask, (bool, np.bool_)) or (isinstance(check_mask, str) and check_mask == "nan")):
         raise ValueError(f"{op}: check_mask must be True, False or 'nan', got {check_mask!r}")
     if transposable is None:
@@ -251,7 +247,7 @@ def sparse24_linear(x, w, mask, bias=None, *, key=None, backend: str = "auto", p
         _check_meta_outside_shard_map(op)
     # Inside shard_map: operands varying over different mesh axes (x over data, w over model)
     # are cast to the union first, so the custom_vjp's cotangents match their primals.
-    x, w, mask, bias = sharding.vary_to_union(x, w, mask, bias)
+    x, w, mask, bias = partitioning.vary_to_union(x, w, mask, bias)
     y = _linear(x, w, mask, bias, key, prepared, fp8_meta, cfg)
     return y if bad is None else jnp.where(bad, jnp.asarray(jnp.nan, y.dtype), y)
 
@@ -282,7 +278,7 @@ def _check_meta_outside_shard_map(op: str) -> None:
     ``NamedSharding`` XLA reduces across the shards, but inside ``shard_map`` each shard would record
     its own amax and JAX would sum the replicated state's per-shard "gradients". The mesh's manual
     axes say so with or without ``check_vma`` (the operands' varying axes only with it)."""
-    axes = sharding.manual_axes()
+    axes = partitioning.manual_axes()
     if axes:
         raise ValueError(f"{op}: fp8_meta (delayed scaling) is not supported inside shard_map (manual mesh axes "
                          f"{sorted(axes)}): use jit with NamedSharding, or current scaling (fp8_meta=None)")
@@ -304,7 +300,7 @@ def fp8_dense_linear(x, w, bias=None, *, precision=None, fp8_meta: dict | None =
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     ones = jnp.ones(np.shape(w), jnp.bool_)
-    x, w, ones, bias = sharding.vary_to_union(x, w, ones, bias)
+    x, w, ones, bias = partitioning.vary_to_union(x, w, ones, bias)
     return _linear(x, w, ones, bias, None, None, fp8_meta, _Config("dense", precision, False, True))
 
 
@@ -367,15 +363,14 @@ def prepare_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", t
 def plan_weight(w, mask, *, tokens: int, dtype=None, backend: str = "auto", transposable: bool | None = None,
                 reuse: int = 1, batched: bool = False, check_mask: bool = True) -> prepared_weight.WeightPlan:
     """:func:`prepare_weight`'s argument checks and plan, without the work: the plans of many weights
-    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``nn.prepare``;
+    run together with :func:`jax_sparse24._src.prepared_weight.prepare_many` (``preparation.prepare``;
     ``batched``: plan for that batched preparation's lower cost per weight)."""
     op = "prepare_weight"
     v.check_float(w, "w", op)
     v.check_rank(w, 2, op, "w")
     v.check_divisible(w, 0, 4, op, what="w axis (in)")
     v.check_same_shape(w, mask, op, ("w", "mask"))
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    autotune.check_request(backend, op)
     v.check_positive_int(tokens, "tokens", op)
     v.check_positive_int(reuse, "reuse", op)
     dtype = jnp.dtype(jnp.result_type(w) if dtype is None else dtype)
@@ -414,13 +409,13 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
       mvue: whether a ``key`` is passed (the MVUE weight gradient); without one it is exact dense.
       reuse: plan for a :func:`prepare_weight` shared by ``reuse`` calls (its preparation paid
         once); ``None``: the weight compressed on every call.
-      batched: with ``reuse``: the preparation runs batched with the other layers' (``nn.prepare``'s
+      batched: with ``reuse``: the preparation runs batched with the other layers' (``preparation.prepare``'s
         default on one device), which costs less per weight
         (:data:`~jax_sparse24._src.autotune.PREPARE_COST_SHARE`).
       fp8: plan the fp8 GEMMs (``sparse24_linear(..., fp8=True)``): forward and input gradient are
         then ``"cutlass (fp8)"`` (the sparse fp8 kernel) or ``"xla (fp8)"`` (XLA's fp8 dot); the
         weight gradient ``"cutlass (fp8, MVUE)"``, ``"xla (fp8, MVUE)"`` or one of the 16-bit
-        labels below (:func:`jax_sparse24._src.fp8_gemm.plan_weight_grad`).
+        labels below (:func:`jax_sparse24._src.autotune.fp8_weight_grad_backend`).
 
     Returns:
       ``{"forward": k, "input_grad": k, "weight_grad": k}`` with ``k`` one of ``"cutlass"``,
@@ -433,8 +428,7 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
     ['forward', 'input_grad', 'weight_grad']
     """
     op = "linear_plan"
-    if backend not in BACKENDS:
-        raise ValueError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    autotune.check_request(backend, op)
     for name, n in (("tokens", tokens), ("features_in", features_in), ("features_out", features_out)):
         v.check_positive_int(n, name, op)
     v.check_positive_int(reuse, "reuse", op, allow_none=True)
@@ -451,12 +445,11 @@ def linear_plan(tokens: int, features_in: int, features_out: int, dtype=jnp.bflo
         forward, input_grad = autotune.weight_gemms_plan(backend, t, i, o, dtype, transposable=transposable,
                                                          reuse=None if reuse is None else int(reuse),
                                                          batched=bool(batched))
-    fp8_wgrad = fp8_gemm.plan_weight_grad(backend, t, i, o, dtype, mvue=mvue) if fp8 else "16-bit"
-    if fp8_wgrad != "16-bit":
-        weight_grad = {"mvue": "xla (fp8, MVUE)", "cutlass": "cutlass (fp8, MVUE)"}[fp8_wgrad]
+    fp8_wgrad = autotune.fp8_weight_grad_backend(backend, t, i, o, dtype, mvue=mvue) if fp8 else None
+    if fp8_wgrad is not None:
+        weight_grad = f"{fp8_wgrad.fp8_label} (fp8, MVUE)"
     elif not mvue:
-        weight_grad = "reference" if backend == "reference" else "dense (exact)"
+        weight_grad = autotune.exact_weight_grad_label(backend)
     else:
-        path = autotune.weight_grad_path(backend, o, i, t, dtype)
-        weight_grad = "dense (exact)" if path == "exact" else f"{path} (MVUE)"
+        weight_grad = autotune.weight_grad_path(backend, o, i, t, dtype).label
     return {"forward": forward, "input_grad": input_grad, "weight_grad": weight_grad}

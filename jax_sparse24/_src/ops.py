@@ -1,4 +1,4 @@
-"""Public 2:4 ops: one definition (``reference.py``), two lowerings.
+"""Public 2:4 ops: one definition (``reference_ops.py``), two lowerings.
 
 Each op validates its arguments at trace time (through the reference's checks), then lowers to
 the CUDA kernel on a GPU when the extension is built and the kernel supports the arguments, and
@@ -13,7 +13,7 @@ default) but emits a ``FutureWarning``; a future version will require ``axis``.
 NaN, ±inf, ±0, subnormals and ties are handled by one rule in every mask function and CUDA kernel:
 a non-finite element ranks above every finite one (NaN above inf) and so is always kept, surfacing a
 diverging weight instead of hiding it; ``-0 == +0``; ties go to the lower index. The details per op
-are in :mod:`jax_sparse24._src.reference` (module docstring) and docs/special_values.md.
+are in :mod:`jax_sparse24._src.reference_ops` (module docstring) and docs/special_values.md.
 """
 
 from __future__ import annotations
@@ -23,20 +23,13 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from jax_sparse24._src import cuda_mask_ops, ffi, reference, sharding, validation
+from jax_sparse24._src import cuda_mask_ops, ffi, reference_ops, partitioning, validation
 
 __all__ = ["nm_mask", "mask24", "transposable_mask24", "soft_threshold24", "mvue24", "flip_rate"]
 
-_KERNEL_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
-
-
-def _kernel_dtype_ok(x) -> bool:
-    return jnp.result_type(x) in [jnp.dtype(d) for d in _KERNEL_DTYPES]
-
-
 def _kernel(name: str, x, **kwargs):
     """``cuda_mask_ops.<name>`` bound to ``kwargs``, or None where no kernel applies to ``x``."""
-    if not ffi.cuda_kernels_available() or not _kernel_dtype_ok(x):
+    if not ffi.cuda_kernels_available() or not cuda_mask_ops.dtype_supported(jnp.result_type(x)):
         return None
     return functools.partial(getattr(cuda_mask_ops, name), **kwargs)
 
@@ -66,12 +59,12 @@ def nm_mask(x, n: int, m: int, axis: int | None = None):
     >>> s24.nm_mask(jnp.array([1., -4., 2., 3., 0., 0., 5., 1.]), 1, 4)
     Array([False,  True, False, False, False, False,  True, False], dtype=bool)
     """
-    x = reference.as_array(x, "x", "nm_mask")
+    x = reference_ops.as_array(x, "x", "nm_mask")
     validation.check_float(x, "x", "nm_mask")
-    axis = reference.resolve_axis(x, axis, "nm_mask")
+    axis = reference_ops.resolve_axis(x, axis, "nm_mask")
     if (n, m) == (2, 4):
         return mask24(x, axis)
-    return reference.nm_mask(x, n, m, axis)
+    return reference_ops.nm_mask(x, n, m, axis)
 
 
 def mask24(x, axis: int | None = None):
@@ -87,13 +80,13 @@ def mask24(x, axis: int | None = None):
     >>> s24.mask24(jnp.array([1.0, jnp.nan, 3.0, 0.0]))  # 1-D: axis 0; NaN is kept
     Array([False,  True,  True, False], dtype=bool)
     """
-    x = reference.as_array(x, "x", "mask24")
-    axis = reference.resolve_axis(x, axis, "mask24")
+    x = reference_ops.as_array(x, "x", "mask24")
+    axis = reference_ops.resolve_axis(x, axis, "mask24")
     # Validates (trace time) and defines the op; the kernel must match it exactly.
-    ref = lambda x: reference.mask24(x, axis)  # noqa: E731
-    sharding.eval_shape(ref, x)
+    ref = lambda x: reference_ops.mask24(x, axis)  # noqa: E731
+    partitioning.eval_shape(ref, x)
     kernel = _kernel("mask24_cuda", x, axis=axis)
-    return sharding.per_platform(sharding.grouped_rule("mask24", np.ndim(x), axis), ref, kernel, jnp.asarray(x))
+    return partitioning.partitioned_per_platform(partitioning.grouped_rule("mask24", np.ndim(x), axis), ref, kernel, jnp.asarray(x))
 
 
 def transposable_mask24(x):
@@ -116,10 +109,10 @@ def transposable_mask24(x):
     >>> int(m.sum(0).max()), int(m.sum(1).max())
     (4, 4)
     """
-    x = reference.as_array(x, "x", "transposable_mask24")
-    sharding.eval_shape(reference.transposable_mask24, x)
+    x = reference_ops.as_array(x, "x", "transposable_mask24")
+    partitioning.eval_shape(reference_ops.transposable_mask24, x)
     kernel = _kernel("transposable_mask24_cuda", x)
-    return sharding.per_platform(sharding.transposable_rule(), reference.transposable_mask24, kernel, jnp.asarray(x))
+    return partitioning.partitioned_per_platform(partitioning.transposable_rule(), reference_ops.transposable_mask24, kernel, jnp.asarray(x))
 
 
 def soft_threshold24(x, axis: int | None = None):
@@ -139,13 +132,13 @@ def soft_threshold24(x, axis: int | None = None):
     >>> y
     Array([ 0. , -2.5,  1.5,  0. ], dtype=float32)
     """
-    x = reference.as_array(x, "x", "soft_threshold24")
-    axis = reference.resolve_axis(x, axis, "soft_threshold24")
-    ref = lambda x: reference.soft_threshold24(x, axis)  # noqa: E731
-    sharding.eval_shape(ref, x)
+    x = reference_ops.as_array(x, "x", "soft_threshold24")
+    axis = reference_ops.resolve_axis(x, axis, "soft_threshold24")
+    ref = lambda x: reference_ops.soft_threshold24(x, axis)  # noqa: E731
+    partitioning.eval_shape(ref, x)
     kernel = _kernel("soft_threshold24_cuda", x, axis=axis)
-    rule = sharding.grouped_rule("soft_threshold24", np.ndim(x), axis, n_results=2)
-    return sharding.per_platform(rule, ref, kernel, jnp.asarray(x))
+    rule = partitioning.grouped_rule("soft_threshold24", np.ndim(x), axis, n_results=2)
+    return partitioning.partitioned_per_platform(rule, ref, kernel, jnp.asarray(x))
 
 
 def mvue24(key, x, axis: int = -1):
@@ -167,11 +160,11 @@ def mvue24(key, x, axis: int = -1):
     >>> int((y != 0).sum())
     4
     """
-    x = reference.as_array(x, "x", "mvue24")
-    ref = lambda k, x: reference.mvue24(k, x, axis)  # noqa: E731
-    sharding.eval_shape(ref, key, x)
+    x = reference_ops.as_array(x, "x", "mvue24")
+    ref = lambda k, x: reference_ops.mvue24(k, x, axis)  # noqa: E731
+    partitioning.eval_shape(ref, key, x)
     kernel = _kernel("mvue24_cuda", x, axis=axis)
-    return sharding.per_platform(sharding.mvue_rule(key, np.ndim(x), axis), ref, kernel, key, jnp.asarray(x))
+    return partitioning.partitioned_per_platform(partitioning.mvue_rule(key, np.ndim(x), axis), ref, kernel, key, jnp.asarray(x))
 
 
 def flip_rate(old_mask, new_mask):
@@ -181,4 +174,4 @@ def flip_rate(old_mask, new_mask):
     >>> float(s24.flip_rate(jnp.array([True, False, True, False]), jnp.array([True, True, False, False])))
     0.5
     """
-    return reference.flip_rate(old_mask, new_mask)
+    return reference_ops.flip_rate(old_mask, new_mask)

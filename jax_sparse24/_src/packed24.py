@@ -13,7 +13,7 @@ That is 0.5625 of the bfloat16 weight's bytes, against 1.5 for the weight plus a
 each into one pass) and work on any block of rows that is a multiple of 8: a device packs its own
 shard, and the shards' packed arrays concatenate along ``I`` or ``O`` into the packed whole weight —
 which is how the sharding rules gather an FSDP-sharded 2:4 weight
-(:func:`jax_sparse24._src.sharding.weight_gather`). The gathered weight reaches the GEMMs still packed
+(:func:`jax_sparse24._src.partitioning.weight_gather`). The gathered weight reaches the GEMMs still packed
 (:class:`Packed24`): the CUDA compressor reads the encoding directly
 (:func:`~jax_sparse24._src.cuda_compress_ops.packed_compress`), so the weight is never unpacked in memory
 on the way to a sparse GEMM.
@@ -114,7 +114,7 @@ def unpacked_weight(values, bits):
 class Packed24:
     """A 2:4 weight ``w ⊙ mask`` held as :func:`pack24`'s ``(values, bits)``, with the unpacked weight's
     ``shape`` and ``dtype``: what an FSDP-gathered weight is when it reaches a GEMM that takes it packed
-    (``Rule.packed_weight`` in :mod:`jax_sparse24._src.sharding`). A pytree of its two arrays."""
+    (``Rule.packed_weight`` in :mod:`jax_sparse24._src.partitioning`). A pytree of its two arrays."""
 
     def __init__(self, values, bits):
         self.values, self.bits = values, bits

@@ -20,49 +20,43 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jax_sparse24._src import autotune, ffi, sharding
+from jax_sparse24._src import autotune, backends, ffi, partitioning
 from jax_sparse24._src import cuda_compress_ops as cc
-from jax_sparse24._src.backends import CUSPARSELT, CUTLASS, Backend, bool_mask, masked_weight
+from jax_sparse24._src.backends import Backend, bool_mask, masked_weight, operand_mk
 
 __all__ = ["PREPARED_KEYS", "WeightPlan", "plan", "prepare", "prepare_many", "prepared_backend", "check_prepared",
            "forward_prepared", "input_grad_prepared"]
 
 #: Keys of a prepared weight (a dict): ``"forward"`` / ``"input_grad"`` hold the compressed operand
-#: (W̃ᵀ, W̃) when that GEMM runs sparse — ``{"values", "meta"}`` for CUTLASS, ``{"cusparselt"}`` (one
-#: uint8 buffer, A stored (M, K)) for cuSPARSELt; ``"masked"`` holds W̃ when a GEMM runs dense.
+#: (W̃ᵀ, W̃) when that GEMM runs sparse — a dict of its backend's ``operand_keys``: ``{"values", "meta"}``
+#: for CUTLASS, ``{"cusparselt"}`` (one uint8 buffer, A stored (M, K)) for cuSPARSELt; ``"masked"``
+#: holds W̃ when a GEMM runs dense.
 PREPARED_KEYS = ("forward", "input_grad", "masked")
-#: The backends with prepared operands, by name: each operand is a dict of its ``operand_keys``.
-_PREPARABLE = {b.name: b for b in (CUTLASS, CUSPARSELT)}
-_OPERAND_KEYS = {name: b.operand_keys for name, b in _PREPARABLE.items()}
-
-
-def _mk_of(name: str, i: int, o: int) -> tuple[int, int]:
-    """(M, K) of a weight GEMM's 2:4 operand: forward A = W̃ᵀ (O, I), input gradient A = W̃ (I, O)."""
-    return (o, i) if name == "forward" else (i, o)
 
 
 class WeightPlan(NamedTuple):
     """The weight work of one layer, decided at trace time (:func:`plan`) and run by :func:`prepare_many`.
 
-    ``cutlass`` / ``cusparselt``: the GEMMs (``"forward"``, ``"input_grad"``) whose 2:4 operand is
-    prepared in that backend's format; W̃ itself is kept when fewer than two are.
+    ``operands``: ``(backend, names)`` per backend with prepared operands, the GEMMs (``"forward"``,
+    ``"input_grad"``) whose 2:4 operand is prepared in its format; W̃ itself is kept when fewer than
+    two are.
     """
 
     wc: Any  # w in the compute dtype
     mk: Any  # the bool mask
     dtype: Any
     tokens: int
-    cutlass: tuple
-    cusparselt: tuple
+    operands: tuple
 
 
 class _Unit(NamedTuple):
-    """One compression of a plan: ``layout`` ``"cutlass"`` or ``"cusparselt"`` (our fused compressor,
-    groupable across layers by ``direction``) or ``"library"`` (``cusparseLtSpMMACompress`` of one
-    GEMM's operand, per layer); ``shapes``: its flat outputs (per name: values, meta / one buffer)."""
+    """One :class:`~jax_sparse24._src.backends.base.Compression` of a plan: ``layout`` a fused
+    compressor's (groupable across layers by ``direction``) or None (``backend.library_compress`` of
+    one GEMM's operand, per layer); ``shapes``: its flat outputs (per name, the backend's operand arrays)."""
 
     plan: int
-    layout: str
+    backend: Backend
+    layout: str | None
     direction: str | None
     names: tuple
     shapes: tuple
@@ -73,12 +67,14 @@ def plan(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, reuse
     """Which operands the prepared weight of ``w ⊙ mask`` holds (the GEMMs' plan; ``batched``: it will
     be prepared together with other layers); nothing computed yet."""
     i, o = w.shape
-    fwd, dx = autotune.weight_gemms_plan(backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse,
-                                         batched=batched)
-    kinds = {"forward": fwd, "input_grad": dx}
+    chosen = dict(zip(("forward", "input_grad"), autotune.weight_gemms_backends(
+        backend, tokens, i, o, dtype, transposable=transposable, reuse=reuse, batched=batched)))
+    operands = {}
+    for name, b in chosen.items():
+        if b.operand_keys:
+            operands.setdefault(b, []).append(name)
     return WeightPlan(jnp.asarray(w).astype(dtype), bool_mask(mask), jnp.dtype(dtype), int(tokens),
-                      tuple(n for n, kd in kinds.items() if kd == CUTLASS.name),
-                      tuple(n for n, kd in kinds.items() if kd == CUSPARSELT.name))
+                      tuple((b, tuple(names)) for b, names in operands.items()))
 
 
 def _direction(names) -> str:
@@ -89,46 +85,21 @@ def _direction(names) -> str:
 
 
 def _units(index: int, p: WeightPlan) -> list[_Unit]:
-    """The compressions of plan ``p``: one pass over W for CUTLASS's operands; for cuSPARSELt's, one
-    pass where our fused compressor writes every operand (its layout check passes: bfloat16), else
-    one per GEMM (fused, or the library's compressor on the masked weight)."""
+    """The compressions of plan ``p``, as each backend does them (:meth:`~jax_sparse24._src.backends.base.Backend.compressions`)."""
     i, o = p.wc.shape
-    units = []
-    if p.cutlass:
-        shapes = [sd for n in p.cutlass for sd in CUTLASS.operand_shapes(*_mk_of(n, i, o), p.tokens, p.dtype)]
-        units.append(_Unit(index, CUTLASS.name, _direction(p.cutlass), p.cutlass, tuple(shapes)))
-    if p.cusparselt:
-        plans = {n: _mk_of(n, i, o) for n in p.cusparselt}
-        layouts = {n: CUSPARSELT.prepared_a_layout(n, p.dtype) for n in p.cusparselt}
-        fused = {n: layouts[n] == CUSPARSELT.FUSED_A_LAYOUT and CUSPARSELT.fused_operand_ok(m, p.tokens, k, p.dtype)
-                 for n, (m, k) in plans.items()}
-        shape = {n: CUSPARSELT.operand_shapes(m, k, p.tokens, p.dtype, layouts[n])[0] for n, (m, k) in plans.items()}
-        if len(p.cusparselt) == 2 and all(fused.values()):
-            units.append(_Unit(index, CUSPARSELT.name, "both", p.cusparselt, tuple(shape[n] for n in p.cusparselt)))
-        else:
-            for n in p.cusparselt:
-                units.append(_Unit(index, CUSPARSELT.name if fused[n] else "library",
-                                   _direction((n,)) if fused[n] else None, (n,), (shape[n],)))
-    return units
-
-
-def _library_compress(p: WeightPlan, name: str, wc, mk):
-    """cuSPARSELt's compressor on the masked weight (once per preparation)."""
-    m, k = _mk_of(name, *wc.shape)
-    return CUSPARSELT.library_compress(name, wc, mk, m=m, k=k, tokens=p.tokens, dtype=p.dtype)
+    return [_Unit(index, b, c.layout, None if c.layout is None else _direction(c.names), c.names, c.shapes)
+            for b, names in p.operands for c in b.compressions(names, i, o, p.tokens, p.dtype)]
 
 
 def _flat(result, unit: _Unit) -> list:
-    """A ``masked_compress_many`` result of ``unit`` as its flat outputs (per name: values, meta / buffer)."""
+    """A ``masked_compress_many`` result of ``unit`` as its flat outputs (per name: its operand's arrays)."""
     per_name = result if unit.direction == "both" else (result,)
-    if unit.layout == CUTLASS.name:
-        return [a for pair in per_name for a in pair]
-    return list(per_name)
+    return [a for r in per_name for a in (r if isinstance(r, tuple) else (r,))]
 
 
 def _entries(unit: _Unit, flat) -> dict:
-    """``{name: operand}`` from a unit's flat outputs (``_OPERAND_KEYS`` of its format)."""
-    keys = _OPERAND_KEYS[CUTLASS.name if unit.layout == CUTLASS.name else CUSPARSELT.name]
+    """``{name: operand}`` from a unit's flat outputs (its backend's ``operand_keys``)."""
+    keys = unit.backend.operand_keys
     return {n: dict(zip(keys, flat[j * len(keys):(j + 1) * len(keys)])) for j, n in enumerate(unit.names)}
 
 
@@ -149,8 +120,11 @@ def prepare_many(plans, *, batched: bool = True) -> list[dict]:
         outs = [None] * len(units)
         groups = {}
         for j, u in enumerate(units):
-            if u.layout == "library":
-                outs[j] = [_library_compress(plans[u.plan], u.names[0], args[2 * u.plan], args[2 * u.plan + 1])]
+            if u.layout is None:
+                p, name = plans[u.plan], u.names[0]
+                m, k = operand_mk(name, *p.wc.shape)
+                outs[j] = [u.backend.library_compress(name, args[2 * u.plan], args[2 * u.plan + 1], m=m, k=k,
+                                                      tokens=p.tokens, dtype=p.dtype)]
             else:
                 key = (u.layout, u.direction, plans[u.plan].dtype) + (() if batched else (j,))
                 groups.setdefault(key, []).append(j)
@@ -182,13 +156,15 @@ def prepare(w, mask, *, tokens: int, dtype, backend: str, transposable: bool, re
                               reuse=reuse)])[0]
 
 
-def prepared_backend(entry) -> str:
-    """``"cutlass"`` or ``"cusparselt"``: the format of one prepared operand (``prepared["forward"]``)."""
-    for backend, keys in _OPERAND_KEYS.items():
-        if isinstance(entry, dict) and set(entry) == set(keys):
-            return backend
+def prepared_backend(entry) -> Backend:
+    """The backend whose operand format one prepared operand (``prepared["forward"]``) is in."""
+    preparable = [b for b in backends.registered() if b.operand_keys and not b.fp8]
+    for b in preparable:
+        if isinstance(entry, dict) and set(entry) == set(b.operand_keys):
+            return b
     got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-    raise ValueError(f"a prepared operand must be {{'values', 'meta'}} (CUTLASS) or {{'cusparselt'}}, got {got}")
+    want = " or ".join("{" + ", ".join(map(repr, b.operand_keys)) + f"}} ({b.name})" for b in preparable)
+    raise ValueError(f"a prepared operand must be {want}, got {got}")
 
 
 def check_prepared(prepared, w, dtype, op: str) -> None:
@@ -216,7 +192,7 @@ def check_prepared(prepared, w, dtype, op: str) -> None:
             backend = prepared_backend(entry)
         except ValueError as e:
             raise ValueError(f"{op}: prepared[{name!r}]: {e}") from None
-        _PREPARABLE[backend].check_operand(entry, name, *_mk_of(name, i, o), dtype, w_shape=(i, o), op=op)
+        backend.check_operand(entry, name, *operand_mk(name, i, o), dtype, w_shape=(i, o), op=op)
 
 
 def _prepared_gemm(b2, w, mask, *operand, backend: Backend, name: str, dtype, precision):
@@ -225,7 +201,7 @@ def _prepared_gemm(b2, w, mask, *operand, backend: Backend, name: str, dtype, pr
     ``mask`` feed the reference lowering on non-CUDA platforms. Runs on the local shards (the
     partitioned op of :func:`forward_prepared` / :func:`input_grad_prepared`)."""
     i, o = w.shape
-    m, k = _mk_of(name, i, o)
+    m, k = operand_mk(name, i, o)
     orient = (lambda a: a) if name == "forward" else (lambda a: a.T)
     gemm = backend.prepared_gemm(name=name, m=m, n=b2.shape[0], k=k, dtype=dtype,
                                  config_of=lambda *a: autotune.kernel_config(backend, *a))
@@ -241,14 +217,17 @@ def _prepared_gemm(b2, w, mask, *operand, backend: Backend, name: str, dtype, pr
 
 def _prepared_call(name: str, b2, w, mask, entry, precision):
     """The GEMM ``name`` on the prepared operand ``entry``, as one custom-partitioned op per operand format
-    (:func:`~jax_sparse24._src.sharding.gemm_rule` with ``prepared=``): a prepared operand is the
+    (the backend's ``sharding_rule(name, prepared=True)``): a prepared operand is the
     compression of the whole weight, so its GEMM keeps the weight whole (replicated: data parallelism);
     tokens may still be sharded."""
-    backend = _PREPARABLE[prepared_backend(entry)]
+    backend = prepared_backend(entry)
     dtype = backend.operand_dtype(entry) or jnp.result_type(b2, w)
-    gemm = sharding.partitioned_gemm(name, prepared=backend.name)(_prepared_gemm)
-    return gemm(b2, w, mask, *(entry[k] for k in backend.operand_keys), backend=backend, name=name, dtype=dtype,
-                precision=precision)
+
+    def local(*arrays):
+        return _prepared_gemm(*arrays, backend=backend, name=name, dtype=dtype, precision=precision)
+
+    rule = backend.sharding_rule(name, prepared=True)
+    return partitioning.partitioned(rule, local)(b2, w, mask, *(entry[k] for k in backend.operand_keys))
 
 
 def forward_prepared(x2, w, mask, entry, *, precision=None):

@@ -10,8 +10,9 @@ of a stored array of shape ``(..., K)``:
   cores use.
 
 ``.T`` reverses the logical axes without touching the data: the groups then run along the
-logical *first* axis. ``matmul``/``linear`` accept a ``Sparse24Array`` on either side as long
-as its groups run along the contraction axis.
+logical *first* axis. ``matmul`` (and ``@``) accepts a ``Sparse24Array`` on either side as long
+as its groups run along the contraction axis; a dense layer with a compressed weight is
+``matmul(x, to_sparse(w, axis=0)) + bias``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from jax_sparse24._src import ffi, ops
 from jax_sparse24._src import validation as v
 from jax_sparse24._src.backends import CUTLASS
 
-__all__ = ["Sparse24Array", "to_sparse", "matmul", "linear"]
+__all__ = ["Sparse24Array", "to_sparse", "matmul", "LAYOUTS"]
+
+#: The storage of a :class:`Sparse24Array` that every platform reads (the format above).
+PORTABLE = "portable"
+#: The kernel layouts: a backend's operand layout (its ``compress_layout``) -> the backend whose sparse
+#: GEMM reads it in place (``compress``, ``spmm``, ``supports``).
+_KERNEL_LAYOUTS = {CUTLASS.compress_layout: CUTLASS}
+#: What ``Sparse24Array.layout`` holds.
+LAYOUTS = (PORTABLE,) + tuple(_KERNEL_LAYOUTS)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -44,12 +53,12 @@ class Sparse24Array:
         stored one, i.e. the 2:4 groups run along the logical first axis.
       layout: ``"portable"`` (the format above, every platform) or ``"cutlass"`` (2-D only: the
         compressed A operand of the CUTLASS SM90 sparse GEMM — the operand layout of
-        :data:`jax_sparse24._src.backends.CUTLASS` — GPU only; ``matmul``/``linear`` then run on the
+        :data:`jax_sparse24._src.backends.CUTLASS` — GPU only; ``matmul`` then runs on the
         sparse tensor cores with no decompression).
     """
 
     def __init__(self, values, meta, shape: tuple[int, ...], transposed: bool = False,
-                 layout: str = "portable"):
+                 layout: str = PORTABLE):
         self.values = values
         self.meta = meta
         self.shape = tuple(int(s) for s in shape)
@@ -88,10 +97,11 @@ class Sparse24Array:
 
     def todense(self):
         """The dense array (zeros at the pruned positions)."""
-        if self.layout == CUTLASS.name:
+        kernel = _KERNEL_LAYOUTS.get(self.layout)
+        if kernel is not None:
             rows, k = self.stored_shape
             # D (K, rows) = I_K · Sᵀ: the sparse GEMM against the identity decompresses exactly.
-            dense = CUTLASS.spmm(self.values, self.meta, jnp.eye(k, dtype=self.dtype), m=rows, k=k).T
+            dense = kernel.spmm(self.values, self.meta, jnp.eye(k, dtype=self.dtype), m=rows, k=k).T
         else:
             dense = _decompress(self.values, self.meta, self.stored_shape[-1])
         return dense.T if self.transposed else dense
@@ -189,7 +199,7 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
     if axis not in (0, x.ndim - 1):
         raise ValueError(f"{op}: axis must be the first or the last axis, got {axis} for shape {x.shape}")
     v.check_divisible(x, axis, 4, op)
-    if layout not in ("auto", "portable", "cutlass"):
+    if layout != "auto" and layout not in LAYOUTS:
         raise ValueError(f"{op}: layout must be 'auto', 'portable' or 'cutlass', got {layout!r}")
     if method not in ("magnitude", "mvue"):
         raise ValueError(f"{op}: method must be 'magnitude' or 'mvue', got {method!r}")
@@ -209,15 +219,15 @@ def to_sparse(x, mask=None, *, method: str = "magnitude", key=None, axis: int = 
     if transposed:
         x, keep = x.T, keep.T
     shape = x.shape[::-1] if transposed else x.shape
-    cutlass_ok = layout != "portable" and _cutlass_layout_ok(x.shape, x.dtype)
-    if layout == CUTLASS.name or cutlass_ok:
+    cutlass_ok = layout != PORTABLE and _cutlass_layout_ok(x.shape, x.dtype)
+    if layout in _KERNEL_LAYOUTS or cutlass_ok:  # the one kernel layout, CUTLASS's
         if not cutlass_ok:
             raise ValueError(
                 f"{op}: layout='cutlass' needs a 2-D bfloat16/float16 array with CUTLASS-aligned shape "
                 f"(rows % 8, groups axis % 16), the CUDA extension and a GPU; got shape {tuple(shape)}, "
                 f"dtype {x.dtype}")
         values, meta = CUTLASS.compress(jnp.where(keep, x, jnp.zeros((), x.dtype)))
-        return Sparse24Array(values, meta, shape, transposed, CUTLASS.name)
+        return Sparse24Array(values, meta, shape, transposed, CUTLASS.compress_layout)
     values, meta = _compress(x, keep)
     return Sparse24Array(values, meta, shape, transposed)
 
@@ -231,9 +241,14 @@ def _dense_operand(a, side: str, contraction_axis: int, op: str):
     return jnp.asarray(a)
 
 
+def _in_kernel_layout(a) -> bool:
+    """``a`` is a :class:`Sparse24Array` stored in a kernel layout (CUTLASS's operand: the only one)."""
+    return isinstance(a, Sparse24Array) and a.layout in _KERNEL_LAYOUTS
+
+
 def _cutlass_matmul(a, b, op: str):
     """``a @ b`` on the sparse tensor cores when one operand is in the CUTLASS layout, else None."""
-    if isinstance(b, Sparse24Array) and b.layout == CUTLASS.name:
+    if _in_kernel_layout(b):
         _dense_operand_check(b, "rhs", 0, op)
         m, k = b.stored_shape  # stored S = bᵀ (M, K): exactly CUTLASS's A
         a = jnp.asarray(a, b.dtype)
@@ -243,7 +258,7 @@ def _cutlass_matmul(a, b, op: str):
         if not CUTLASS.supports(m, a2.shape[0], k, b.dtype):
             return None
         return CUTLASS.spmm(b.values, b.meta, a2, m=m, k=k).reshape(a.shape[:-1] + (m,))
-    if isinstance(a, Sparse24Array) and a.layout == CUTLASS.name:
+    if _in_kernel_layout(a):
         _dense_operand_check(a, "lhs", -1, op)
         m, k = a.stored_shape  # a (M, K) = S
         b = jnp.asarray(b, a.dtype)
@@ -290,28 +305,3 @@ def matmul(a, b, *, precision=None):
     if da.shape[-1] != db.shape[0]:
         raise ValueError(f"{op}: contraction sizes differ: {da.shape} @ {db.shape}")
     return jnp.matmul(da, db, precision=precision)
-
-
-def linear(x, sparse_w, bias=None, *, precision=None):
-    """Dense layer with a compressed weight: ``x @ sparse_w + bias``.
-
-    Args:
-      x: input ``(..., in)``.
-      sparse_w: a :class:`Sparse24Array` of logical shape ``(in, out)`` (Flax layout) with its
-        groups along ``in`` (``to_sparse(w, axis=0)``), or a dense array.
-      bias: optional ``(out,)``.
-    """
-    op = "linear"
-    if isinstance(sparse_w, Sparse24Array) and sparse_w.layout == CUTLASS.name:  # always 2-D
-        y = _cutlass_matmul(x, sparse_w, op)  # checks the contraction size
-        if y is not None:
-            return y if bias is None else y + jnp.asarray(bias, y.dtype)
-    w = _dense_operand(sparse_w, "rhs", 0, op) if isinstance(sparse_w, Sparse24Array) else jnp.asarray(sparse_w)
-    if w.ndim != 2:
-        raise ValueError(f"{op}: the weight must be 2-D (in, out), got shape {w.shape}")
-    if np.shape(x)[-1] != w.shape[0]:
-        raise ValueError(f"{op}: x's last axis ({np.shape(x)[-1]}) must equal the weight's in ({w.shape[0]})")
-    y = jnp.matmul(x, w, precision=precision)
-    if bias is not None:
-        y = y + jnp.asarray(bias)
-    return y

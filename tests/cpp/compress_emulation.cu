@@ -130,7 +130,7 @@ void HostPack(const std::vector<uint16_t>& x, const std::vector<uint8_t>& mask, 
 
 template <typename T, Op OP>
 std::vector<uint16_t> RefOp(const std::vector<uint16_t>& x, const std::vector<uint8_t>& mask, int64_t R, int64_t C,
-                            bool trans, float beta, const uint32_t* key, int nkw) {
+                            bool trans, const uint32_t* key, int nkw) {
   std::vector<uint16_t> y(x.size(), 0);
   if (OP == Op::kMask) {
     for (size_t i = 0; i < x.size(); ++i) y[i] = mask[i] ? x[i] : 0;
@@ -155,22 +155,11 @@ std::vector<uint16_t> RefOp(const std::vector<uint16_t>& x, const std::vector<ui
         pos[q] = trans ? (4 * a + q) * C + b : a * C + 4 * b + q;
         v[q] = B2F<T>(x[pos[q]]);
       }
-      if (OP == Op::kPrune) {
-        bool keep[4];
-        mk::Mask24Keep(v, keep);
-        for (int q = 0; q < 4; ++q) y[pos[q]] = keep[q] ? x[pos[q]] : 0;
-      } else if (OP == Op::kSoft) {
-        float o[4];
-        bool keep[4];
-        mk::SoftThreshold24(v, o, keep);
-        for (int q = 0; q < 4; ++q) y[pos[q]] = F2B<T>(beta * B2F<T>(F2B<T>(o[q])));
-      } else {
-        const int64_t gin = trans ? a * C + b : a * (C / 4) + b;  // mask_kernels' numbering
-        float o[4];
-        bool keep[4];
-        mk::Mvue24(v, mk::GroupBits(kw, gin), o, keep);
-        for (int q = 0; q < 4; ++q) y[pos[q]] = F2B<T>(o[q]);
-      }
+      const int64_t gin = trans ? a * C + b : a * (C / 4) + b;  // mask_kernels' numbering
+      float o[4];
+      bool keep[4];
+      mk::Mvue24(v, mk::GroupBits(kw, gin), o, keep);
+      for (int q = 0; q < 4; ++q) y[pos[q]] = F2B<T>(o[q]);
     }
   return y;
 }
@@ -194,15 +183,13 @@ void Case(const char* name, int64_t R, int64_t C, bool dir, bool trans, int64_t 
     std::uniform_real_distribution<float> ud;
     for (auto& m : mask) if (ud(rng) < 0.08f) m = 1;
   }
-  float beta = 1.37f;
   uint32_t key[2] = {seed * 2654435761u, 0xdeadbeefu};
-  auto y = RefOp<T, OP>(x, mask, R, C, trans && !dir, beta, key, 2);
+  auto y = RefOp<T, OP>(x, mask, R, C, trans && !dir, key, 2);
   TileParams p{};
   p.x = x.data();
   p.rows = R;
   p.cols = C;
   p.mask = mask.data();
-  p.beta = &beta;
   p.key = key;
   p.nkw = 2;
   std::vector<uint16_t> pv;
@@ -271,8 +258,6 @@ void All() {
   // direct: C % 16; trans: R % 16; both: both.
   for (auto s : {S{128, 128}, S{256, 384}, S{144, 272}, S{16, 16}, S{400, 48}}) {
     for (int64_t grid : {1, 3, 1000}) {
-      Case<T, Op::kPrune>("prune", s.R, s.C, true, false, grid, 1 + s.R + grid);
-      Case<T, Op::kPrune>("prune", s.R, s.C, false, true, grid, 2 + s.C + grid);
       Case<T, Op::kMask>("mask", s.R, s.C, true, false, grid, 3 + grid);
       Case<T, Op::kMask>("mask", s.R, s.C, false, true, grid, 4 + grid);
       Case<T, Op::kMask>("mask2", s.R, s.C, true, true, grid, 5 + grid);
@@ -280,28 +265,23 @@ void All() {
       Case<T, Op::kPacked>("packed", s.R, s.C, false, true, grid, 32 + grid);
       Case<T, Op::kMvue>("mvue", s.R, s.C, false, true, grid, 6 + grid);
       Case<T, Op::kMvue>("mvue", s.R, s.C, true, false, grid, 7 + grid);
-      Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 8 + grid);
-      Case<T, Op::kSoft>("soft", s.R, s.C, false, true, grid, 9 + grid);
     }
   }
   // cuSPARSELt's layout (operand m % 64, k % 32); 384 x 192 ends in partial tiles along k and m
   for (auto s : {S{128, 128}, S{256, 384}, S{384, 192}}) {
     for (int64_t grid : {1, 3, 1000}) {
-      Case<T, Op::kPrune>("prune", s.R, s.C, true, false, grid, 21 + grid, true);
-      Case<T, Op::kPrune>("prune", s.R, s.C, false, true, grid, 22 + grid, true);
       Case<T, Op::kMask>("mask", s.R, s.C, true, false, grid, 23 + grid, true);
       Case<T, Op::kMask>("mask2", s.R, s.C, true, true, grid, 25 + grid, true);
       Case<T, Op::kPacked>("packed", s.R, s.C, false, true, grid, 34 + grid, true);
       Case<T, Op::kPacked>("packed", s.R, s.C, true, false, grid, 36 + grid, true);
       Case<T, Op::kMvue>("mvue", s.R, s.C, false, true, grid, 26 + grid, true);
-      Case<T, Op::kSoft>("soft", s.R, s.C, true, false, grid, 28 + grid, true);
     }
   }
   // odd shapes: direct only (C % 16, R % 8) and trans only (R % 16, C % 8)
-  Case<T, Op::kPrune>("prune", 40, 208, true, false, 2, 11);
-  Case<T, Op::kPrune>("prune", 208, 40, false, true, 2, 12);
+  Case<T, Op::kMask>("mask", 40, 208, true, false, 2, 11);
+  Case<T, Op::kMask>("mask", 208, 40, false, true, 2, 12);
   Case<T, Op::kMvue>("mvue", 208, 72, false, true, 7, 13);
-  Case<T, Op::kSoft>("soft", 72, 208, true, false, 7, 14);
+  Case<T, Op::kMvue>("mvue", 72, 208, true, false, 7, 14);
 }
 
 // The many-tensor kernel (CompressManyKernel: ManyTileLoop over a tile table): several (x, mask)
@@ -369,7 +349,7 @@ void ManyCase(const char* name, const std::vector<std::pair<int64_t, int64_t>>& 
   int bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const auto [R, C] = shapes[i];
-    const auto y = RefOp<T, Op::kMask>(xs[i], masks[i], R, C, false, 1.0f, nullptr, 0);
+    const auto y = RefOp<T, Op::kMask>(xs[i], masks[i], R, C, false, nullptr, 0);
     std::vector<uint16_t> rv;
     std::vector<uint8_t> rm;
     if (dir) {

@@ -14,13 +14,13 @@ write its module (a :class:`~.base.Backend` subclass and ``register(...)`` of it
 below: the order of the imports is the order of ``jax_sparse24.BACKENDS``.
 """
 
-from jax_sparse24._src.backends.base import (OK, Backend, Verdict, bool_mask, get, masked_weight, names, pad_rows,
-                                            register, registered)
+from jax_sparse24._src.backends.base import (OK, Backend, Compression, Verdict, bool_mask, get, masked_weight, names,
+                                            operand_mk, pad_rows, register, registered)
 from jax_sparse24._src.backends.cutlass import CUTLASS
 from jax_sparse24._src.backends.cusparselt import CUSPARSELT
 from jax_sparse24._src.backends.dense import DENSE
 from jax_sparse24._src.backends.reference import REFERENCE
 from jax_sparse24._src.backends.cutlass_fp8 import CUTLASS_FP8
 
-__all__ = ["Backend", "Verdict", "OK", "register", "get", "names", "registered", "masked_weight", "bool_mask",
-           "pad_rows", "CUTLASS", "CUSPARSELT", "DENSE", "REFERENCE", "CUTLASS_FP8"]
+__all__ = ["Backend", "Compression", "Verdict", "OK", "register", "get", "names", "registered", "masked_weight",
+           "bool_mask", "operand_mk", "pad_rows", "CUTLASS", "CUSPARSELT", "DENSE", "REFERENCE", "CUTLASS_FP8"]

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_cusparselt_ops as lt
 from jax_sparse24._src import cuda_mask_ops, ffi, packed24
-from jax_sparse24._src.backends.base import OK, Backend, Verdict, masked_weight, pad_rows, register
+from jax_sparse24._src.backends.base import (OK, Backend, Compression, Verdict, masked_weight, operand_mk, pad_rows,
+                                            register)
 
 __all__ = ["CUSPARSELT", "CuSparseLt"]
 
@@ -25,22 +26,20 @@ class CuSparseLt(Backend):
     name = "cusparselt"
     sparse = True
     operand_keys = ("cusparselt",)
+    operand_dims = (("pb",),)
+    compress_layout = "cusparselt"
 
     def can_run(self, m: int, n: int, k: int, dtype=None, *, gemm: str = "forward") -> Verdict:
         if ffi.extension() is None:
             return Verdict(f"{ffi.extension_error()}")
-        if not lt.cusparselt_supports(m, n, k, dtype):
+        if not self.supports(m, n, k, dtype, gemm=gemm):
             return Verdict(lt.cusparselt_error() or lt.float16_gemm_error(dtype) or (
                 f"cuSPARSELt needs bfloat16 and m, n, k multiples of {lt.ALIGN}, got m={m}, n={n}, k={k}, "
                 f"dtype={jnp.dtype(dtype)}"))
         return OK
 
-    def supports(self, m: int, n: int, k: int, dtype) -> bool:
-        """The library loads and takes this shape and dtype (no GPU check)."""
-        return lt.cusparselt_supports(m, n, k, dtype)
-
-    def supports_weight_grad(self, m: int, n: int, k: int, dtype) -> bool:
-        """:meth:`supports` for the weight gradient's GEMM (m = O, n = I, k = padded tokens)."""
+    def supports(self, m: int, n: int, k: int, dtype, *, gemm: str = "forward") -> bool:
+        """The library loads and takes this shape and dtype (no GPU check; any ``gemm``)."""
         return lt.cusparselt_supports(m, n, k, dtype)
 
     def fused_operand_ok(self, m: int, n: int, k: int, dtype, *, b_kn: bool = False) -> bool:
@@ -63,10 +62,23 @@ class CuSparseLt(Backend):
             return lt.A_MK
         return lt.A_KM
 
-    def operand_shapes(self, m: int, k: int, tokens: int, dtype, a_layout: int) -> tuple:
-        """Shape of a prepared (M, K) operand's buffer (planned for ``tokens`` rows)."""
+    def operand_shapes(self, name: str, m: int, k: int, tokens: int, dtype) -> tuple:
+        """Shape of a prepared (M, K) operand's buffer (planned for ``tokens`` rows, A in
+        :meth:`prepared_a_layout`)."""
+        a_layout = self.prepared_a_layout(name, dtype)
         return (jax.ShapeDtypeStruct((lt.cusparselt_compressed_size(m, tokens, k, dtype, a_layout, lt.B_NK),),
                                      jnp.uint8),)
+
+    def compressions(self, names: tuple, i: int, o: int, tokens: int, dtype) -> list:
+        """One pass of our fused compressor where it writes every operand (its layout check passes:
+        bfloat16), else one per GEMM (fused, or the library's compressor on the masked weight)."""
+        plans = {n: operand_mk(n, i, o) for n in names}
+        fused = {n: self.prepared_a_layout(n, dtype) == self.FUSED_A_LAYOUT
+                 and self.fused_operand_ok(m, tokens, k, dtype) for n, (m, k) in plans.items()}
+        shape = {n: self.operand_shapes(n, m, k, tokens, dtype)[0] for n, (m, k) in plans.items()}
+        if len(names) == 2 and all(fused.values()):
+            return [Compression(self.compress_layout, tuple(names), tuple(shape[n] for n in names))]
+        return [Compression(self.compress_layout if fused[n] else None, (n,), (shape[n],)) for n in names]
 
     def operand_dtype(self, entry):
         """None: a prepared buffer does not record its compute dtype (the layer's is used)."""

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax_sparse24._src import cuda_compress_ops as cc
 from jax_sparse24._src import cuda_spmm_ops as cs
 from jax_sparse24._src import ffi
-from jax_sparse24._src.backends.base import OK, Backend, Verdict, pad_rows, register
+from jax_sparse24._src.backends.base import OK, Backend, Compression, Verdict, operand_mk, pad_rows, register
 
 __all__ = ["CUTLASS", "Cutlass"]
 
@@ -25,16 +25,18 @@ class Cutlass(Backend):
     sparse = True
     fp8_label = "cutlass"
     operand_keys = ("values", "meta")
+    operand_dims = (("pv0", "pv1"), ("pm0", "pm1"))
+    compress_layout = "cutlass"
 
     def can_run(self, m: int, n: int, k: int, dtype=None, *, gemm: str = "forward") -> Verdict:
         if gemm == "weight_grad":
-            if ffi.extension() is not None and cs.cutlass_supports_kn(m, n, k, dtype):
+            if ffi.extension() is not None and self.supports(m, n, k, dtype, gemm=gemm):
                 return OK
             return Verdict(ffi.extension_error() or (
                 f"the sparse weight-gradient GEMM does not support m=O={m}, n=I={n}, k=T={k}, "
                 f"dtype={jnp.dtype(dtype)} (bfloat16/float16; O % 8, I % 8; a compiled 'kn' configuration: "
                 "jax_sparse24._src.cuda_spmm_ops.cutlass_configs_kn())"))
-        if ffi.extension() is not None and cs.cutlass_supports(m, n, k, dtype):
+        if ffi.extension() is not None and self.supports(m, n, k, dtype):
             return OK
         return Verdict(ffi.extension_error() or (
             f"the CUTLASS sparse GEMM does not support m={m}, n={n}, k={k}, dtype={jnp.dtype(dtype)} "
@@ -44,23 +46,28 @@ class Cutlass(Backend):
         """Whether the loaded extension has a weight-gradient ("kn") configuration (a minimal build has none)."""
         return len(cs.cutlass_configs_kn()) > 0
 
-    def supports(self, m: int, n: int, k: int, dtype) -> bool:
-        """The kernel takes D(m×n) = A(m×k)·B(k×n) in ``dtype`` (the extension built; no GPU check)."""
+    def supports(self, m: int, n: int, k: int, dtype, *, gemm: str = "forward") -> bool:
+        """The kernel takes D(m×n) = A(m×k)·B(k×n) in ``dtype`` (the extension built; no GPU check);
+        ``gemm="weight_grad"``: the "kn" GEMM (B stored (k, n))."""
+        if gemm == "weight_grad":
+            return cs.cutlass_supports_kn(m, n, k, dtype)
         return cs.cutlass_supports(m, n, k, dtype)
-
-    def supports_weight_grad(self, m: int, n: int, k: int, dtype) -> bool:
-        """:meth:`supports` for the weight gradient's "kn" GEMM (B stored (k, n))."""
-        return cs.cutlass_supports_kn(m, n, k, dtype)
 
     # --- operand layout ---------------------------------------------------------------------------
     def compress(self, a):
         """CUTLASS's compressed A ``(values, meta)`` of a 2:4 (M, K) array (groups along K)."""
         return cs.cutlass_compress(a)
 
-    def operand_shapes(self, m: int, k: int, tokens: int, dtype) -> tuple:
-        """Shapes of a prepared (M, K) operand's arrays, in :attr:`operand_keys` order."""
+    def operand_shapes(self, name: str, m: int, k: int, tokens: int, dtype) -> tuple:
+        """Shapes of a prepared (M, K) operand's arrays, in :attr:`operand_keys` order (any ``name``,
+        any ``tokens``)."""
         vs, ms = cs.cutlass_compressed_shapes(m, k, dtype)
         return jax.ShapeDtypeStruct(vs, dtype), jax.ShapeDtypeStruct(ms, jnp.uint8)
+
+    def compressions(self, names: tuple, i: int, o: int, tokens: int, dtype) -> list:
+        """One pass of the fused compressor over W writes the operands of every GEMM of ``names``."""
+        shapes = [sd for n in names for sd in self.operand_shapes(n, *operand_mk(n, i, o), tokens, dtype)]
+        return [Compression(self.compress_layout, tuple(names), tuple(shapes))]
 
     def operand_dtype(self, entry):
         """The compute dtype a prepared operand was made for (its values' dtype)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from jax_sparse24._src import cuda_fp8_ops as cf
-from jax_sparse24._src import ffi, fp8, sharding
+from jax_sparse24._src import ffi, fp8_math, partitioning
 from jax_sparse24._src.backends.base import Backend, Verdict, pad_rows, register
 
 __all__ = ["CUTLASS_FP8", "CutlassFp8"]
@@ -46,28 +46,31 @@ class CutlassFp8(Backend):
             return f"the fp8 sparse GEMM needs m % {am}, n % {an}, k % {ak} == 0, got m={m}, n={n}, k={k}"
         return None
 
-    def sharding_rule(self, kind: str, **kwargs) -> sharding.Rule:
-        """:func:`~jax_sparse24._src.sharding.gemm_rule` of ``kind`` (transposable) with the two scales
+    def sharding_rule(self, kind: str, **kwargs) -> partitioning.Rule:
+        """:func:`~jax_sparse24._src.partitioning.gemm_rule` of ``kind`` (transposable) with the two scales
         appended, replicated (``packed_weight=True``: the local function takes a weight gathered packed)."""
-        base = sharding.gemm_rule(kind, transposable=True, **kwargs)
+        base = partitioning.gemm_rule(kind, transposable=True, **kwargs)
         return dataclasses.replace(base, name=base.name.replace("sparse24", "sparse24 fp8"),
                                    operands=base.operands + ((), ()))
 
     # --- GEMMs (CUDA lowerings) -------------------------------------------------------------------
-    def weight_gemm(self, *, m: int, k: int, transposed: bool, packed: bool = False):
-        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃.
+    def weight_gemm(self, *, m: int, n: int, k: int, transposed: bool, dtype=None, config_of=None,
+                    packed: bool = False):
+        """``fn(b2, wc, mk, s_b, s_w)``: D (n, m) = (s_b·s_w) · q(b2)·q(A)ᵀ, A = W̃ᵀ (``transposed``) or W̃
+        (one kernel configuration: ``dtype`` and ``config_of`` are not used).
         ``packed``: ``fn(b2, values, bits, s_b, s_w)``, W̃ in :mod:`~jax_sparse24._src.packed24`'s encoding."""
         compress = cf.fp8_packed_compress if packed else cf.fp8_masked_compress
 
         def cuda(b2, wc, mk, s_b, s_w):
             values, meta = compress(wc, mk, s_w, transposed=transposed)
-            return cf.cutlass_spmm_fp8(values, meta, fp8.quantize(b2, s_b), s_b * s_w, m=m, k=k)
+            return cf.cutlass_spmm_fp8(values, meta, fp8_math.quantize(b2, s_b), s_b * s_w, m=m, k=k)
 
         return cuda
 
-    def mvue_weight_grad(self, *, o: int, tokens: int, align: int):
+    def mvue_weight_grad(self, *, o: int, i: int | None = None, tl: int | None = None, tokens: int, align: int, dtype=None,
+                         config: int = -1):
         """``fn(key, x2, g2, s_x, s_m)``: ∇W (I, O) = q(x)ᵀ (I, Tp) · q(MVUE(∇y)) (Tp, O) · (s_x·s_m), tokens
-        padded to ``align`` (``tokens`` after padding)."""
+        padded to ``align`` (``tokens`` after padding; ``i``, ``tl``, ``dtype``, ``config`` are not used)."""
 
         def kernel(key, x2, g2, s_x, s_m):
             xp, gp = pad_rows(x2, align), pad_rows(g2, align)

@@ -279,18 +279,3 @@ def scaled_matmul(qa, qb, alpha, *, transpose_b: bool = False):
     dims = (((1,), (1,)), ((), ())) if transpose_b else (((1,), (0,)), ((), ()))
     acc = lax.dot_general(qa, qb, dims, preferred_element_type=jnp.float32)
     return (acc * alpha).astype(GEMM_OUT_DTYPE)
-
-
-def reference_linear_forward(x2, wm):
-    """The fp8 forward of a 2:4 layer, ``x2 (T, I) · W̃ (I, O)`` with current scaling, from the
-    definitions above (tests' oracle): ``(y (T, O) bfloat16, s_x, s_w)``."""
-    s_x, s_w = current_scale(x2), current_scale(wm)
-    return scaled_matmul(quantize(x2, s_x), quantize(wm, s_w), s_x * s_w), s_x, s_w
-
-
-def reference_linear_input_grad(g2, wm, s_w):
-    """The fp8 input gradient ``∇y (T, O) · W̃ᵀ`` with ``∇y``'s current scale and the forward's
-    ``s_w``: ``(∇x (T, I) bfloat16, s_g)``."""
-    s_g = current_scale(g2)
-    return scaled_matmul(quantize(g2, s_g), quantize(wm, s_w), s_g * s_w, transpose_b=True), s_g
-

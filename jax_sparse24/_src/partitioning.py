@@ -12,8 +12,8 @@ and runs it redundantly on every device. Two ways to tell it otherwise:
   propagation with the shardings it chose, and lets the op pick the final operand/result
   shardings and a per-shard lowering (with collectives). That is what we use.
 
-Every public op is ``ffi.per_platform(reference_fn, cuda_fn, *args)``; :func:`per_platform`
-here wraps *that* function — the thing that lowers to the reference on CPU and to the FFI custom
+Every public op is ``ffi.per_platform(reference_fn, cuda_fn, *args)``; :func:`partitioned_per_platform`
+wraps *that* function — the thing that lowers to the reference on CPU and to the FFI custom
 call on CUDA — in one ``custom_partitioning``. The per-shard lowering calls the same
 per-platform function on the local shards, so a CPU test of the partitioning exercises exactly
 the code that wraps the custom call on a GPU.
@@ -65,7 +65,6 @@ import functools
 import inspect
 import math
 import os
-import time
 import types
 from typing import Any, Callable, Mapping, Sequence
 
@@ -83,7 +82,7 @@ from jax_sparse24._src.ffi import _varying_axes, vary_to_union  # noqa: F401  (r
 __all__ = [
     "Rule",
     "partitioned",
-    "per_platform",
+    "partitioned_per_platform",
     "grouped_rule",
     "transposable_rule",
     "mvue_rule",
@@ -91,8 +90,6 @@ __all__ = [
     "partitioned_gemm",
     "vary_to_union",
     "eval_shape",
-    "partition_callback_stats",
-    "profile_partition_callbacks",
     "weight_gather",
     "WEIGHT_GATHERS",
 ]
@@ -210,7 +207,7 @@ def transposable_rule(name: str = "transposable_mask24") -> Rule:
 
 
 def _mvue_tangent(axis):
-    from jax_sparse24._src import reference
+    from jax_sparse24._src import reference_ops
 
     def tangent(primals, out, tangents):
         # d/dx of x_i / p_i(|x| + eps) at the kept positions (those the primal kept non-zero): the
@@ -221,9 +218,9 @@ def _mvue_tangent(axis):
         kept = out != 0
 
         def f(x):
-            g = reference._grouped(x.astype(jnp.float32), axis % x.ndim, 4)
-            p = reference.mvue24_inclusion_probabilities(jnp.abs(g) + reference.MVUE_EPS)
-            return reference._ungrouped(g / p, axis % x.ndim, x.shape).astype(x.dtype)
+            g = reference_ops._grouped(x.astype(jnp.float32), axis % x.ndim, 4)
+            p = reference_ops.mvue24_inclusion_probabilities(jnp.abs(g) + reference_ops.MVUE_EPS)
+            return reference_ops._ungrouped(g / p, axis % x.ndim, x.shape).astype(x.dtype)
 
         _, t = jax.jvp(f, (x,), (dx,))
         return jnp.where(kept, t, jnp.zeros((), t.dtype))
@@ -243,7 +240,7 @@ def mvue_rule(key, ndim: int, axis: int) -> Rule:
 
 
 def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = False,
-              align: int = GROUP, prepared: str | None = None, packed_weight: bool = False) -> Rule:
+              align: int = GROUP, packed_weight: bool = False) -> Rule:
     """Rule of the three GEMMs of a 2:4 linear layer (operands as in ``gemm.py``).
 
     * ``forward``     ``x (t,i), w (i,o), mask (i,o) -> y (t,o)``, contraction ``i`` (2:4 axis);
@@ -260,27 +257,9 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
     :func:`weight_gather`). ``align`` is the
     multiple every shard of a 2:4 axis must hold (4, or the sparse kernel's alignment).
 
-    ``prepared``: ``forward`` / ``input_grad`` with the weight's compressed operand appended
-    (``prepared_weight.forward_prepared``): ``"cutlass"`` its ``values`` and ``meta`` (two 2-D
-    arrays), ``"cusparselt"`` one 1-D byte buffer. They are the compression of the *whole* weight (its
-    metadata layout does not slice into per-shard operands), so ``i`` and ``o`` stay replicated: a
-    tensor-parallel weight is gathered (correct, unsharded GEMM); tokens may be sharded.
-
     ``packed_weight``: ``forward`` / ``input_grad`` whose function takes a weight gathered packed as a
     :class:`~jax_sparse24._src.packed24.Packed24` (``Rule.packed_weight``).
     """
-    if prepared is not None:
-        if kind not in ("forward", "input_grad"):
-            raise ValueError(f"gemm_rule: prepared applies to 'forward' and 'input_grad', got {kind!r}")
-        extras = {"cutlass": (("pv0", "pv1"), ("pm0", "pm1")), "cusparselt": (("pb",),)}
-        if prepared not in extras:
-            raise ValueError(f"gemm_rule: prepared must be 'cutlass' or 'cusparselt', got {prepared!r}")
-        base = gemm_rule(kind, transposable=transposable, align=align)
-        extra = extras[prepared]
-        return dataclasses.replace(base, name=base.name + f" (prepared {prepared} weight)",
-                                   operands=base.operands + extra, contract=(),
-                                   replicated=("i", "o") + tuple(d for dims in extra for d in dims),
-                                   gathered_weight=None)
     if packed_weight and kind not in ("forward", "input_grad"):
         raise ValueError(f"gemm_rule: packed_weight applies to 'forward' and 'input_grad', got {kind!r}")
     if kind == "forward":
@@ -296,6 +275,25 @@ def gemm_rule(kind: str, *, transposable: bool = False, sparse_tokens: bool = Fa
         return Rule("sparse24 weight-gradient GEMM", (("t", "i"), ("t", "o")), (("i", "o"),),
                     contract=("t",), multiple_of=(("t", align),) if sparse_tokens else ())
     raise ValueError(f"gemm_rule: kind must be 'forward', 'input_grad' or 'weight_grad', got {kind!r}")
+
+
+def prepared_gemm_rule(kind: str, label: str, operand_dims: tuple, *, transposable: bool = False,
+                       align: int = GROUP) -> Rule:
+    """:func:`gemm_rule` of ``forward`` / ``input_grad`` with the weight's compressed operand appended
+    (``prepared_weight.forward_prepared``): one operand per entry of ``operand_dims`` (its dimension
+    labels: a backend's ``operand_dims``; ``label`` names the backend in the rule's name). The operand
+    is the compression of the *whole* weight (its metadata layout does not slice into per-shard
+    operands), so ``i`` and ``o`` stay replicated: a tensor-parallel weight is gathered (correct,
+    unsharded GEMM); tokens may be sharded."""
+    if kind not in ("forward", "input_grad"):
+        raise ValueError(f"prepared_gemm_rule: applies to 'forward' and 'input_grad', got {kind!r}")
+    if not operand_dims:
+        raise ValueError(f"prepared_gemm_rule: the {label!r} backend has no prepared operand")
+    base = gemm_rule(kind, transposable=transposable, align=align)
+    return dataclasses.replace(base, name=base.name + f" (prepared {label} weight)",
+                               operands=base.operands + tuple(operand_dims), contract=(),
+                               replicated=("i", "o") + tuple(d for dims in operand_dims for d in dims),
+                               gathered_weight=None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,56 +557,11 @@ def unpartitioned_batch_ok(arrays) -> bool:
     each device (:func:`whole_on_each_device`). Such a call, like each per-array one, makes the
     partitioner gather its operands whole; but one call over differently sharded arrays gathers them
     all together (the peak memory of a fully sharded model), so elsewhere callers keep one call per
-    array. ``nn.prepare(batch="auto")`` asks this."""
+    array. ``preparation.prepare(batch="auto")`` asks this."""
     return _single_device() or all(whole_on_each_device(a) for a in arrays)
 
 
 _DEF_PARTITION_PARAMS = frozenset(inspect.signature(custom_partitioning.def_partition).parameters)
-
-# Time spent in this module's partitioner callbacks (``partition`` / ``infer`` and the tracing of
-# the per-shard function), which run inside XLA's compilation: read by
-# :func:`partition_callback_stats` (the benchmarks split a compile time into these callbacks and the
-# rest); :func:`profile_partition_callbacks` adds a cProfile of them (they may run on XLA's threads,
-# where a profiler started around ``compile()`` does not see them).
-_CALLBACK_STATS: dict[str, list] = {}  # rule name -> [calls, seconds]
-_CALLBACK_PROFILE: list = []  # [cProfile.Profile] while profiling
-
-
-def partition_callback_stats() -> dict[str, tuple[int, float]]:
-    """``{rule name: (calls, seconds)}``: how often the partitioner has called back into each 2:4 op's
-    sharding rule in this process (``partition``/``infer``, and — named ``"<rule> (trace)"`` — the
-    tracing of the per-shard function they return) and the wall time those callbacks took
-    (cumulative; take the difference around a ``compile()``)."""
-    return {k: (n, sec) for k, (n, sec) in _CALLBACK_STATS.items()}
-
-
-def profile_partition_callbacks(profile=None):
-    """Profile the partitioner callbacks with ``profile`` (a ``cProfile.Profile``) from now on;
-    ``None`` stops. A diagnostic for compile times (``benchmarks/bench_train_gpt.py --profile-compile``)."""
-    _CALLBACK_PROFILE[:] = [] if profile is None else [profile]
-
-
-def _timed_callback(name: str):
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(*args):
-            prof = _CALLBACK_PROFILE[0] if _CALLBACK_PROFILE else None
-            t0 = time.perf_counter()
-            if prof is not None:
-                prof.enable()
-            try:
-                return fn(*args)
-            finally:
-                if prof is not None:
-                    prof.disable()
-                entry = _CALLBACK_STATS.setdefault(name, [0, 0.0])
-                entry[0] += 1
-                entry[1] += time.perf_counter() - t0
-
-        return wrapper
-
-    return deco
-
 
 # --------------------------------------------------------------------------------------------
 # One partition result per distinct op instance and compile
@@ -781,13 +734,21 @@ class _CachedPartitioning:
         hit = cache.get(key)
         if hit is not None:
             self.hits += 1
-            entry = _CALLBACK_STATS.setdefault(op_key[0].name + " (cached)", [0, 0.0])
-            entry[0] += 1
+            _SHARED_HITS[op_key[0].name] = _SHARED_HITS.get(op_key[0].name, 0) + 1
             return hit
         out = self.jcp._custom_partitioning_partition(arg_shapes, arg_shardings, result_shape, result_sharding,
                                                       backend_string)
         cache[key] = out
         return out
+
+
+_SHARED_HITS: dict[str, int] = {}  # rule name -> partition results reused (cumulative, this process)
+
+
+def shared_partition_hits() -> dict[str, int]:
+    """``{rule name: count}``: how often an op instance reused an identical instance's partition result in this
+    process (cumulative; benchmarks/partition_profile.py reports them as ``"<rule> (cached)"``)."""
+    return dict(_SHARED_HITS)
 
 
 def _keyed_partition(partition, op_key, *args):
@@ -908,7 +869,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
             fold_axes = tuple(a for a in mesh.axis_names if a in data_axes)
         mesh_sizes = dict(mesh.shape)
 
-        @_timed_callback(rule.name + " (trace)")  # traced by JAX inside the partitioner's callback, after ``partition`` returns
         def lower_fn(*flat):
             flat = rewrap(flat)
             if gathers:
@@ -938,7 +898,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
                              out_specs=tuple(out_specs) if multi else out_specs[0], axis_names=explicit)
         return smap(*args)
 
-    @_timed_callback(rule.name)
     def partition(mesh, arg_shapes, result_shape):
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         res_list = result_shape if isinstance(result_shape, (tuple, list)) else (result_shape,)
@@ -949,7 +908,6 @@ def _cp_call(rule: Rule, impl: Callable, *args):
         out_sh = tuple(out_sh) if isinstance(result_shape, (tuple, list)) else out_sh[0]
         return mesh, lower_fn, out_sh, in_sh
 
-    @_timed_callback(rule.name)
     def infer(mesh, arg_shapes, result_shape):  # GSPMD only
         arg_specs = [_sharding_spec(s.sharding) for s in arg_shapes]
         assign = _assign_axes(rule_x, mesh, rule_x.operands, shapes, arg_specs, [], strict=False)
@@ -1021,7 +979,7 @@ def partitioned(rule: Rule, impl: Callable, *, reference_fn: Callable | None = N
     return f
 
 
-def per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *args):
+def partitioned_per_platform(rule: Rule, reference_fn: Callable, cuda_fn: Callable | None, *args):
     """:func:`ffi.per_platform` (reference on CPU, CUDA kernel on GPU), partitioned by ``rule``.
 
     Drop-in for ``ffi.per_platform(reference_fn, cuda_fn, *args)`` in ``ops.py``: the partitioned
