@@ -15,7 +15,7 @@ median of each phase, srste / dense ratios, and the part of srste's compile spen
 callbacks (``jax_sparse24._src.partitioning.partition_callback_stats``, a diagnostic). Runs on a CPU with fake
 devices (``--cpu-devices N`` sets ``XLA_FLAGS=--xla_force_host_platform_device_count=N``) and on GPUs unchanged::
 
-    # CPU, fake devices (benchmarks/results/compile_cpu_d512_l4-32.md)
+    # CPU, fake devices
     python benchmarks/bench_compile.py --cpu-devices 2 --d-model 512 --n-layer 4,8,16,32 --mesh 'fsdp=2;data=2' \
         --tokens 2048 --variants dense,srste,srste/uncached --uncached-max-layers 16 --out benchmarks/results \
         --name compile_cpu_d512_l4-32

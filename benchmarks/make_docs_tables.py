@@ -182,7 +182,7 @@ def table_fp8_quality() -> str:
 
 
 NODE = [NODE_7B, "train_gpt_h200x4_llama-7b_l32_fsdp4_full.json", "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_fp8.json",
-        "train_gpt_h200x4_llama-7b_l32_fsdp4_full_b32_nopreset.json", "train_gpt_h200x4_llama-1b_l16_fsdp4.json"]
+        "train_gpt_h200x4_llama-1b_l16_fsdp4.json"]
 
 
 def _callbacks_s(r: dict) -> str:

@@ -1,4 +1,4 @@
-"""STEP (``optim.adamw_step``) bit for bit: 20 jitted updates of a small model with a 2:4 mask and the
+"""STEP (``optim.adamw_step``) against a recording: 20 jitted updates of a small model with a 2:4 mask and the
 AutoSwitch, compared with the parameter trajectory recorded in ``tests/data/step_trajectory.npz``.
 
 The model trains dense until STEP switches, then 2:4 sparse (the kernel times its fixed mask) with
@@ -83,21 +83,31 @@ def _recorded(name):
         return {k[len(name) + 1:]: f[k] for k in f.files if k.startswith(name + "/")}
 
 
+# XLA's CPU code generation follows the host's instruction set (e.g. which multiply-adds it fuses), which moves
+# float32 results by an ulp or two from one x86 machine to another (seen: 1.3e-7 absolute after 20 steps between
+# the recording's machine and another 2-core one). The floats are compared to a few ulps; the integer state (step
+# counts, the switch step) exactly. A change to the optimizer's math moves the trajectory by orders of magnitude more.
+_RTOL, _ATOL = 1e-5, 1e-6
+
+
 def _check(name):
     got, want = trajectory(name), _recorded(name)
     assert sorted(got) == sorted(want)
     for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=f"{name}: {k}")
+        if np.issubdtype(want[k].dtype, np.floating):
+            np.testing.assert_allclose(got[k], want[k], rtol=_RTOL, atol=_ATOL, err_msg=f"{name}: {k}")
+        else:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"{name}: {k}")
     switch = int(want[f"{STEPS - 1}/switch_step"])
     t_min, t_max = CONFIGS[name]["clipping"]
     assert t_min < switch <= t_max, switch  # the statistic switched, not t_max
 
 
-def test_step_trajectory_schedule_bit_for_bit():
+def test_step_trajectory_schedule_matches_recording():
     _check("schedule")
 
 
-def test_step_trajectory_constant_bit_for_bit():
+def test_step_trajectory_constant_matches_recording():
     _check("constant")
 
 
