@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import shlex
@@ -66,14 +65,7 @@ from jax_sparse24 import sharding as shd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import partition_profile  # noqa: E402  (times the partitioner callbacks; before any op is traced)
-
-
-def write_result(out: Path, stem: str, res: dict, md: str) -> None:
-    """``out/<stem>.json`` and ``out/<stem>.md``, as ``bench_train_gpt.write_result`` writes them (not imported:
-    that module loads the example's runtime)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / f"{stem}.md").write_text(md)
+from result_files import write_result  # noqa: E402
 
 
 RECIPES = ("dense", "srste")

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import jax  # noqa: E402
 
 import bench_train_gpt  # noqa: E402
+from result_files import write_result  # noqa: E402
 import train_gpt  # noqa: E402
 from data import load_data  # noqa: E402
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                            "spread": (max(ts) - min(ts)) / med, "step_times_s": ts}
     tag = a.tag or jax.default_backend()
     md = to_markdown(res)
-    bench_train_gpt.write_result(a.out, f"loader_{tag}", res, md, indent=1)
+    write_result(a.out, f"loader_{tag}", res, md, indent=1)
     print(md)
     return 0
 

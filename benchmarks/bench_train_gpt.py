@@ -66,6 +66,7 @@ import train_gpt  # noqa: E402  (also puts the repo root on sys.path if needed)
 import gpt_report  # noqa: E402
 import model  # noqa: E402
 from gpu_clock import ClockSampler  # noqa: E402
+from result_files import write_result  # noqa: E402
 from jax_sparse24 import optim as s24optim  # noqa: E402
 from partition_profile import partition_callback_stats, profile_partition_callbacks  # noqa: E402  (instruments on import)
 from jax_sparse24.sharding import weight_gather  # noqa: E402
@@ -466,13 +467,6 @@ def throughput(rts, exes, data_by_recipe, iters, rounds, warmup, log, gc_mode="f
     return {"batch_size": hp["batch_size"], "seq_len": hp["seq_len"], "tokens_per_step": tokens,
             "peak_gib_per_device": _peak_gib(),
             "iters": iters, "rounds": rounds, "gc": gc_mode, "park_idle": park_idle, "control": control, "gc_pauses": gc_pauses, "n_params": rows[0]["n_params"], "rows": rows}
-
-
-def write_result(out: Path, stem: str, res: dict, md: str, indent: int = 2) -> None:
-    """A benchmark's current result pair, ``out/<stem>.json`` and ``out/<stem>.md`` (a re-run replaces them)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=indent) + "\n")
-    (out / f"{stem}.md").write_text(md)
 
 
 def _peak_gib():

@@ -17,7 +17,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench_train_gpt import PEAK_TFLOPS, write_result  # the benchmark's own MFU convention and result files
+from bench_train_gpt import PEAK_TFLOPS  # the benchmark's own MFU convention
+from result_files import write_result
 
 CONTROL = "dense (control)"
 
